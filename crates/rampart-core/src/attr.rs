@@ -1,0 +1,132 @@
+//! The public view of an inode's attributes, and the requests that change them.
+
+use crate::time::TimeNs;
+
+/// Inode number. 1 is the root directory; 0 is never used.
+pub type Ino = u64;
+
+/// The inode number of the root directory.
+pub const ROOT_INO: Ino = 1;
+
+/// The kind of a file, from the type bits of its mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    RegularFile,
+    Directory,
+    Symlink,
+    NamedPipe,
+    Socket,
+    CharDevice,
+    BlockDevice,
+}
+
+impl FileKind {
+    /// The kind named by the `S_IFMT` bits of `mode`, if any.
+    pub fn from_mode(mode: u32) -> Option<FileKind> {
+        Some(match mode & libc::S_IFMT {
+            libc::S_IFREG => FileKind::RegularFile,
+            libc::S_IFDIR => FileKind::Directory,
+            libc::S_IFLNK => FileKind::Symlink,
+            libc::S_IFIFO => FileKind::NamedPipe,
+            libc::S_IFSOCK => FileKind::Socket,
+            libc::S_IFCHR => FileKind::CharDevice,
+            libc::S_IFBLK => FileKind::BlockDevice,
+            _ => return None,
+        })
+    }
+
+    /// The `S_IFMT` bits of this kind.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            FileKind::RegularFile => libc::S_IFREG,
+            FileKind::Directory => libc::S_IFDIR,
+            FileKind::Symlink => libc::S_IFLNK,
+            FileKind::NamedPipe => libc::S_IFIFO,
+            FileKind::Socket => libc::S_IFSOCK,
+            FileKind::CharDevice => libc::S_IFCHR,
+            FileKind::BlockDevice => libc::S_IFBLK,
+        }
+    }
+
+    /// A compact code for directory entries (the `S_IFMT` bits shifted down, like `d_type`).
+    pub fn code(self) -> u8 {
+        (self.mode_bits() >> 12) as u8
+    }
+
+    /// The kind of a code made by [`FileKind::code`].
+    pub fn from_code(code: u8) -> Option<FileKind> {
+        FileKind::from_mode(u32::from(code) << 12)
+    }
+}
+
+/// A snapshot of an inode's attributes, as `stat` reports them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: Ino,
+    pub generation: u64,
+    pub kind: FileKind,
+    /// Permission bits (the low 12 bits of the mode: rwx, setuid, setgid, sticky).
+    pub perm: u16,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    pub size_bytes: u64,
+    /// Bytes of memory or disk that hold the file's data.
+    pub allocated_bytes: u64,
+    pub atime_ns: TimeNs,
+    pub mtime_ns: TimeNs,
+    pub ctime_ns: TimeNs,
+}
+
+/// A time to set: a given instant, or the time of the operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetTime {
+    At(TimeNs),
+    Now,
+}
+
+/// A change of attributes (`chmod`, `chown`, `truncate`, `utimensat`); `None` leaves a field.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size_bytes: Option<u64>,
+    pub atime: Option<SetTime>,
+    pub mtime: Option<SetTime>,
+    /// An explicit ctime (the kernel sends one with the writeback cache); otherwise "now".
+    pub ctime_ns: Option<TimeNs>,
+}
+
+/// File-system wide figures for `statfs`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatFs {
+    pub block_size: u32,
+    pub blocks_total: u64,
+    pub blocks_free: u64,
+    pub files_total: u64,
+    pub files_free: u64,
+    pub name_len_max: u32,
+}
+
+/// Counts and memory figures of a mounted engine, for `rampart status`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub files: u64,
+    pub directories: u64,
+    pub symlinks: u64,
+    /// FIFOs, sockets and device nodes.
+    pub other: u64,
+    /// Bytes of file contents held in memory.
+    pub data_bytes: u64,
+    pub memory_used_bytes: u64,
+    pub memory_cap_bytes: u64,
+}
+
+impl Stats {
+    /// All live inodes, including the root.
+    pub fn inodes(&self) -> u64 {
+        self.files + self.directories + self.symlinks + self.other
+    }
+}

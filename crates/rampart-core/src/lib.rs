@@ -1,0 +1,22 @@
+//! rampart-core: the engine of rampart, a memory-first hybrid file system.
+//!
+//! The namespace (inodes, directories, links, xattrs) and small-file contents live in memory as
+//! their final home. Every mutation is an [`op::Op`] applied through one path
+//! ([`engine::State::apply`]), so persistence can journal and replay the same values. No FUSE
+//! types appear here: `rampart-fuse` maps kernel requests onto [`engine::Engine`], and programs
+//! can embed the engine directly.
+
+pub mod attr;
+pub mod engine;
+pub mod error;
+pub mod memory;
+pub mod namespace;
+pub mod op;
+pub mod store;
+pub mod time;
+pub mod xattr;
+
+pub use attr::{Attr, FileKind, Ino, SetAttr, SetTime, StatFs, Stats, ROOT_INO};
+pub use engine::{Ctx, Engine, EngineConfig, Invalidation, Observer};
+pub use error::{Errno, FsResult};
+pub use op::{Op, OpSink};

@@ -1,0 +1,69 @@
+//! The memory budget: every byte the engine holds for the file system (inodes, names, file
+//! contents) is charged here, and a charge past the cap fails with ENOSPC, so that file data
+//! can never push the daemon into the OOM killer.
+
+use crate::error::{Errno, FsResult};
+
+#[derive(Debug)]
+pub struct Budget {
+    used_bytes: u64,
+    cap_bytes: u64,
+}
+
+impl Budget {
+    pub fn new(cap_bytes: u64) -> Budget {
+        Budget {
+            used_bytes: 0,
+            cap_bytes,
+        }
+    }
+
+    pub fn used_bytes(&self) -> u64 {
+        self.used_bytes
+    }
+
+    pub fn cap_bytes(&self) -> u64 {
+        self.cap_bytes
+    }
+
+    pub fn free_bytes(&self) -> u64 {
+        self.cap_bytes.saturating_sub(self.used_bytes)
+    }
+
+    /// Fails with ENOSPC unless `bytes` more fit under the cap.
+    pub fn check(&self, bytes: u64) -> FsResult<()> {
+        if self.used_bytes.saturating_add(bytes) > self.cap_bytes {
+            Err(Errno::ENOSPC)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Records a change that has happened (after a successful `check` for growth).
+    pub fn apply(&mut self, delta: i64) {
+        if delta >= 0 {
+            self.used_bytes += delta as u64;
+        } else {
+            let freed = delta.unsigned_abs();
+            debug_assert!(freed <= self.used_bytes, "budget underflow");
+            self.used_bytes = self.used_bytes.saturating_sub(freed);
+        }
+    }
+}
+
+/// The default cap: a share of physical memory (half, like tmpfs).
+pub fn default_cap_bytes() -> u64 {
+    physical_memory_bytes() / 2
+}
+
+/// Physical memory of this machine, in bytes.
+pub fn physical_memory_bytes() -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions; it returns -1 on error.
+    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
+    // SAFETY: as above.
+    let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if pages <= 0 || page_size <= 0 {
+        return 1 << 30;
+    }
+    pages as u64 * page_size as u64
+}

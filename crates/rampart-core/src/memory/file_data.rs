@@ -1,0 +1,306 @@
+//! The contents of a regular file held in memory.
+//!
+//! A file is a flat vector of 64 KiB chunks: no indirection tree. A chunk holds the bytes from
+//! its start up to its own length; the rest of its range reads as zeros, and an empty chunk is a
+//! hole that costs no memory. A small file is one chunk that grows with the file, so a 512-byte
+//! file costs about 512 bytes of data.
+//!
+//! Invariant: no chunk holds bytes at or past the file size (checked by [`FileData::check`]),
+//! so growing a file by truncate exposes zeros, never old bytes.
+
+/// Bytes covered by one chunk.
+pub const CHUNK_BYTES: usize = 64 * 1024;
+
+/// Largest file size, in bytes: 2^44 (16 TiB), which keeps the chunk table of a sparse file
+/// under 6 GiB even at its worst; the memory cap stops it far earlier.
+pub const FILE_SIZE_MAX_BYTES: u64 = 1 << 44;
+
+#[derive(Debug, Default)]
+pub struct FileData {
+    chunks: Vec<Vec<u8>>,
+}
+
+/// What an operation changed: heap bytes held and content bytes stored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Delta {
+    pub heap_bytes: i64,
+    pub stored_bytes: i64,
+}
+
+const TABLE_ENTRY_BYTES: i64 = std::mem::size_of::<Vec<u8>>() as i64;
+
+fn chunk_heap(c: &[u8], cap: usize) -> (i64, i64) {
+    (cap as i64, c.len() as i64)
+}
+
+impl FileData {
+    /// Bytes of heap memory held (chunk capacities and the chunk table).
+    pub fn heap_bytes(&self) -> u64 {
+        let table = self.chunks.capacity() * std::mem::size_of::<Vec<u8>>();
+        let data: usize = self.chunks.iter().map(Vec::capacity).sum();
+        (table + data) as u64
+    }
+
+    /// Bytes of contents held (not counting holes).
+    pub fn stored_bytes(&self) -> u64 {
+        self.chunks.iter().map(|c| c.len() as u64).sum()
+    }
+
+    /// Heap bytes a write of `len` bytes at `offset` may add at most; used to refuse a write
+    /// before it starts rather than fail half-way.
+    pub fn growth_bound_bytes(&self, offset: u64, len: usize) -> u64 {
+        if len == 0 {
+            return 0;
+        }
+        let end = offset + len as u64;
+        let last_chunk = ((end - 1) / CHUNK_BYTES as u64) as usize;
+        let table_growth = (last_chunk + 1).saturating_sub(self.chunks.len()) as u64
+            * std::mem::size_of::<Vec<u8>>() as u64;
+        // A write can at most fill each chunk it touches.
+        let first_chunk = (offset / CHUNK_BYTES as u64) as usize;
+        let touched = (last_chunk - first_chunk + 1) as u64;
+        table_growth * 2 + (touched * CHUNK_BYTES as u64).min(len as u64 + 2 * CHUNK_BYTES as u64)
+    }
+
+    /// Copies up to `len` bytes from `offset` into `out`, bounded by `size` (the file size).
+    pub fn read(&self, size: u64, offset: u64, len: u32, out: &mut Vec<u8>) {
+        out.clear();
+        if offset >= size {
+            return;
+        }
+        let end = size.min(offset + u64::from(len));
+        out.reserve((end - offset) as usize);
+        let mut pos = offset;
+        while pos < end {
+            let index = (pos / CHUNK_BYTES as u64) as usize;
+            let in_chunk = (pos % CHUNK_BYTES as u64) as usize;
+            let take = ((CHUNK_BYTES - in_chunk) as u64).min(end - pos) as usize;
+            let chunk: &[u8] = self.chunks.get(index).map(Vec::as_slice).unwrap_or(&[]);
+            let have = chunk.len().saturating_sub(in_chunk).min(take);
+            if have > 0 {
+                out.extend_from_slice(&chunk[in_chunk..in_chunk + have]);
+            }
+            out.resize(out.len() + (take - have), 0);
+            pos += take as u64;
+        }
+    }
+
+    /// Writes `data` at `offset`. The caller checked the size limit and the memory budget.
+    pub fn write(&mut self, offset: u64, data: &[u8]) -> Delta {
+        let table_before = self.chunks.capacity() as i64;
+        let mut delta = Delta::default();
+        let mut pos = offset;
+        let mut rest = data;
+        while !rest.is_empty() {
+            let index = (pos / CHUNK_BYTES as u64) as usize;
+            let in_chunk = (pos % CHUNK_BYTES as u64) as usize;
+            let take = (CHUNK_BYTES - in_chunk).min(rest.len());
+            if self.chunks.len() <= index {
+                self.chunks.resize_with(index + 1, Vec::new);
+            }
+            let chunk = &mut self.chunks[index];
+            let (cap0, len0) = chunk_heap(chunk, chunk.capacity());
+            let end = in_chunk + take;
+            if chunk.len() < end {
+                grow_chunk(chunk, end);
+            }
+            chunk[in_chunk..end].copy_from_slice(&rest[..take]);
+            let (cap1, len1) = chunk_heap(chunk, chunk.capacity());
+            delta.heap_bytes += cap1 - cap0;
+            delta.stored_bytes += len1 - len0;
+            rest = &rest[take..];
+            pos += take as u64;
+        }
+        delta.heap_bytes += (self.chunks.capacity() as i64 - table_before) * TABLE_ENTRY_BYTES;
+        delta
+    }
+
+    /// Drops every byte at or past `size`.
+    pub fn truncate(&mut self, size: u64) -> Delta {
+        let table_before = self.chunks.capacity() as i64;
+        let mut delta = Delta::default();
+        let keep_chunks = size.div_ceil(CHUNK_BYTES as u64) as usize;
+        if self.chunks.len() > keep_chunks {
+            for c in &self.chunks[keep_chunks..] {
+                delta.heap_bytes -= c.capacity() as i64;
+                delta.stored_bytes -= c.len() as i64;
+            }
+            self.chunks.truncate(keep_chunks);
+            if self.chunks.capacity() > 2 * keep_chunks + 4 {
+                self.chunks.shrink_to_fit();
+            }
+        }
+        let tail = (size % CHUNK_BYTES as u64) as usize;
+        if tail != 0 {
+            if let Some(last) = self.chunks.get_mut(keep_chunks - 1) {
+                if last.len() > tail {
+                    let (cap0, len0) = chunk_heap(last, last.capacity());
+                    last.truncate(tail);
+                    if last.capacity() > 2 * tail {
+                        last.shrink_to_fit();
+                    }
+                    let (cap1, len1) = chunk_heap(last, last.capacity());
+                    delta.heap_bytes += cap1 - cap0;
+                    delta.stored_bytes += len1 - len0;
+                }
+            }
+        }
+        self.trim_trailing_holes();
+        delta.heap_bytes += (self.chunks.capacity() as i64 - table_before) * TABLE_ENTRY_BYTES;
+        delta
+    }
+
+    /// Makes `[offset, offset + len)` read as zeros, freeing whole chunks where it can.
+    pub fn punch_hole(&mut self, offset: u64, len: u64) -> Delta {
+        let table_before = self.chunks.capacity() as i64;
+        let mut delta = Delta::default();
+        let end = offset.saturating_add(len);
+        let mut pos = offset;
+        while pos < end {
+            let index = (pos / CHUNK_BYTES as u64) as usize;
+            if index >= self.chunks.len() {
+                break;
+            }
+            let in_chunk = (pos % CHUNK_BYTES as u64) as usize;
+            let take = ((CHUNK_BYTES - in_chunk) as u64).min(end - pos) as usize;
+            let chunk = &mut self.chunks[index];
+            let (cap0, len0) = chunk_heap(chunk, chunk.capacity());
+            if in_chunk == 0 && take == CHUNK_BYTES {
+                *chunk = Vec::new();
+            } else if in_chunk + take >= chunk.len() {
+                chunk.truncate(in_chunk);
+                if chunk.is_empty() {
+                    *chunk = Vec::new();
+                }
+            } else {
+                chunk[in_chunk..in_chunk + take].fill(0);
+            }
+            let (cap1, len1) = chunk_heap(chunk, chunk.capacity());
+            delta.heap_bytes += cap1 - cap0;
+            delta.stored_bytes += len1 - len0;
+            pos += take as u64;
+        }
+        self.trim_trailing_holes();
+        delta.heap_bytes += (self.chunks.capacity() as i64 - table_before) * TABLE_ENTRY_BYTES;
+        delta
+    }
+
+    fn trim_trailing_holes(&mut self) {
+        while self.chunks.last().is_some_and(|c| c.is_empty()) {
+            self.chunks.pop();
+        }
+    }
+
+    /// Checks the invariants against the file size.
+    pub fn check(&self, size: u64) -> Result<(), String> {
+        for (i, chunk) in self.chunks.iter().enumerate() {
+            let start = (i * CHUNK_BYTES) as u64;
+            if chunk.len() > CHUNK_BYTES {
+                return Err(format!("chunk {i} holds {} bytes", chunk.len()));
+            }
+            if !chunk.is_empty() && start + chunk.len() as u64 > size {
+                return Err(format!(
+                    "chunk {i} holds bytes up to {} past the size {size}",
+                    start + chunk.len() as u64
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Grows a chunk to `len` bytes (zero-filled); capacity at most doubles and never passes a
+/// chunk, so a file's slack is bounded by its size and by one chunk.
+fn grow_chunk(chunk: &mut Vec<u8>, len: usize) {
+    debug_assert!(len <= CHUNK_BYTES);
+    if chunk.capacity() < len {
+        let target = len.max((chunk.capacity() * 2).min(CHUNK_BYTES));
+        chunk.reserve_exact(target - chunk.len());
+    }
+    chunk.resize(len, 0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A plain byte vector as the model of a file.
+    #[derive(Debug, Clone)]
+    enum Action {
+        Write(u64, Vec<u8>),
+        Truncate(u64),
+        Punch(u64, u64),
+    }
+
+    fn action() -> impl Strategy<Value = Action> {
+        let off = 0u64..(4 * CHUNK_BYTES as u64);
+        prop_oneof![
+            (off.clone(), proptest::collection::vec(any::<u8>(), 0..3 * CHUNK_BYTES / 2))
+                .prop_map(|(o, d)| Action::Write(o, d)),
+            off.clone().prop_map(Action::Truncate),
+            (off.clone(), 0u64..(2 * CHUNK_BYTES as u64)).prop_map(|(o, l)| Action::Punch(o, l)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn matches_a_byte_vector(actions in proptest::collection::vec(action(), 1..24)) {
+            let mut data = FileData::default();
+            let mut model: Vec<u8> = Vec::new();
+            let (mut heap, mut stored) = (0i64, 0i64);
+            for a in actions {
+                let delta = match a {
+                    Action::Write(o, d) => {
+                        let delta = data.write(o, &d);
+                        let end = o as usize + d.len();
+                        if model.len() < end && !d.is_empty() { model.resize(end, 0); }
+                        model[o as usize..o as usize + d.len()].copy_from_slice(&d);
+                        delta
+                    }
+                    Action::Truncate(s) => {
+                        let delta = data.truncate(s);
+                        model.resize(s as usize, 0);
+                        delta
+                    }
+                    Action::Punch(o, l) => {
+                        let delta = data.punch_hole(o, l);
+                        let end = ((o + l) as usize).min(model.len());
+                        if (o as usize) < end { model[o as usize..end].fill(0); }
+                        delta
+                    }
+                };
+                heap += delta.heap_bytes;
+                stored += delta.stored_bytes;
+                prop_assert_eq!(heap, data.heap_bytes() as i64);
+                prop_assert_eq!(stored, data.stored_bytes() as i64);
+                let size = model.len() as u64;
+                data.check(size).map_err(TestCaseError::fail)?;
+                let mut out = Vec::new();
+                data.read(size, 0, size as u32 + 10, &mut out);
+                prop_assert_eq!(&out, &model);
+            }
+        }
+    }
+
+    #[test]
+    fn small_file_costs_about_its_size() {
+        let mut data = FileData::default();
+        for i in 0..16 {
+            data.write(i * 512, &[7u8; 512]);
+        }
+        assert_eq!(data.stored_bytes(), 8192);
+        assert!(data.heap_bytes() <= 2 * 8192 + 64, "{}", data.heap_bytes());
+    }
+
+    #[test]
+    fn holes_cost_nothing_and_read_as_zeros() {
+        let mut data = FileData::default();
+        data.write(10 * CHUNK_BYTES as u64, b"tail");
+        assert_eq!(data.stored_bytes(), 4);
+        let mut out = Vec::new();
+        data.read(10 * CHUNK_BYTES as u64 + 4, 5, 10, &mut out);
+        assert_eq!(out, vec![0u8; 10]);
+    }
+}

@@ -1,0 +1,141 @@
+//! The inode table: a dense vector indexed by inode number, and the set of free numbers.
+//!
+//! A freed number is reused (lowest first), with a new generation so that a reused number is
+//! never confused with the file that had it before. Allocation is a function of the table's
+//! state, and creation records the number it got, so replaying a journal claims the same
+//! numbers.
+
+use std::collections::BTreeSet;
+
+use crate::attr::Ino;
+use crate::error::{Errno, FsResult};
+use crate::namespace::inode::Inode;
+
+/// Most inodes of one file system (the table is indexed by `u32`-sized numbers).
+pub const INODES_MAX: u64 = u32::MAX as u64;
+
+#[derive(Debug, Default)]
+pub struct InodeTable {
+    slots: Vec<Option<Inode>>,
+    free: BTreeSet<Ino>,
+    live: u64,
+    next_generation: u32,
+}
+
+impl InodeTable {
+    pub fn new() -> InodeTable {
+        InodeTable {
+            // Slot 0 is never used: FUSE reserves inode number 0.
+            slots: vec![None],
+            free: BTreeSet::new(),
+            live: 0,
+            next_generation: 1,
+        }
+    }
+
+    pub fn live(&self) -> u64 {
+        self.live
+    }
+
+    pub fn get(&self, ino: Ino) -> FsResult<&Inode> {
+        self.slots
+            .get(ino as usize)
+            .and_then(Option::as_ref)
+            .ok_or(Errno::ENOENT)
+    }
+
+    pub fn get_mut(&mut self, ino: Ino) -> FsResult<&mut Inode> {
+        self.slots
+            .get_mut(ino as usize)
+            .and_then(Option::as_mut)
+            .ok_or(Errno::ENOENT)
+    }
+
+    /// Two distinct inodes, mutably.
+    pub fn get_two_mut(&mut self, a: Ino, b: Ino) -> FsResult<(&mut Inode, &mut Inode)> {
+        assert_ne!(a, b);
+        let (lo, hi, swapped) = if a < b { (a, b, false) } else { (b, a, true) };
+        if hi as usize >= self.slots.len() {
+            return Err(Errno::ENOENT);
+        }
+        let (left, right) = self.slots.split_at_mut(hi as usize);
+        let lo_ref = left[lo as usize].as_mut().ok_or(Errno::ENOENT)?;
+        let hi_ref = right[0].as_mut().ok_or(Errno::ENOENT)?;
+        Ok(if swapped {
+            (hi_ref, lo_ref)
+        } else {
+            (lo_ref, hi_ref)
+        })
+    }
+
+    /// The number and generation the next allocation will get.
+    pub fn next_allocation(&self) -> FsResult<(Ino, u32)> {
+        let ino = match self.free.first() {
+            Some(&ino) => ino,
+            None => self.slots.len() as Ino,
+        };
+        if ino > INODES_MAX {
+            return Err(Errno::ENOSPC);
+        }
+        Ok((ino, self.next_generation))
+    }
+
+    /// Puts `inode` at number `ino`, which must be free (chosen by `next_allocation`, or
+    /// recorded in a journal).
+    pub fn insert(&mut self, ino: Ino, inode: Inode) {
+        debug_assert!(ino != 0);
+        let index = ino as usize;
+        if index >= self.slots.len() {
+            for gap in self.slots.len()..index {
+                self.free.insert(gap as Ino);
+            }
+            self.slots.resize_with(index + 1, || None);
+        } else {
+            let was_free = self.free.remove(&ino);
+            assert!(
+                was_free && self.slots[index].is_none(),
+                "inode {ino} is in use"
+            );
+        }
+        self.next_generation = self.next_generation.max(inode.generation.wrapping_add(1));
+        if self.next_generation == 0 {
+            self.next_generation = 1;
+        }
+        self.slots[index] = Some(inode);
+        self.live += 1;
+    }
+
+    /// Frees number `ino`, returning its inode.
+    pub fn remove(&mut self, ino: Ino) -> Inode {
+        let inode = self.slots[ino as usize]
+            .take()
+            .expect("freeing an inode that is not in use");
+        self.live -= 1;
+        if ino as usize == self.slots.len() - 1 {
+            self.slots.pop();
+            // Keep the vector dense: drop trailing free slots too.
+            while self.slots.len() > 2 && self.slots.last().is_some_and(Option::is_none) {
+                let last = (self.slots.len() - 1) as Ino;
+                self.free.remove(&last);
+                self.slots.pop();
+            }
+        } else {
+            self.free.insert(ino);
+        }
+        inode
+    }
+
+    /// Every live inode with its number.
+    pub fn iter(&self) -> impl Iterator<Item = (Ino, &Inode)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|inode| (i as Ino, inode)))
+    }
+
+    /// Bytes the table itself holds.
+    pub fn heap_bytes(&self) -> u64 {
+        (self.slots.capacity() * std::mem::size_of::<Option<Inode>>()) as u64
+            + self.free.len() as u64 * 16
+    }
+}

@@ -1,0 +1,103 @@
+//! Operations: every mutation of the file system is one of these values, applied through one
+//! path ([`crate::engine`]). An `Op` carries everything its effect depends on (the time, the
+//! inode number a creation got), so applying the same ops to the same state gives the same
+//! state: the journal logs these values and replay applies them again.
+
+use crate::attr::Ino;
+use crate::time::TimeNs;
+
+/// `rename` flags (renameat2).
+pub const RENAME_NOREPLACE: u32 = 1;
+pub const RENAME_EXCHANGE: u32 = 2;
+
+/// `fallocate` modes.
+pub const FALLOC_FL_KEEP_SIZE: i32 = 0x01;
+pub const FALLOC_FL_PUNCH_HOLE: i32 = 0x02;
+pub const FALLOC_FL_ZERO_RANGE: i32 = 0x10;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op<'a> {
+    /// Creates an inode of any kind (the type bits of `mode`) and its entry in `parent`.
+    /// `target` is the symlink target (empty otherwise); `rdev` the device number.
+    Create {
+        parent: Ino,
+        name: &'a [u8],
+        ino: Ino,
+        generation: u32,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        rdev: u32,
+        target: &'a [u8],
+        time_ns: TimeNs,
+    },
+    /// A new name for an existing non-directory inode.
+    Link {
+        ino: Ino,
+        parent: Ino,
+        name: &'a [u8],
+        time_ns: TimeNs,
+    },
+    /// Removes a non-directory entry.
+    Unlink {
+        parent: Ino,
+        name: &'a [u8],
+        time_ns: TimeNs,
+    },
+    /// Removes an empty directory.
+    Rmdir {
+        parent: Ino,
+        name: &'a [u8],
+        time_ns: TimeNs,
+    },
+    Rename {
+        parent: Ino,
+        name: &'a [u8],
+        new_parent: Ino,
+        new_name: &'a [u8],
+        flags: u32,
+        time_ns: TimeNs,
+    },
+    /// chmod, chown, truncate, utimens. `ctime_ns` is the new change time.
+    SetAttr {
+        ino: Ino,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size_bytes: Option<u64>,
+        atime_ns: Option<TimeNs>,
+        mtime_ns: Option<TimeNs>,
+        ctime_ns: TimeNs,
+    },
+    Write {
+        ino: Ino,
+        offset: u64,
+        data: &'a [u8],
+        time_ns: TimeNs,
+    },
+    Fallocate {
+        ino: Ino,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        time_ns: TimeNs,
+    },
+    SetXattr {
+        ino: Ino,
+        name: &'a [u8],
+        value: &'a [u8],
+        flags: i32,
+        time_ns: TimeNs,
+    },
+    RemoveXattr {
+        ino: Ino,
+        name: &'a [u8],
+        time_ns: TimeNs,
+    },
+}
+
+/// Receives every op after it was applied, in apply order, under the engine's exclusive lock:
+/// the persistence engine's entry point.
+pub trait OpSink: Send + Sync {
+    fn applied(&self, op: &Op<'_>);
+}

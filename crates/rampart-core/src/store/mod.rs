@@ -1,0 +1,228 @@
+//! The store: the folder on disk that holds a rampart file system (docs/FORMAT.md).
+//!
+//! For now it holds the superblock and the lock file; the journal, checkpoints and the data
+//! folder of large files extend it. The store is private to its owner (mode 0700), and one
+//! daemon at a time holds its lock (an `flock`, released by the kernel if the daemon dies).
+
+pub mod superblock;
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use superblock::{Superblock, FORMAT_VERSION};
+
+pub const SUPERBLOCK_FILE: &str = "superblock";
+pub const LOCK_FILE: &str = "lock";
+
+/// Why a store could not be created or opened. Each message names the path and what to do.
+#[derive(Debug)]
+pub enum StoreError {
+    Io { path: PathBuf, error: std::io::Error },
+    NotAStore(String),
+    Corrupt(String),
+    UnsupportedVersion { path: String, found: u32, supported: u32 },
+    AlreadyMounted { path: PathBuf, pid: Option<u32> },
+    NotEmpty(PathBuf),
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Io { path, error } => write!(f, "{}: {error}", path.display()),
+            StoreError::NotAStore(p) => write!(
+                f,
+                "{p} is not a rampart store (no valid superblock); create one with `rampart mkfs`"
+            ),
+            StoreError::Corrupt(m) => write!(f, "store is damaged: {m}"),
+            StoreError::UnsupportedVersion {
+                path,
+                found,
+                supported,
+            } => write!(
+                f,
+                "{path}: store format version {found} is not supported by this rampart \
+                 (it reads version {supported}); use a matching rampart release"
+            ),
+            StoreError::AlreadyMounted { path, pid } => match pid {
+                Some(pid) => write!(
+                    f,
+                    "store {} is already mounted (by daemon pid {pid}); unmount it first",
+                    path.display()
+                ),
+                None => write!(f, "store {} is already mounted; unmount it first", path.display()),
+            },
+            StoreError::NotEmpty(p) => write!(
+                f,
+                "{} exists and is not empty; choose a new path for the store",
+                p.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |error| StoreError::Io {
+        path: path.to_path_buf(),
+        error,
+    }
+}
+
+fn new_store_id() -> [u8; 16] {
+    let mut id = [0u8; 16];
+    if File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut id))
+        .is_err()
+    {
+        let seed = crate::time::now_ns() as u128 ^ (u128::from(std::process::id()) << 64);
+        id = seed.to_le_bytes();
+    }
+    id
+}
+
+/// Creates a new, empty store at `path` (which must not exist or be an empty folder).
+pub fn mkfs(path: &Path) -> Result<Superblock, StoreError> {
+    match fs::read_dir(path) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(StoreError::NotEmpty(path.to_path_buf()));
+            }
+            fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+                .map_err(io_err(path))?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(path)
+                .map_err(io_err(path))?;
+        }
+        Err(e) => return Err(io_err(path)(e)),
+    }
+    let sb = Superblock {
+        format_version: FORMAT_VERSION,
+        flags: 0,
+        store_id: new_store_id(),
+        created_ns: crate::time::now_ns(),
+    };
+    // Write to a temporary name, sync, then rename: a crash leaves no half superblock.
+    let tmp = path.join(format!("{SUPERBLOCK_FILE}.tmp"));
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io_err(&tmp))?;
+    f.write_all(&sb.encode()).map_err(io_err(&tmp))?;
+    f.sync_all().map_err(io_err(&tmp))?;
+    let final_path = path.join(SUPERBLOCK_FILE);
+    fs::rename(&tmp, &final_path).map_err(io_err(&final_path))?;
+    File::open(path)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(path))?;
+    Ok(sb)
+}
+
+/// True if `path` holds a superblock file (valid or not).
+pub fn looks_like_store(path: &Path) -> bool {
+    path.join(SUPERBLOCK_FILE).is_file()
+}
+
+/// An open store, locked against a second mount for as long as it lives.
+#[derive(Debug)]
+pub struct Store {
+    path: PathBuf,
+    superblock: Superblock,
+    _lock: File,
+}
+
+impl Store {
+    /// Opens the store at `path`: checks the superblock and takes the lock.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let meta = fs::metadata(path).map_err(io_err(path))?;
+        if !meta.is_dir() {
+            return Err(StoreError::NotAStore(path.display().to_string()));
+        }
+        let sb_path = path.join(SUPERBLOCK_FILE);
+        let bytes = match fs::read(&sb_path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StoreError::NotAStore(path.display().to_string()))
+            }
+            Err(e) => return Err(io_err(&sb_path)(e)),
+        };
+        let superblock = Superblock::decode(&bytes, &sb_path.display().to_string())?;
+        let lock_path = path.join(LOCK_FILE);
+        let mut lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&lock_path)
+            .map_err(io_err(&lock_path))?;
+        // SAFETY: flock on a valid open descriptor has no memory-safety preconditions.
+        let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                let mut text = String::new();
+                let _ = lock.read_to_string(&mut text);
+                return Err(StoreError::AlreadyMounted {
+                    path: path.to_path_buf(),
+                    pid: text.trim().parse().ok(),
+                });
+            }
+            return Err(io_err(&lock_path)(err));
+        }
+        lock.set_len(0).map_err(io_err(&lock_path))?;
+        writeln!(lock, "{}", std::process::id()).map_err(io_err(&lock_path))?;
+        Ok(Store {
+            path: path.to_path_buf(),
+            superblock,
+            _lock: lock,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn superblock(&self) -> &Superblock {
+        &self.superblock
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mkfs_then_open_and_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        mkfs(&path).unwrap();
+        let mode = fs::metadata(&path).unwrap().permissions();
+        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o700);
+        let store = Store::open(&path).unwrap();
+        match Store::open(&path) {
+            Err(StoreError::AlreadyMounted { pid, .. }) => assert_eq!(pid, Some(std::process::id())),
+            other => panic!("second open: {other:?}"),
+        }
+        drop(store);
+        Store::open(&path).unwrap();
+        assert!(matches!(mkfs(&path), Err(StoreError::NotEmpty(_))));
+    }
+
+    #[test]
+    fn a_plain_folder_is_not_a_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = Store::open(dir.path()).unwrap_err();
+        assert!(err.to_string().contains("not a rampart store"), "{err}");
+    }
+}

@@ -1,0 +1,144 @@
+//! Extended attributes of one inode, with Linux's limits and error semantics.
+
+use crate::error::{Errno, FsResult};
+
+/// Longest attribute name, in bytes, including the namespace prefix (XATTR_NAME_MAX).
+pub const NAME_LEN_MAX: usize = 255;
+/// Largest attribute value, in bytes (XATTR_SIZE_MAX).
+pub const VALUE_LEN_MAX: usize = 64 * 1024;
+/// Largest name list, in bytes (XATTR_LIST_MAX): listxattr must fit its answer in it.
+pub const LIST_LEN_MAX: usize = 64 * 1024;
+/// Most bytes of names and values on one inode.
+pub const INODE_TOTAL_BYTES_MAX: usize = 256 * 1024;
+
+/// The namespaces rampart stores; others (system.*, e.g. POSIX ACLs) are not supported.
+const NAMESPACES: [&[u8]; 3] = [b"user.", b"trusted.", b"security."];
+
+/// `setxattr` flags.
+pub const XATTR_CREATE: i32 = 1;
+pub const XATTR_REPLACE: i32 = 2;
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Xattrs {
+    entries: Vec<(Box<[u8]>, Box<[u8]>)>,
+}
+
+/// Checks an attribute name: its length and namespace.
+pub fn check_name(name: &[u8]) -> FsResult<()> {
+    if name.is_empty() || name.len() > NAME_LEN_MAX {
+        return Err(Errno::ERANGE);
+    }
+    match NAMESPACES.iter().find(|ns| name.starts_with(ns)) {
+        Some(ns) if name.len() == ns.len() => Err(Errno::EINVAL),
+        Some(_) => Ok(()),
+        None => Err(Errno::EOPNOTSUPP),
+    }
+}
+
+impl Xattrs {
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn get(&self, name: &[u8]) -> Option<&[u8]> {
+        self.entries
+            .iter()
+            .find(|(n, _)| &**n == name)
+            .map(|(_, v)| &**v)
+    }
+
+    fn total_bytes(&self) -> usize {
+        self.entries.iter().map(|(n, v)| n.len() + v.len()).sum()
+    }
+
+    fn list_bytes(&self) -> usize {
+        self.entries.iter().map(|(n, _)| n.len() + 1).sum()
+    }
+
+    /// Heap bytes held, for the memory budget.
+    pub fn heap_bytes(&self) -> u64 {
+        (self.entries.capacity() * std::mem::size_of::<(Box<[u8]>, Box<[u8]>)>()
+            + self.total_bytes()) as u64
+    }
+
+    /// Validates a set without changing anything; returns the growth in bytes.
+    pub fn check_set(&self, name: &[u8], value: &[u8], flags: i32) -> FsResult<u64> {
+        check_name(name)?;
+        if value.len() > VALUE_LEN_MAX {
+            return Err(Errno::E2BIG);
+        }
+        if flags & !(XATTR_CREATE | XATTR_REPLACE) != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let existing = self.get(name);
+        match existing {
+            Some(_) if flags & XATTR_CREATE != 0 => return Err(Errno::EEXIST),
+            None if flags & XATTR_REPLACE != 0 => return Err(Errno::ENODATA),
+            _ => {}
+        }
+        let old = existing.map_or(0, |v| name.len() + v.len());
+        let total = self.total_bytes() - old + name.len() + value.len();
+        let list = self.list_bytes() + if existing.is_none() { name.len() + 1 } else { 0 };
+        if total > INODE_TOTAL_BYTES_MAX || list > LIST_LEN_MAX {
+            return Err(Errno::ENOSPC);
+        }
+        Ok((name.len() + value.len()) as u64 + 32)
+    }
+
+    /// Sets after a successful `check_set`.
+    pub fn set(&mut self, name: &[u8], value: &[u8]) {
+        match self.entries.iter_mut().find(|(n, _)| &**n == name) {
+            Some(entry) => entry.1 = value.into(),
+            None => self.entries.push((name.into(), value.into())),
+        }
+    }
+
+    pub fn remove(&mut self, name: &[u8]) -> FsResult<()> {
+        check_name(name)?;
+        let i = self
+            .entries
+            .iter()
+            .position(|(n, _)| &**n == name)
+            .ok_or(Errno::ENODATA)?;
+        self.entries.swap_remove(i);
+        Ok(())
+    }
+
+    /// The names, each followed by a NUL byte, as listxattr returns them; `keep` filters.
+    pub fn list(&self, keep: impl Fn(&[u8]) -> bool) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.list_bytes());
+        for (name, _) in self.entries.iter().filter(|(n, _)| keep(n)) {
+            out.extend_from_slice(name);
+            out.push(0);
+        }
+        out
+    }
+
+    /// All entries, in a stable order (for the checkpoint and tests).
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.entries.iter().map(|(n, v)| (&**n, &**v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn linux_semantics() {
+        let mut x = Xattrs::default();
+        assert_eq!(check_name(b"system.posix_acl_access"), Err(Errno::EOPNOTSUPP));
+        assert_eq!(check_name(b"user."), Err(Errno::EINVAL));
+        assert_eq!(check_name(&[b'u'; 256]), Err(Errno::ERANGE));
+        assert_eq!(x.check_set(b"user.a", b"1", XATTR_REPLACE), Err(Errno::ENODATA));
+        x.check_set(b"user.a", b"1", XATTR_CREATE).unwrap();
+        x.set(b"user.a", b"1");
+        assert_eq!(x.check_set(b"user.a", b"2", XATTR_CREATE), Err(Errno::EEXIST));
+        assert_eq!(x.check_set(b"user.b", &vec![0; VALUE_LEN_MAX + 1], 0), Err(Errno::E2BIG));
+        x.set(b"user.a", b"2");
+        assert_eq!(x.get(b"user.a"), Some(&b"2"[..]));
+        assert_eq!(x.list(|_| true), b"user.a\0");
+        x.remove(b"user.a").unwrap();
+        assert_eq!(x.remove(b"user.a"), Err(Errno::ENODATA));
+    }
+}
