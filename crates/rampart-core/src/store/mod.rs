@@ -27,6 +27,7 @@ pub enum StoreError {
     UnsupportedVersion { path: String, found: u32, supported: u32 },
     AlreadyMounted { path: PathBuf, pid: Option<u32> },
     NotEmpty(PathBuf),
+    Missing(PathBuf),
 }
 
 impl fmt::Display for StoreError {
@@ -55,6 +56,12 @@ impl fmt::Display for StoreError {
                 ),
                 None => write!(f, "store {} is already mounted; unmount it first", path.display()),
             },
+            StoreError::Missing(p) => write!(
+                f,
+                "store {} does not exist; create it with `rampart mkfs {}`",
+                p.display(),
+                p.display()
+            ),
             StoreError::NotEmpty(p) => write!(
                 f,
                 "{} exists and is not empty; choose a new path for the store",
@@ -144,7 +151,13 @@ pub struct Store {
 impl Store {
     /// Opens the store at `path`: checks the superblock and takes the lock.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        let meta = fs::metadata(path).map_err(io_err(path))?;
+        let meta = match fs::metadata(path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StoreError::Missing(path.to_path_buf()))
+            }
+            Err(e) => return Err(io_err(path)(e)),
+        };
         if !meta.is_dir() {
             return Err(StoreError::NotAStore(path.display().to_string()));
         }

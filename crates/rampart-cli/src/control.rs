@@ -1,0 +1,108 @@
+//! The daemon's control socket (`STORE/control.sock`, private to the store's owner): the
+//! channel through which `rampart status` asks a running mount for its figures.
+//!
+//! Protocol: the client sends one command line (`status`), the daemon answers one line of JSON.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rampart_core::Engine;
+use serde::{Deserialize, Serialize};
+
+pub const SOCKET_FILE: &str = "control.sock";
+/// Longest command line accepted.
+const COMMAND_LEN_MAX: u64 = 256;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Status {
+    pub pid: u32,
+    pub store: PathBuf,
+    pub mountpoint: PathBuf,
+    pub files: u64,
+    pub directories: u64,
+    pub symlinks: u64,
+    pub other: u64,
+    pub inodes: u64,
+    pub data_bytes: u64,
+    pub memory_used_bytes: u64,
+    pub memory_cap_bytes: u64,
+    pub persistence: String,
+}
+
+pub fn status_of(engine: &Engine, store: &Path, mountpoint: &Path) -> Status {
+    let s = engine.stats();
+    Status {
+        pid: std::process::id(),
+        store: store.to_path_buf(),
+        mountpoint: mountpoint.to_path_buf(),
+        files: s.files,
+        directories: s.directories,
+        symlinks: s.symlinks,
+        other: s.other,
+        inodes: s.inodes(),
+        data_bytes: s.data_bytes,
+        memory_used_bytes: s.memory_used_bytes,
+        memory_cap_bytes: s.memory_cap_bytes,
+        persistence: "none: the memory tier is volatile in this release".into(),
+    }
+}
+
+/// Serves the control socket on a background thread until the process ends.
+pub fn serve(engine: Arc<Engine>, store: PathBuf, mountpoint: PathBuf) -> std::io::Result<PathBuf> {
+    let path = store.join(SOCKET_FILE);
+    // A socket left by a daemon that died: we hold the store lock, so it is stale.
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path)?;
+    std::thread::Builder::new()
+        .name("control".into())
+        .spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                if let Err(e) = answer(stream, &engine, &store, &mountpoint) {
+                    tracing::debug!("control request failed: {e}");
+                }
+            }
+        })?;
+    Ok(path)
+}
+
+fn answer(stream: UnixStream, engine: &Engine, store: &Path, mountpoint: &Path) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut line = String::new();
+    BufReader::new((&stream).take_limit()).read_line(&mut line)?;
+    let reply = match line.trim() {
+        "status" => serde_json::to_string(&status_of(engine, store, mountpoint))
+            .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")),
+        other => serde_json::json!({ "error": format!("unknown command {other:?}") }).to_string(),
+    };
+    (&stream).write_all(format!("{reply}\n").as_bytes())
+}
+
+trait TakeLimit: std::io::Read + Sized {
+    fn take_limit(self) -> std::io::Take<Self> {
+        self.take(COMMAND_LEN_MAX)
+    }
+}
+impl<R: std::io::Read> TakeLimit for R {}
+
+/// Asks the daemon of `store` for its status.
+pub fn query_status(store: &Path) -> Result<Status, String> {
+    let path = store.join(SOCKET_FILE);
+    let stream = UnixStream::connect(&path).map_err(|e| {
+        format!("cannot reach the rampart daemon at {}: {e}", path.display())
+    })?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    (&stream)
+        .write_all(b"status\n")
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut line = String::new();
+    BufReader::new(&stream)
+        .read_line(&mut line)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_json::from_str(&line).map_err(|e| format!("bad answer from the daemon ({e}): {line}"))
+}

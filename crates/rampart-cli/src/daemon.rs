@@ -1,0 +1,174 @@
+//! Serving a mount: open the store, build the engine, mount, answer signals and the control
+//! socket, and unmount cleanly. `rampart mount` runs this in the foreground, or in a detached
+//! child of itself that reports readiness through a pipe.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+use nix::sys::signal::{SigSet, Signal};
+use rampart_core::store::Store;
+use rampart_core::{Engine, EngineConfig};
+use rampart_fuse::{CachePolicy, MountOptions};
+
+/// What a mount needs, resolved from the command line.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub store: PathBuf,
+    pub mountpoint: PathBuf,
+    pub memory_cap_bytes: u64,
+    pub threads: usize,
+    pub allow_other: bool,
+    pub writeback_cache: bool,
+}
+
+/// The line a serving daemon prints on stdout once the mount is ready.
+pub const READY: &str = "ready";
+/// The prefix of a fatal error a daemon child reports on its stdout pipe.
+pub const ERROR_PREFIX: &str = "error: ";
+
+/// Checks that `mountpoint` can take a mount: an existing directory.
+pub fn check_mountpoint(mountpoint: &Path) -> Result<(), String> {
+    match std::fs::metadata(mountpoint) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(format!(
+            "mount point {} is not a directory",
+            mountpoint.display()
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!(
+            "mount point {} does not exist; create it first (mkdir -p {})",
+            mountpoint.display(),
+            mountpoint.display()
+        )),
+        Err(e) => Err(format!("mount point {}: {e}", mountpoint.display())),
+    }
+}
+
+/// Mounts and serves until unmounted (by `rampart umount`, `fusermount3 -u`, SIGTERM or SIGINT).
+/// `on_ready` runs once the kernel has accepted the mount.
+pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String> {
+    check_mountpoint(&config.mountpoint)?;
+    let store = Store::open(&config.store).map_err(|e| e.to_string())?;
+    let store_path = std::fs::canonicalize(store.path()).map_err(|e| e.to_string())?;
+    let mountpoint = std::fs::canonicalize(&config.mountpoint).map_err(|e| e.to_string())?;
+
+    // Block the shutdown signals in this thread before any other starts, so that every thread
+    // inherits the mask and only the signal thread below receives them.
+    let mut signals = SigSet::empty();
+    signals.add(Signal::SIGTERM);
+    signals.add(Signal::SIGINT);
+    signals
+        .thread_block()
+        .map_err(|e| format!("cannot block signals: {e}"))?;
+
+    let engine = Arc::new(Engine::new(EngineConfig {
+        memory_cap_bytes: config.memory_cap_bytes,
+        root_uid: nix::unistd::getuid().as_raw(),
+        root_gid: nix::unistd::getgid().as_raw(),
+        root_mode: 0o755,
+    }));
+    let options = MountOptions {
+        threads: config.threads,
+        allow_other: config.allow_other,
+        fs_name: store_path.display().to_string(),
+        cache: CachePolicy {
+            writeback_cache: config.writeback_cache,
+            ..CachePolicy::default()
+        },
+    };
+    let mut mounted = rampart_fuse::mount(engine.clone(), &mountpoint, &options).map_err(|e| {
+        format!("cannot mount at {}: {e}", mountpoint.display())
+    })?;
+
+    let mut unmounter = mounted.unmounter();
+    let signal_mountpoint = mountpoint.clone();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            while let Ok(signal) = signals.wait() {
+                tracing::info!("{signal:?}: unmounting {}", signal_mountpoint.display());
+                if let Err(e) = unmounter.unmount() {
+                    tracing::warn!("unmount failed ({e}); detaching lazily");
+                    lazy_unmount(&signal_mountpoint);
+                }
+            }
+        })
+        .map_err(|e| e.to_string())?;
+
+    let socket = crate::control::serve(engine.clone(), store_path.clone(), mountpoint.clone())
+        .map_err(|e| format!("cannot open the control socket in {}: {e}", store_path.display()))?;
+
+    tracing::info!(
+        "mounted {} at {} (memory cap {} bytes)",
+        store_path.display(),
+        mountpoint.display(),
+        config.memory_cap_bytes
+    );
+    on_ready();
+    let result = mounted.run();
+    let _ = std::fs::remove_file(&socket);
+    drop(store);
+    tracing::info!("unmounted {}", mountpoint.display());
+    result.map_err(|e| format!("FUSE session ended with an error: {e}"))
+}
+
+pub fn lazy_unmount(mountpoint: &Path) {
+    let _ = Command::new("fusermount3")
+        .args(["-u", "-z"])
+        .arg(mountpoint)
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Runs `rampart mount --foreground --daemon-child ...` detached, and waits for it to report
+/// ready (Ok, with its pid) or an error (Err, with its message).
+pub fn spawn_daemon(args: &[std::ffi::OsString], log: &Path) -> Result<u32, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
+    let log_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|e| format!("cannot open log {}: {e}", log.display()))?;
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log_file)
+        .spawn()
+        .map_err(|e| format!("cannot start the daemon: {e}"))?;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut error = None;
+    for line in BufReader::new(stdout).lines() {
+        let Ok(line) = line else { break };
+        if line == READY {
+            return Ok(child.id());
+        }
+        if let Some(message) = line.strip_prefix(ERROR_PREFIX) {
+            error = Some(message.to_string());
+        }
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    Err(error.unwrap_or_else(|| {
+        format!(
+            "the daemon exited ({status}) before the mount was ready; see {}",
+            log.display()
+        )
+    }))
+}
+
+/// In a daemon child: leave the caller's session and tell the parent we are ready, then stop
+/// writing to the pipe (the parent has gone).
+pub fn detach_session() {
+    let _ = nix::unistd::setsid();
+}
+
+pub fn report_ready_and_close_stdout() {
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "{READY}");
+    let _ = out.flush();
+    if let Ok(devnull) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        let _ = nix::unistd::dup2(devnull.as_raw_fd(), 1);
+    }
+}

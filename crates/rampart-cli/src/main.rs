@@ -1,0 +1,287 @@
+//! `rampart`: create, mount, unmount and inspect rampart file systems (docs/CLI.md).
+
+mod control;
+mod daemon;
+mod mounts;
+mod size;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use rampart_core::memory::budget::physical_memory_bytes;
+
+#[derive(Parser)]
+#[command(
+    name = "rampart",
+    version,
+    about = "A memory-first hybrid file system: metadata and small files live in RAM"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Create a new, empty store (a folder that holds a rampart file system).
+    Mkfs {
+        /// Path of the store folder to create (must not exist, or be empty).
+        store: PathBuf,
+    },
+    /// Mount a store (by default as a background daemon).
+    Mount(MountArgs),
+    /// Unmount a rampart mount; waits for its daemon to finish.
+    Umount {
+        mountpoint: PathBuf,
+        /// Detach now even if files are open (they are closed when their users let go).
+        #[arg(long)]
+        lazy: bool,
+    },
+    /// Show files, directories, bytes and memory used against the cap of a mount.
+    Status {
+        mountpoint: PathBuf,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(clap::Args, Clone)]
+struct MountArgs {
+    /// The store to mount [default: $RAMPART_HOME/store, created on first use].
+    store: Option<PathBuf>,
+    /// Where to mount it [default: ~/rampart, created if missing].
+    mountpoint: Option<PathBuf>,
+    /// Stay in the foreground (prints "ready" once mounted).
+    #[arg(long, short)]
+    foreground: bool,
+    /// Most memory the file system may hold: bytes, K/M/G/T, or a share of RAM like 50%.
+    #[arg(long, default_value = "50%")]
+    memory_cap: String,
+    /// FUSE worker threads [default: cores, at least 2, at most 8].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Only the mounting user may enter the mount (the default for root is every user, with
+    /// permissions enforced by the kernel).
+    #[arg(long)]
+    private: bool,
+    /// Cache writes in the kernel's page cache and send them in large batches.
+    #[arg(long, value_parser = ["on", "off"], default_value = "off")]
+    writeback_cache: String,
+    /// Log level: error, warn, info, debug, trace.
+    #[arg(long, default_value = "info")]
+    log_level: String,
+    /// Internal: run as the detached child of a background `rampart mount`.
+    #[arg(long, hide = true)]
+    daemon_child: bool,
+}
+
+fn home() -> PathBuf {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/root"))
+}
+
+fn rampart_home() -> PathBuf {
+    std::env::var_os("RAMPART_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| home().join(".local/share/rampart"))
+}
+
+fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    use std::io::IsTerminal;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Cmd::Mkfs { store } => cmd_mkfs(&store),
+        Cmd::Mount(args) => cmd_mount(args),
+        Cmd::Umount { mountpoint, lazy } => cmd_umount(&mountpoint, lazy),
+        Cmd::Status { mountpoint, json } => cmd_status(&mountpoint, json),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("rampart: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn cmd_mkfs(store: &Path) -> Result<(), String> {
+    rampart_core::store::mkfs(store).map_err(|e| e.to_string())?;
+    println!("created rampart store {}", store.display());
+    Ok(())
+}
+
+fn cmd_mount(args: MountArgs) -> Result<(), String> {
+    init_logging(&args.log_level);
+    let memory_cap_bytes = size::parse_size(&args.memory_cap, physical_memory_bytes())?;
+    let store = match &args.store {
+        Some(s) => s.clone(),
+        None => {
+            let s = rampart_home().join("store");
+            if !rampart_core::store::looks_like_store(&s) {
+                rampart_core::store::mkfs(&s).map_err(|e| e.to_string())?;
+                eprintln!("rampart: created the default store {}", s.display());
+            }
+            s
+        }
+    };
+    let mountpoint = match &args.mountpoint {
+        Some(m) => m.clone(),
+        None => {
+            let m = home().join("rampart");
+            std::fs::create_dir_all(&m)
+                .map_err(|e| format!("cannot create mount point {}: {e}", m.display()))?;
+            m
+        }
+    };
+    let config = daemon::ServeConfig {
+        store: store.clone(),
+        mountpoint: mountpoint.clone(),
+        memory_cap_bytes,
+        threads: args
+            .threads
+            .unwrap_or_else(|| rampart_fuse::MountOptions::default().threads),
+        allow_other: !args.private && nix::unistd::geteuid().is_root(),
+        writeback_cache: args.writeback_cache == "on",
+    };
+
+    if args.daemon_child {
+        daemon::detach_session();
+        return daemon::serve(&config, daemon::report_ready_and_close_stdout).map_err(|e| {
+            // The parent relays this line to the user.
+            println!("{}{e}", daemon::ERROR_PREFIX);
+            e
+        });
+    }
+    if args.foreground {
+        return daemon::serve(&config, || {
+            println!("{}", daemon::READY);
+        });
+    }
+
+    // Background: check what can be checked here for a fast, clear error, then start the
+    // daemon and wait until it is mounted or has failed.
+    daemon::check_mountpoint(&mountpoint)?;
+    rampart_core::store::Store::open(&store).map_err(|e| e.to_string())?;
+    let mut child_args: Vec<OsString> = vec![
+        "mount".into(),
+        "--daemon-child".into(),
+        "--memory-cap".into(),
+        memory_cap_bytes.to_string().into(),
+        "--threads".into(),
+        config.threads.to_string().into(),
+        "--writeback-cache".into(),
+        args.writeback_cache.clone().into(),
+        "--log-level".into(),
+        args.log_level.clone().into(),
+    ];
+    if args.private {
+        child_args.push("--private".into());
+    }
+    child_args.push(store.clone().into());
+    child_args.push(mountpoint.clone().into());
+    let pid = daemon::spawn_daemon(&child_args, &store.join("rampart.log"))?;
+    println!(
+        "mounted {} at {} (daemon pid {pid})",
+        store.display(),
+        mountpoint.display()
+    );
+    Ok(())
+}
+
+fn pid_alive(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')))
+}
+
+fn cmd_umount(mountpoint: &Path, lazy: bool) -> Result<(), String> {
+    let mount = mounts::find_mount(mountpoint)
+        .ok_or_else(|| format!("{} is not a rampart mount", mountpoint.display()))?;
+    let pid = control::query_status(&mount.store).ok().map(|s| s.pid);
+    let mut cmd = std::process::Command::new("fusermount3");
+    cmd.arg("-u");
+    if lazy {
+        cmd.arg("-z");
+    }
+    let out = cmd
+        .arg(&mount.mountpoint)
+        .output()
+        .map_err(|e| format!("cannot run fusermount3 (install fuse3): {e}"))?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if stderr.contains("busy") {
+            return Err(format!(
+                "{} is busy (files or directories in use); close them, or use --lazy",
+                mount.mountpoint.display()
+            ));
+        }
+        return Err(format!(
+            "cannot unmount {}: {}",
+            mount.mountpoint.display(),
+            stderr.trim()
+        ));
+    }
+    // Wait for the daemon to finish its shutdown, so that the store is free when we return.
+    if let Some(pid) = pid {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while pid_alive(pid) {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "unmounted, but daemon {pid} has not exited after 60 s"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    Ok(())
+}
+
+fn cmd_status(mountpoint: &Path, json: bool) -> Result<(), String> {
+    let mount = mounts::find_mount(mountpoint)
+        .ok_or_else(|| format!("{} is not a rampart mount", mountpoint.display()))?;
+    let status = control::query_status(&mount.store)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&status).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    let pct = if status.memory_cap_bytes > 0 {
+        100.0 * status.memory_used_bytes as f64 / status.memory_cap_bytes as f64
+    } else {
+        0.0
+    };
+    println!("mountpoint: {}", status.mountpoint.display());
+    println!("store: {}", status.store.display());
+    println!("pid: {}", status.pid);
+    println!("files: {}", status.files);
+    println!("directories: {}", status.directories);
+    println!("symlinks: {}", status.symlinks);
+    println!("other: {}", status.other);
+    println!("inodes: {}", status.inodes);
+    println!("data_bytes: {}", status.data_bytes);
+    println!("memory_used_bytes: {}", status.memory_used_bytes);
+    println!("memory_cap_bytes: {}", status.memory_cap_bytes);
+    println!("memory_used: {pct:.1}% of the cap");
+    println!("persistence: {}", status.persistence);
+    Ok(())
+}

@@ -1,0 +1,99 @@
+//! Reading /proc/self/mountinfo: which rampart store is mounted where.
+
+use std::path::{Path, PathBuf};
+
+/// The file-system types a rampart mount shows in /proc/mounts: `fuse.rampart` when mounted
+/// through fusermount3, plain `fuse` when root mounts directly (fuser sets no subtype then);
+/// the source is the store's path either way.
+pub const FS_TYPES: [&str; 2] = ["fuse.rampart", "fuse"];
+
+/// A rampart mount: its mount point and its store (the mount's source).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RampartMount {
+    pub mountpoint: PathBuf,
+    pub store: PathBuf,
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space, etc.).
+fn unescape(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && i + 4 <= bytes.len() {
+            if let Ok(v) = u8::from_str_radix(&field[i + 1..i + 4], 8) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Parses mountinfo text into the rampart mounts it lists.
+pub fn parse_mountinfo(text: &str) -> Vec<RampartMount> {
+    let mut mounts = Vec::new();
+    for line in text.lines() {
+        // Fields: id parent major:minor root mountpoint options [optional...] - fstype source superopts
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let left: Vec<&str> = left.split(' ').collect();
+        let right: Vec<&str> = right.split(' ').collect();
+        if left.len() < 5 || right.len() < 2 || !FS_TYPES.contains(&right[0]) {
+            continue;
+        }
+        mounts.push(RampartMount {
+            mountpoint: PathBuf::from(unescape(left[4])),
+            store: PathBuf::from(unescape(right[1])),
+        });
+    }
+    mounts
+}
+
+/// Rampart mounts of this mount namespace: FUSE mounts whose source is a rampart store.
+pub fn rampart_mounts() -> Vec<RampartMount> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|t| parse_mountinfo(&t))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|m| rampart_core::store::looks_like_store(&m.store))
+        .collect()
+}
+
+/// The rampart mount at `mountpoint` (compared after resolving the path).
+pub fn find_mount(mountpoint: &Path) -> Option<RampartMount> {
+    let wanted = std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
+    rampart_mounts()
+        .into_iter()
+        .rev()
+        .find(|m| m.mountpoint == wanted || m.mountpoint == mountpoint)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_rampart_mounts_with_escaped_paths() {
+        let text = "36 35 98:0 / /mnt1 rw,noatime master:1 - ext3 /dev/root rw\n\
+                    50 22 0:45 / /tmp/my\\040mnt rw,nosuid - fuse.rampart /var/my\\040store rw,user_id=0\n\
+                    51 22 0:46 / /tmp/m2 rw,nosuid - fuse /var/s2 rw,user_id=0\n";
+        assert_eq!(
+            parse_mountinfo(text),
+            vec![
+                RampartMount {
+                    mountpoint: PathBuf::from("/tmp/my mnt"),
+                    store: PathBuf::from("/var/my store"),
+                },
+                RampartMount {
+                    mountpoint: PathBuf::from("/tmp/m2"),
+                    store: PathBuf::from("/var/s2"),
+                }
+            ]
+        );
+    }
+}

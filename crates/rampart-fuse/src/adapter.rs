@@ -1,0 +1,567 @@
+//! The `fuser::Filesystem` implementation: each kernel request becomes one engine call.
+//!
+//! Permission checks are the kernel's (the mount uses `default_permissions`). Every handler
+//! runs inside `catch_unwind`: a bug that panics answers that one request with EIO and the
+//! daemon keeps serving.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{
+    AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use rampart_core::time::{to_ns, to_system_time};
+use rampart_core::{Attr, Ctx, Engine, FileKind, SetAttr, SetTime};
+
+/// Kernel-cache settings of a mount.
+#[derive(Clone, Copy, Debug)]
+pub struct CachePolicy {
+    /// How long the kernel may trust a name → inode answer (and a "no such name" answer).
+    pub entry_ttl: Duration,
+    /// How long the kernel may trust attributes.
+    pub attr_ttl: Duration,
+    /// Let the kernel cache writes in the page cache and send them in large batches.
+    pub writeback_cache: bool,
+}
+
+impl Default for CachePolicy {
+    fn default() -> Self {
+        // Every change reaches the engine through this kernel, or is announced to it by an
+        // invalidation (see `Notifier`), so long timeouts are safe and save round trips.
+        CachePolicy {
+            entry_ttl: Duration::from_secs(3600),
+            attr_ttl: Duration::from_secs(3600),
+            writeback_cache: false,
+        }
+    }
+}
+
+pub(crate) struct RampartFs {
+    engine: Arc<Engine>,
+    cache: CachePolicy,
+}
+
+fn errno(e: rampart_core::Errno) -> Errno {
+    Errno::from_i32(e.code())
+}
+
+fn file_type(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::RegularFile => FileType::RegularFile,
+        FileKind::Directory => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::NamedPipe => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+    }
+}
+
+fn file_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size_bytes,
+        blocks: a.allocated_bytes.div_ceil(512),
+        atime: to_system_time(a.atime_ns),
+        mtime: to_system_time(a.mtime_ns),
+        ctime: to_system_time(a.ctime_ns),
+        crtime: UNIX_EPOCH,
+        kind: file_type(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: rampart_core::engine::BLOCK_SIZE,
+        flags: 0,
+    }
+}
+
+/// The attributes of a negative entry: only `ino == 0` matters to the kernel.
+fn negative_entry() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: rampart_core::engine::BLOCK_SIZE,
+        flags: 0,
+    }
+}
+
+fn ctx(req: &Request) -> Ctx {
+    Ctx {
+        uid: req.uid(),
+        gid: req.gid(),
+        kernel: true,
+    }
+}
+
+fn set_time(t: TimeOrNow) -> SetTime {
+    match t {
+        TimeOrNow::SpecificTime(t) => SetTime::At(to_ns(t)),
+        TimeOrNow::Now => SetTime::Now,
+    }
+}
+
+/// Runs a handler; a panic becomes a logged EIO (the reply, dropped unsent, answers EIO).
+fn guarded(what: &str, f: impl FnOnce()) {
+    if let Err(panic) = catch_unwind(AssertUnwindSafe(f)) {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        tracing::error!("bug: {what} panicked: {message}; answered EIO");
+    }
+}
+
+impl RampartFs {
+    pub(crate) fn new(engine: Arc<Engine>, cache: CachePolicy) -> RampartFs {
+        RampartFs { engine, cache }
+    }
+
+    fn reply_entry(&self, reply: ReplyEntry, result: rampart_core::FsResult<Attr>) {
+        match result {
+            Ok(a) => reply.entry(&self.cache.entry_ttl, &file_attr(&a), Generation(a.generation)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+}
+
+fn reply_empty(reply: ReplyEmpty, result: rampart_core::FsResult<()>) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
+/// getxattr/listxattr protocol: size 0 asks for the length; too small a buffer is ERANGE.
+fn reply_xattr(reply: ReplyXattr, size: u32, result: rampart_core::FsResult<Vec<u8>>) {
+    match result {
+        Ok(data) if size == 0 => reply.size(data.len() as u32),
+        Ok(data) if data.len() > size as usize => reply.error(Errno::ERANGE),
+        Ok(data) => reply.data(&data),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
+impl Filesystem for RampartFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Lookups and creates in one directory may run in parallel (the engine serialises
+        // what must be); symlink targets may stay in the page cache.
+        for flag in [InitFlags::FUSE_PARALLEL_DIROPS, InitFlags::FUSE_CACHE_SYMLINKS] {
+            if config.add_capabilities(flag).is_err() {
+                tracing::debug!("kernel lacks {flag:?}");
+            }
+        }
+        if self.cache.writeback_cache {
+            if config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE).is_err() {
+                tracing::warn!("kernel has no writeback cache for FUSE; writing through");
+            }
+        }
+        // Large writes: one request per MiB instead of per 4 KiB page.
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_readahead(1 << 20);
+        let _ = config.set_max_background(64);
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        guarded("lookup", || {
+            match self.engine.lookup(&ctx(req), parent.0, name.as_bytes()) {
+                Ok(a) => reply.entry(&self.cache.entry_ttl, &file_attr(&a), Generation(a.generation)),
+                Err(e) if e == rampart_core::Errno::ENOENT => {
+                    // A negative entry (inode 0) with a timeout: the kernel caches "no such
+                    // name", which saves the lookup that precedes every create.
+                    reply.entry(&self.cache.entry_ttl, &negative_entry(), Generation(0));
+                }
+                Err(e) => reply.error(errno(e)),
+            }
+        });
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        guarded("forget", || self.engine.forget(ino.0, nlookup));
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        guarded("getattr", || match self.engine.getattr(ino.0) {
+            Ok(a) => reply.attr(&self.cache.attr_ttl, &file_attr(&a)),
+            Err(e) => reply.error(errno(e)),
+        });
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        guarded("setattr", || {
+            let set = SetAttr {
+                mode,
+                uid,
+                gid,
+                size_bytes: size,
+                atime: atime.map(set_time),
+                mtime: mtime.map(set_time),
+                ctime_ns: ctime.map(to_ns),
+            };
+            match self.engine.setattr(&ctx(req), ino.0, &set) {
+                Ok(a) => reply.attr(&self.cache.attr_ttl, &file_attr(&a)),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        guarded("readlink", || match self.engine.readlink(ino.0) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(errno(e)),
+        });
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        guarded("mknod", || {
+            // The kernel has applied the umask already (FUSE_DONT_MASK is not negotiated).
+            let r = self.engine.mknod(&ctx(req), parent.0, name.as_bytes(), mode, rdev);
+            self.reply_entry(reply, r);
+        });
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        guarded("mkdir", || {
+            let r = self.engine.mkdir(&ctx(req), parent.0, name.as_bytes(), mode);
+            self.reply_entry(reply, r);
+        });
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        guarded("unlink", || {
+            reply_empty(reply, self.engine.unlink(&ctx(req), parent.0, name.as_bytes()))
+        });
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        guarded("rmdir", || {
+            reply_empty(reply, self.engine.rmdir(&ctx(req), parent.0, name.as_bytes()))
+        });
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        guarded("symlink", || {
+            let r = self.engine.symlink(
+                &ctx(req),
+                parent.0,
+                link_name.as_bytes(),
+                target.as_os_str().as_bytes(),
+            );
+            self.reply_entry(reply, r);
+        });
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        guarded("rename", || {
+            let r = self.engine.rename(
+                &ctx(req),
+                parent.0,
+                name.as_bytes(),
+                newparent.0,
+                newname.as_bytes(),
+                flags.bits(),
+            );
+            reply_empty(reply, r);
+        });
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        guarded("link", || {
+            let r = self.engine.link(&ctx(req), ino.0, newparent.0, newname.as_bytes());
+            self.reply_entry(reply, r);
+        });
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        guarded("open", || match self.engine.getattr(ino.0) {
+            // Page cache survives open: every change comes through this kernel or is
+            // invalidated explicitly.
+            Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(errno(e)),
+        });
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        guarded("read", || {
+            let mut buf = Vec::new();
+            match self.engine.read(ino.0, offset, size, &mut buf) {
+                Ok(()) => reply.data(&buf),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        guarded("write", || match self.engine.write(&ctx(req), ino.0, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(e)),
+        });
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // The memory tier is volatile until persistence lands (README); nothing to wait for.
+        guarded("fsync", || reply_empty(reply, self.engine.getattr(ino.0).map(|_| ())));
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        guarded("opendir", || match self.engine.getattr(ino.0) {
+            Ok(a) if a.kind == FileKind::Directory => reply.opened(
+                FileHandle(0),
+                FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
+            ),
+            Ok(_) => reply.error(Errno::ENOTDIR),
+            Err(e) => reply.error(errno(e)),
+        });
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        guarded("readdir", || {
+            let r = self.engine.readdir(ino.0, offset, |ino, next, kind, name| {
+                !reply.add(INodeNo(ino), next, file_type(kind), OsStr::from_bytes(name))
+            });
+            match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        guarded("statfs", || {
+            let s = self.engine.statfs();
+            reply.statfs(
+                s.blocks_total,
+                s.blocks_free,
+                s.blocks_free,
+                s.files_total,
+                s.files_free,
+                s.block_size,
+                s.name_len_max,
+                s.block_size,
+            );
+        });
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        guarded("setxattr", || {
+            let r = self
+                .engine
+                .setxattr(&ctx(req), ino.0, name.as_bytes(), value, flags);
+            reply_empty(reply, r);
+        });
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        guarded("getxattr", || {
+            reply_xattr(reply, size, self.engine.getxattr(ino.0, name.as_bytes()))
+        });
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        guarded("listxattr", || {
+            // trusted.* names are only listed to privileged callers, as the kernel does for
+            // local file systems.
+            let r = self.engine.listxattr(ino.0, req.uid() == 0);
+            reply_xattr(reply, size, r)
+        });
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        guarded("removexattr", || {
+            reply_empty(reply, self.engine.removexattr(&ctx(req), ino.0, name.as_bytes()))
+        });
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // With default_permissions the kernel checks access itself; this only confirms the
+        // inode exists.
+        guarded("access", || reply_empty(reply, self.engine.getattr(ino.0).map(|_| ())));
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        guarded("create", || {
+            let mode = libc::S_IFREG | (mode & 0o7777);
+            match self.engine.mknod(&ctx(req), parent.0, name.as_bytes(), mode, 0) {
+                Ok(a) => reply.created(
+                    &self.cache.entry_ttl,
+                    &file_attr(&a),
+                    Generation(a.generation),
+                    FileHandle(0),
+                    FopenFlags::FOPEN_KEEP_CACHE,
+                ),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
+    }
+
+    fn fallocate(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        guarded("fallocate", || {
+            reply_empty(
+                reply,
+                self.engine.fallocate(&ctx(req), ino.0, offset, length, mode),
+            )
+        });
+    }
+}

@@ -1,0 +1,113 @@
+//! rampart-fuse: mounts a rampart engine as a POSIX file system through FUSE.
+//!
+//! [`mount`] starts a multi-threaded FUSE session over an [`Engine`]; the kernel checks
+//! permissions (`default_permissions`) and caches entries, attributes and pages under the
+//! [`CachePolicy`]. Changes made to the engine by a library caller while it is mounted are
+//! announced to the kernel through FUSE notifications, so its caches never go stale.
+
+mod adapter;
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use fuser::{Config, INodeNo, MountOption, Notifier, Session, SessionACL, SessionUnmounter};
+use rampart_core::{Engine, Invalidation, Observer};
+
+pub use adapter::CachePolicy;
+
+/// How to mount.
+#[derive(Clone, Debug)]
+pub struct MountOptions {
+    /// Worker threads reading FUSE requests.
+    pub threads: usize,
+    /// Let every user enter the mount (permissions are still enforced by the kernel).
+    pub allow_other: bool,
+    /// Name shown as the mount's source in /proc/mounts (the store path).
+    pub fs_name: String,
+    pub cache: CachePolicy,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            threads: std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8)),
+            allow_other: false,
+            fs_name: "rampart".into(),
+            cache: CachePolicy::default(),
+        }
+    }
+}
+
+/// A mounted file system; [`Mounted::run`] serves requests until it is unmounted.
+pub struct Mounted {
+    session: Session<adapter::RampartFs>,
+    engine: Arc<Engine>,
+}
+
+/// Unmounts a [`Mounted`] from another thread (signal handlers, shutdown).
+pub struct Unmounter(SessionUnmounter);
+
+impl Unmounter {
+    pub fn unmount(&mut self) -> io::Result<()> {
+        self.0.unmount()
+    }
+}
+
+struct KernelNotifier(Notifier);
+
+impl Observer for KernelNotifier {
+    fn invalidate(&self, what: &[Invalidation]) {
+        for item in what {
+            let result = match item {
+                Invalidation::Entry { parent, name } => self
+                    .0
+                    .inval_entry(INodeNo(*parent), OsStr::from_bytes(name)),
+                Invalidation::Inode { ino } => self.0.inval_inode(INodeNo(*ino), 0, 0),
+            };
+            // ENOENT: the kernel had nothing cached for it, which is fine.
+            if let Err(e) = result {
+                if e.raw_os_error() != Some(libc::ENOENT) {
+                    tracing::warn!("cache invalidation {item:?} failed: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// Mounts `engine` at `mountpoint`. Returns once the kernel has accepted the mount.
+pub fn mount(engine: Arc<Engine>, mountpoint: &Path, options: &MountOptions) -> io::Result<Mounted> {
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName(options.fs_name.clone()),
+        MountOption::Subtype("rampart".into()),
+        MountOption::DefaultPermissions,
+    ];
+    config.acl = if options.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(options.threads.max(1));
+    config.clone_fd = true;
+    let fs = adapter::RampartFs::new(engine.clone(), options.cache);
+    let session = Session::new(fs, mountpoint, &config)?;
+    engine.set_observer(Some(Arc::new(KernelNotifier(session.notifier()))));
+    Ok(Mounted { session, engine })
+}
+
+impl Mounted {
+    pub fn unmounter(&mut self) -> Unmounter {
+        Unmounter(self.session.unmount_callable())
+    }
+
+    /// Serves requests until the file system is unmounted.
+    pub fn run(self) -> io::Result<()> {
+        let engine = self.engine.clone();
+        let result = self.session.run();
+        engine.set_observer(None);
+        result
+    }
+}
