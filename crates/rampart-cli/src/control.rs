@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rampart_core::Engine;
+use rampart_fuse::RequestCounters;
 use serde::{Deserialize, Serialize};
 
 pub const SOCKET_FILE: &str = "control.sock";
@@ -30,9 +31,16 @@ pub struct Status {
     pub memory_used_bytes: u64,
     pub memory_cap_bytes: u64,
     pub persistence: String,
+    /// FUSE requests served since the mount, by kind (round trips with the kernel).
+    pub fuse_requests: std::collections::BTreeMap<String, u64>,
 }
 
-pub fn status_of(engine: &Engine, store: &Path, mountpoint: &Path) -> Status {
+pub fn status_of(
+    engine: &Engine,
+    counters: &RequestCounters,
+    store: &Path,
+    mountpoint: &Path,
+) -> Status {
     let s = engine.stats();
     Status {
         pid: std::process::id(),
@@ -47,11 +55,21 @@ pub fn status_of(engine: &Engine, store: &Path, mountpoint: &Path) -> Status {
         memory_used_bytes: s.memory_used_bytes,
         memory_cap_bytes: s.memory_cap_bytes,
         persistence: "none: the memory tier is volatile in this release".into(),
+        fuse_requests: counters
+            .snapshot()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
     }
 }
 
 /// Serves the control socket on a background thread until the process ends.
-pub fn serve(engine: Arc<Engine>, store: PathBuf, mountpoint: PathBuf) -> std::io::Result<PathBuf> {
+pub fn serve(
+    engine: Arc<Engine>,
+    counters: Arc<RequestCounters>,
+    store: PathBuf,
+    mountpoint: PathBuf,
+) -> std::io::Result<PathBuf> {
     let path = store.join(SOCKET_FILE);
     // A socket left by a daemon that died: we hold the store lock, so it is stale.
     let _ = std::fs::remove_file(&path);
@@ -61,7 +79,7 @@ pub fn serve(engine: Arc<Engine>, store: PathBuf, mountpoint: PathBuf) -> std::i
         .spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
-                if let Err(e) = answer(stream, &engine, &store, &mountpoint) {
+                if let Err(e) = answer(stream, &engine, &counters, &store, &mountpoint) {
                     tracing::debug!("control request failed: {e}");
                 }
             }
@@ -69,12 +87,18 @@ pub fn serve(engine: Arc<Engine>, store: PathBuf, mountpoint: PathBuf) -> std::i
     Ok(path)
 }
 
-fn answer(stream: UnixStream, engine: &Engine, store: &Path, mountpoint: &Path) -> std::io::Result<()> {
+fn answer(
+    stream: UnixStream,
+    engine: &Engine,
+    counters: &RequestCounters,
+    store: &Path,
+    mountpoint: &Path,
+) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut line = String::new();
     BufReader::new((&stream).take_limit()).read_line(&mut line)?;
     let reply = match line.trim() {
-        "status" => serde_json::to_string(&status_of(engine, store, mountpoint))
+        "status" => serde_json::to_string(&status_of(engine, counters, store, mountpoint))
             .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")),
         other => serde_json::json!({ "error": format!("unknown command {other:?}") }).to_string(),
     };
@@ -91,9 +115,8 @@ impl<R: std::io::Read> TakeLimit for R {}
 /// Asks the daemon of `store` for its status.
 pub fn query_status(store: &Path) -> Result<Status, String> {
     let path = store.join(SOCKET_FILE);
-    let stream = UnixStream::connect(&path).map_err(|e| {
-        format!("cannot reach the rampart daemon at {}: {e}", path.display())
-    })?;
+    let stream = UnixStream::connect(&path)
+        .map_err(|e| format!("cannot reach the rampart daemon at {}: {e}", path.display()))?;
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .map_err(|e| e.to_string())?;

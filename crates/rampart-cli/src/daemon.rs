@@ -22,6 +22,7 @@ pub struct ServeConfig {
     pub threads: usize,
     pub allow_other: bool,
     pub writeback_cache: bool,
+    pub no_open: bool,
 }
 
 /// The line a serving daemon prints on stdout once the mount is ready.
@@ -75,12 +76,12 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
         fs_name: store_path.display().to_string(),
         cache: CachePolicy {
             writeback_cache: config.writeback_cache,
+            no_open: config.no_open,
             ..CachePolicy::default()
         },
     };
-    let mut mounted = rampart_fuse::mount(engine.clone(), &mountpoint, &options).map_err(|e| {
-        format!("cannot mount at {}: {e}", mountpoint.display())
-    })?;
+    let mut mounted = rampart_fuse::mount(engine.clone(), &mountpoint, &options)
+        .map_err(|e| format!("cannot mount at {}: {e}", mountpoint.display()))?;
 
     let mut unmounter = mounted.unmounter();
     let signal_mountpoint = mountpoint.clone();
@@ -97,8 +98,18 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
         })
         .map_err(|e| e.to_string())?;
 
-    let socket = crate::control::serve(engine.clone(), store_path.clone(), mountpoint.clone())
-        .map_err(|e| format!("cannot open the control socket in {}: {e}", store_path.display()))?;
+    let socket = crate::control::serve(
+        engine.clone(),
+        mounted.counters(),
+        store_path.clone(),
+        mountpoint.clone(),
+    )
+    .map_err(|e| {
+        format!(
+            "cannot open the control socket in {}: {e}",
+            store_path.display()
+        )
+    })?;
 
     tracing::info!(
         "mounted {} at {} (memory cap {} bytes)",

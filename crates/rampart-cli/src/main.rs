@@ -69,8 +69,11 @@ struct MountArgs {
     #[arg(long)]
     private: bool,
     /// Cache writes in the kernel's page cache and send them in large batches.
-    #[arg(long, value_parser = ["on", "off"], default_value = "off")]
+    #[arg(long, value_parser = ["on", "off"], default_value = "on")]
     writeback_cache: String,
+    /// Skip FUSE OPEN/RELEASE round trips (the kernel opens files itself).
+    #[arg(long, value_parser = ["on", "off"], default_value = "on")]
+    no_open: String,
     /// Log level: error, warn, info, debug, trace.
     #[arg(long, default_value = "info")]
     log_level: String,
@@ -157,6 +160,7 @@ fn cmd_mount(args: MountArgs) -> Result<(), String> {
             .unwrap_or_else(|| rampart_fuse::MountOptions::default().threads),
         allow_other: !args.private && nix::unistd::geteuid().is_root(),
         writeback_cache: args.writeback_cache == "on",
+        no_open: args.no_open == "on",
     };
 
     if args.daemon_child {
@@ -186,6 +190,8 @@ fn cmd_mount(args: MountArgs) -> Result<(), String> {
         config.threads.to_string().into(),
         "--writeback-cache".into(),
         args.writeback_cache.clone().into(),
+        "--no-open".into(),
+        args.no_open.clone().into(),
         "--log-level".into(),
         args.log_level.clone().into(),
     ];
@@ -208,8 +214,11 @@ fn pid_alive(pid: u32) -> bool {
         return false;
     };
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')))
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        })
 }
 
 fn cmd_umount(mountpoint: &Path, lazy: bool) -> Result<(), String> {

@@ -3,11 +3,14 @@
 /// Parses a size in bytes; a percentage is of `physical_bytes`.
 pub fn parse_size(text: &str, physical_bytes: u64) -> Result<u64, String> {
     let t = text.trim();
-    let bad = || format!("invalid size {text:?}: use bytes, a K/M/G/T suffix, or a percentage like 50%");
+    let bad =
+        || format!("invalid size {text:?}: use bytes, a K/M/G/T suffix, or a percentage like 50%");
     if let Some(pct) = t.strip_suffix('%') {
         let p: f64 = pct.trim().parse().map_err(|_| bad())?;
         if !(p > 0.0 && p <= 100.0) {
-            return Err(format!("invalid size {text:?}: a percentage must be in (0, 100]"));
+            return Err(format!(
+                "invalid size {text:?}: a percentage must be in (0, 100]"
+            ));
         }
         return Ok((physical_bytes as f64 * p / 100.0) as u64);
     }

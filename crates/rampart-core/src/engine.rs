@@ -23,8 +23,8 @@ use crate::namespace::dir::{Dir, NAME_LEN_MAX};
 use crate::namespace::inode::{Inode, Payload};
 use crate::namespace::table::InodeTable;
 use crate::op::{
-    Op, OpSink, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE,
-    RENAME_EXCHANGE, RENAME_NOREPLACE,
+    Op, OpSink, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE, RENAME_EXCHANGE,
+    RENAME_NOREPLACE,
 };
 use crate::time::{now_ns, TimeNs};
 use crate::xattr::{self, Xattrs};
@@ -280,7 +280,10 @@ impl State {
             }
             ino = self.dir(ino)?.parent;
             steps += 1;
-            debug_assert!(steps <= self.counts.directories, "cycle in the directory tree");
+            debug_assert!(
+                steps <= self.counts.directories,
+                "cycle in the directory tree"
+            );
             if steps > self.counts.directories {
                 return Err(Errno::EIO);
             }
@@ -302,7 +305,9 @@ impl State {
                 rdev,
                 target,
                 time_ns,
-            } => self.apply_create(parent, name, ino, generation, mode, uid, gid, rdev, target, time_ns),
+            } => self.apply_create(
+                parent, name, ino, generation, mode, uid, gid, rdev, target, time_ns,
+            ),
             Op::Link {
                 ino,
                 parent,
@@ -336,7 +341,9 @@ impl State {
                 atime_ns,
                 mtime_ns,
                 ctime_ns,
-            } => self.apply_setattr(ino, mode, uid, gid, size_bytes, atime_ns, mtime_ns, ctime_ns),
+            } => self.apply_setattr(
+                ino, mode, uid, gid, size_bytes, atime_ns, mtime_ns, ctime_ns,
+            ),
             Op::Write {
                 ino,
                 offset,
@@ -448,7 +455,13 @@ impl State {
             return Err(Errno::EMLINK);
         }
         let kind = inode.kind();
-        if self.live_dir(parent)?.dir().expect("dir").get(name).is_some() {
+        if self
+            .live_dir(parent)?
+            .dir()
+            .expect("dir")
+            .get(name)
+            .is_some()
+        {
             return Err(Errno::EEXIST);
         }
         let cost = entry_cost(name);
@@ -627,7 +640,10 @@ impl State {
             if let Payload::File(f) = &mut inode.payload {
                 let delta = f.truncate(size);
                 self.budget.apply(delta.heap_bytes);
-                self.counts.data_bytes = self.counts.data_bytes.wrapping_add_signed(delta.stored_bytes);
+                self.counts.data_bytes = self
+                    .counts
+                    .data_bytes
+                    .wrapping_add_signed(delta.stored_bytes);
             }
             inode.size_bytes = size;
             inode.mtime_ns = ctime_ns;
@@ -667,12 +683,16 @@ impl State {
             return Err(Errno::EFBIG);
         }
         let file = inode.file().expect("file");
-        self.budget.check(file.growth_bound_bytes(offset, data.len()))?;
+        self.budget
+            .check(file.growth_bound_bytes(offset, data.len()))?;
         let inode = self.table.get_mut(ino).expect("inode");
         if let Payload::File(f) = &mut inode.payload {
             let delta = f.write(offset, data);
             self.budget.apply(delta.heap_bytes);
-            self.counts.data_bytes = self.counts.data_bytes.wrapping_add_signed(delta.stored_bytes);
+            self.counts.data_bytes = self
+                .counts
+                .data_bytes
+                .wrapping_add_signed(delta.stored_bytes);
         }
         if !data.is_empty() {
             inode.size_bytes = inode.size_bytes.max(end);
@@ -717,7 +737,10 @@ impl State {
             if let Payload::File(f) = &mut inode.payload {
                 let delta = f.punch_hole(offset, length);
                 self.budget.apply(delta.heap_bytes);
-                self.counts.data_bytes = self.counts.data_bytes.wrapping_add_signed(delta.stored_bytes);
+                self.counts.data_bytes = self
+                    .counts
+                    .data_bytes
+                    .wrapping_add_signed(delta.stored_bytes);
             }
             inode.mtime_ns = time_ns;
         }
@@ -834,7 +857,10 @@ impl State {
                 names
             };
             if inode.nlink != expected {
-                problems.push(format!("inode {ino}: nlink {} but {expected} expected", inode.nlink));
+                problems.push(format!(
+                    "inode {ino}: nlink {} but {expected} expected",
+                    inode.nlink
+                ));
             }
             if inode.is_dir() && ino != ROOT_INO && inode.nlink > 0 && names != 1 {
                 problems.push(format!("directory {ino} has {names} names"));
@@ -844,7 +870,10 @@ impl State {
             }
         }
         if counts != self.counts {
-            problems.push(format!("counts {:?} but {:?} recorded", counts, self.counts));
+            problems.push(format!(
+                "counts {:?} but {:?} recorded",
+                counts, self.counts
+            ));
         }
         if budget != self.budget.used_bytes() {
             problems.push(format!(
@@ -951,7 +980,10 @@ impl Engine {
     pub fn lookup_path(&self, path: &[u8]) -> FsResult<Attr> {
         let state = self.state.read();
         let mut ino = ROOT_INO;
-        for part in path.split(|&b| b == b'/').filter(|p| !p.is_empty() && *p != b".") {
+        for part in path
+            .split(|&b| b == b'/')
+            .filter(|p| !p.is_empty() && *p != b".")
+        {
             ino = if part == b".." {
                 state.dir(ino)?.parent
             } else {
@@ -991,7 +1023,14 @@ impl Engine {
 
     /// Creates an inode of the kind in `mode`'s type bits (regular file, directory, FIFO,
     /// socket, device; symlinks go through [`Engine::symlink`]). `mode` has the umask applied.
-    pub fn mknod(&self, ctx: &Ctx, parent: Ino, name: &[u8], mode: u32, rdev: u32) -> FsResult<Attr> {
+    pub fn mknod(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+    ) -> FsResult<Attr> {
         let kind = FileKind::from_mode(mode).ok_or(Errno::EINVAL)?;
         if kind == FileKind::Symlink {
             return Err(Errno::EINVAL);
@@ -1064,7 +1103,10 @@ impl Engine {
         let attr = inode.attr(ino);
         drop(state);
         self.notify(ctx, || {
-            vec![Invalidation::Inode { ino }, Invalidation::Inode { ino: new_parent }]
+            vec![
+                Invalidation::Inode { ino },
+                Invalidation::Inode { ino: new_parent },
+            ]
         });
         Ok(attr)
     }
@@ -1151,7 +1193,8 @@ impl Engine {
         // relatime: refresh the access time only when it is older than the last change or a day.
         let atime = inode.atime();
         let now = now_ns();
-        if atime <= inode.mtime_ns || atime <= inode.ctime_ns || now - atime > RELATIME_INTERVAL_NS {
+        if atime <= inode.mtime_ns || atime <= inode.ctime_ns || now - atime > RELATIME_INTERVAL_NS
+        {
             inode.set_atime(now);
         }
         Ok(())
@@ -1174,7 +1217,14 @@ impl Engine {
         Ok(len)
     }
 
-    pub fn fallocate(&self, ctx: &Ctx, ino: Ino, offset: u64, length: u64, mode: i32) -> FsResult<()> {
+    pub fn fallocate(
+        &self,
+        ctx: &Ctx,
+        ino: Ino,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> FsResult<()> {
         let time_ns = now_ns();
         let mut state = self.state.write();
         let op = Op::Fallocate {
@@ -1218,7 +1268,14 @@ impl Engine {
         Ok(())
     }
 
-    pub fn setxattr(&self, ctx: &Ctx, ino: Ino, name: &[u8], value: &[u8], flags: i32) -> FsResult<()> {
+    pub fn setxattr(
+        &self,
+        ctx: &Ctx,
+        ino: Ino,
+        name: &[u8],
+        value: &[u8],
+        flags: i32,
+    ) -> FsResult<()> {
         let time_ns = now_ns();
         let mut state = self.state.write();
         let op = Op::SetXattr {

@@ -78,7 +78,12 @@ impl Xattrs {
         }
         let old = existing.map_or(0, |v| name.len() + v.len());
         let total = self.total_bytes() - old + name.len() + value.len();
-        let list = self.list_bytes() + if existing.is_none() { name.len() + 1 } else { 0 };
+        let list = self.list_bytes()
+            + if existing.is_none() {
+                name.len() + 1
+            } else {
+                0
+            };
         if total > INODE_TOTAL_BYTES_MAX || list > LIST_LEN_MAX {
             return Err(Errno::ENOSPC);
         }
@@ -127,14 +132,26 @@ mod tests {
     #[test]
     fn linux_semantics() {
         let mut x = Xattrs::default();
-        assert_eq!(check_name(b"system.posix_acl_access"), Err(Errno::EOPNOTSUPP));
+        assert_eq!(
+            check_name(b"system.posix_acl_access"),
+            Err(Errno::EOPNOTSUPP)
+        );
         assert_eq!(check_name(b"user."), Err(Errno::EINVAL));
         assert_eq!(check_name(&[b'u'; 256]), Err(Errno::ERANGE));
-        assert_eq!(x.check_set(b"user.a", b"1", XATTR_REPLACE), Err(Errno::ENODATA));
+        assert_eq!(
+            x.check_set(b"user.a", b"1", XATTR_REPLACE),
+            Err(Errno::ENODATA)
+        );
         x.check_set(b"user.a", b"1", XATTR_CREATE).unwrap();
         x.set(b"user.a", b"1");
-        assert_eq!(x.check_set(b"user.a", b"2", XATTR_CREATE), Err(Errno::EEXIST));
-        assert_eq!(x.check_set(b"user.b", &vec![0; VALUE_LEN_MAX + 1], 0), Err(Errno::E2BIG));
+        assert_eq!(
+            x.check_set(b"user.a", b"2", XATTR_CREATE),
+            Err(Errno::EEXIST)
+        );
+        assert_eq!(
+            x.check_set(b"user.b", &vec![0; VALUE_LEN_MAX + 1], 0),
+            Err(Errno::E2BIG)
+        );
         x.set(b"user.a", b"2");
         assert_eq!(x.get(b"user.a"), Some(&b"2"[..]));
         assert_eq!(x.list(|_| true), b"user.a\0");

@@ -20,6 +20,8 @@ use fuser::{
 use rampart_core::time::{to_ns, to_system_time};
 use rampart_core::{Attr, Ctx, Engine, FileKind, SetAttr, SetTime};
 
+use crate::counters::{RequestCounters, RequestKind};
+
 /// Kernel-cache settings of a mount.
 #[derive(Clone, Copy, Debug)]
 pub struct CachePolicy {
@@ -29,6 +31,10 @@ pub struct CachePolicy {
     pub attr_ttl: Duration,
     /// Let the kernel cache writes in the page cache and send them in large batches.
     pub writeback_cache: bool,
+    /// Answer OPEN and OPENDIR with ENOSYS, after which the kernel sends no OPEN, OPENDIR,
+    /// RELEASE or RELEASEDIR at all (two round trips saved per open file). Possible while the
+    /// engine keeps no per-open state.
+    pub no_open: bool,
 }
 
 impl Default for CachePolicy {
@@ -38,7 +44,8 @@ impl Default for CachePolicy {
         CachePolicy {
             entry_ttl: Duration::from_secs(3600),
             attr_ttl: Duration::from_secs(3600),
-            writeback_cache: false,
+            writeback_cache: true,
+            no_open: true,
         }
     }
 }
@@ -46,6 +53,7 @@ impl Default for CachePolicy {
 pub(crate) struct RampartFs {
     engine: Arc<Engine>,
     cache: CachePolicy,
+    counters: Arc<RequestCounters>,
 }
 
 fn errno(e: rampart_core::Errno) -> Errno {
@@ -133,13 +141,25 @@ fn guarded(what: &str, f: impl FnOnce()) {
 }
 
 impl RampartFs {
-    pub(crate) fn new(engine: Arc<Engine>, cache: CachePolicy) -> RampartFs {
-        RampartFs { engine, cache }
+    pub(crate) fn new(
+        engine: Arc<Engine>,
+        cache: CachePolicy,
+        counters: Arc<RequestCounters>,
+    ) -> RampartFs {
+        RampartFs {
+            engine,
+            cache,
+            counters,
+        }
     }
 
     fn reply_entry(&self, reply: ReplyEntry, result: rampart_core::FsResult<Attr>) {
         match result {
-            Ok(a) => reply.entry(&self.cache.entry_ttl, &file_attr(&a), Generation(a.generation)),
+            Ok(a) => reply.entry(
+                &self.cache.entry_ttl,
+                &file_attr(&a),
+                Generation(a.generation),
+            ),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -166,13 +186,19 @@ impl Filesystem for RampartFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Lookups and creates in one directory may run in parallel (the engine serialises
         // what must be); symlink targets may stay in the page cache.
-        for flag in [InitFlags::FUSE_PARALLEL_DIROPS, InitFlags::FUSE_CACHE_SYMLINKS] {
+        for flag in [
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_CACHE_SYMLINKS,
+        ] {
             if config.add_capabilities(flag).is_err() {
                 tracing::debug!("kernel lacks {flag:?}");
             }
         }
         if self.cache.writeback_cache {
-            if config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE).is_err() {
+            if config
+                .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
+                .is_err()
+            {
                 tracing::warn!("kernel has no writeback cache for FUSE; writing through");
             }
         }
@@ -184,9 +210,14 @@ impl Filesystem for RampartFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.counters.count(RequestKind::lookup);
         guarded("lookup", || {
             match self.engine.lookup(&ctx(req), parent.0, name.as_bytes()) {
-                Ok(a) => reply.entry(&self.cache.entry_ttl, &file_attr(&a), Generation(a.generation)),
+                Ok(a) => reply.entry(
+                    &self.cache.entry_ttl,
+                    &file_attr(&a),
+                    Generation(a.generation),
+                ),
                 Err(e) if e == rampart_core::Errno::ENOENT => {
                     // A negative entry (inode 0) with a timeout: the kernel caches "no such
                     // name", which saves the lookup that precedes every create.
@@ -198,10 +229,12 @@ impl Filesystem for RampartFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.counters.count(RequestKind::forget);
         guarded("forget", || self.engine.forget(ino.0, nlookup));
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.counters.count(RequestKind::getattr);
         guarded("getattr", || match self.engine.getattr(ino.0) {
             Ok(a) => reply.attr(&self.cache.attr_ttl, &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
@@ -226,6 +259,7 @@ impl Filesystem for RampartFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.counters.count(RequestKind::setattr);
         guarded("setattr", || {
             let set = SetAttr {
                 mode,
@@ -244,6 +278,7 @@ impl Filesystem for RampartFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.counters.count(RequestKind::readlink);
         guarded("readlink", || match self.engine.readlink(ino.0) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(e)),
@@ -260,9 +295,12 @@ impl Filesystem for RampartFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.counters.count(RequestKind::mknod);
         guarded("mknod", || {
             // The kernel has applied the umask already (FUSE_DONT_MASK is not negotiated).
-            let r = self.engine.mknod(&ctx(req), parent.0, name.as_bytes(), mode, rdev);
+            let r = self
+                .engine
+                .mknod(&ctx(req), parent.0, name.as_bytes(), mode, rdev);
             self.reply_entry(reply, r);
         });
     }
@@ -276,21 +314,32 @@ impl Filesystem for RampartFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        self.counters.count(RequestKind::mkdir);
         guarded("mkdir", || {
-            let r = self.engine.mkdir(&ctx(req), parent.0, name.as_bytes(), mode);
+            let r = self
+                .engine
+                .mkdir(&ctx(req), parent.0, name.as_bytes(), mode);
             self.reply_entry(reply, r);
         });
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.counters.count(RequestKind::unlink);
         guarded("unlink", || {
-            reply_empty(reply, self.engine.unlink(&ctx(req), parent.0, name.as_bytes()))
+            reply_empty(
+                reply,
+                self.engine.unlink(&ctx(req), parent.0, name.as_bytes()),
+            )
         });
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.counters.count(RequestKind::rmdir);
         guarded("rmdir", || {
-            reply_empty(reply, self.engine.rmdir(&ctx(req), parent.0, name.as_bytes()))
+            reply_empty(
+                reply,
+                self.engine.rmdir(&ctx(req), parent.0, name.as_bytes()),
+            )
         });
     }
 
@@ -302,6 +351,7 @@ impl Filesystem for RampartFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        self.counters.count(RequestKind::symlink);
         guarded("symlink", || {
             let r = self.engine.symlink(
                 &ctx(req),
@@ -323,6 +373,7 @@ impl Filesystem for RampartFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.counters.count(RequestKind::rename);
         guarded("rename", || {
             let r = self.engine.rename(
                 &ctx(req),
@@ -344,13 +395,21 @@ impl Filesystem for RampartFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        self.counters.count(RequestKind::link);
         guarded("link", || {
-            let r = self.engine.link(&ctx(req), ino.0, newparent.0, newname.as_bytes());
+            let r = self
+                .engine
+                .link(&ctx(req), ino.0, newparent.0, newname.as_bytes());
             self.reply_entry(reply, r);
         });
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.counters.count(RequestKind::open);
+        if self.cache.no_open {
+            // The kernel then opens files itself, with FOPEN_KEEP_CACHE.
+            return reply.error(Errno::ENOSYS);
+        }
         guarded("open", || match self.engine.getattr(ino.0) {
             // Page cache survives open: every change comes through this kernel or is
             // invalidated explicitly.
@@ -370,6 +429,7 @@ impl Filesystem for RampartFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.counters.count(RequestKind::read);
         guarded("read", || {
             let mut buf = Vec::new();
             match self.engine.read(ino.0, offset, size, &mut buf) {
@@ -391,9 +451,12 @@ impl Filesystem for RampartFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        guarded("write", || match self.engine.write(&ctx(req), ino.0, offset, data) {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(errno(e)),
+        self.counters.count(RequestKind::write);
+        guarded("write", || {
+            match self.engine.write(&ctx(req), ino.0, offset, data) {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(errno(e)),
+            }
         });
     }
 
@@ -405,7 +468,11 @@ impl Filesystem for RampartFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        self.counters.count(RequestKind::flush);
+        // Nothing to do at close (written data is in the engine already; with the writeback
+        // cache the kernel writes dirty pages before FLUSH). ENOSYS tells the kernel to stop
+        // sending FLUSH, saving a round trip per close.
+        reply.error(Errno::ENOSYS);
     }
 
     fn fsync(
@@ -416,11 +483,18 @@ impl Filesystem for RampartFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.counters.count(RequestKind::fsync);
         // The memory tier is volatile until persistence lands (README); nothing to wait for.
-        guarded("fsync", || reply_empty(reply, self.engine.getattr(ino.0).map(|_| ())));
+        guarded("fsync", || {
+            reply_empty(reply, self.engine.getattr(ino.0).map(|_| ()))
+        });
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.counters.count(RequestKind::opendir);
+        if self.cache.no_open {
+            return reply.error(Errno::ENOSYS);
+        }
         guarded("opendir", || match self.engine.getattr(ino.0) {
             Ok(a) if a.kind == FileKind::Directory => reply.opened(
                 FileHandle(0),
@@ -439,6 +513,7 @@ impl Filesystem for RampartFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        self.counters.count(RequestKind::readdir);
         guarded("readdir", || {
             let r = self.engine.readdir(ino.0, offset, |ino, next, kind, name| {
                 !reply.add(INodeNo(ino), next, file_type(kind), OsStr::from_bytes(name))
@@ -458,10 +533,12 @@ impl Filesystem for RampartFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.counters.count(RequestKind::fsyncdir);
         reply.ok();
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.counters.count(RequestKind::statfs);
         guarded("statfs", || {
             let s = self.engine.statfs();
             reply.statfs(
@@ -487,6 +564,7 @@ impl Filesystem for RampartFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        self.counters.count(RequestKind::setxattr);
         guarded("setxattr", || {
             let r = self
                 .engine
@@ -496,12 +574,14 @@ impl Filesystem for RampartFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.counters.count(RequestKind::getxattr);
         guarded("getxattr", || {
             reply_xattr(reply, size, self.engine.getxattr(ino.0, name.as_bytes()))
         });
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.counters.count(RequestKind::listxattr);
         guarded("listxattr", || {
             // trusted.* names are only listed to privileged callers, as the kernel does for
             // local file systems.
@@ -511,15 +591,22 @@ impl Filesystem for RampartFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.counters.count(RequestKind::removexattr);
         guarded("removexattr", || {
-            reply_empty(reply, self.engine.removexattr(&ctx(req), ino.0, name.as_bytes()))
+            reply_empty(
+                reply,
+                self.engine.removexattr(&ctx(req), ino.0, name.as_bytes()),
+            )
         });
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        self.counters.count(RequestKind::access);
         // With default_permissions the kernel checks access itself; this only confirms the
         // inode exists.
-        guarded("access", || reply_empty(reply, self.engine.getattr(ino.0).map(|_| ())));
+        guarded("access", || {
+            reply_empty(reply, self.engine.getattr(ino.0).map(|_| ()))
+        });
     }
 
     fn create(
@@ -532,9 +619,13 @@ impl Filesystem for RampartFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        self.counters.count(RequestKind::create);
         guarded("create", || {
             let mode = libc::S_IFREG | (mode & 0o7777);
-            match self.engine.mknod(&ctx(req), parent.0, name.as_bytes(), mode, 0) {
+            match self
+                .engine
+                .mknod(&ctx(req), parent.0, name.as_bytes(), mode, 0)
+            {
                 Ok(a) => reply.created(
                     &self.cache.entry_ttl,
                     &file_attr(&a),
@@ -557,10 +648,12 @@ impl Filesystem for RampartFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        self.counters.count(RequestKind::fallocate);
         guarded("fallocate", || {
             reply_empty(
                 reply,
-                self.engine.fallocate(&ctx(req), ino.0, offset, length, mode),
+                self.engine
+                    .fallocate(&ctx(req), ino.0, offset, length, mode),
             )
         });
     }

@@ -6,6 +6,7 @@
 //! announced to the kernel through FUSE notifications, so its caches never go stale.
 
 mod adapter;
+pub mod counters;
 
 use std::ffi::OsStr;
 use std::io;
@@ -17,6 +18,7 @@ use fuser::{Config, INodeNo, MountOption, Notifier, Session, SessionACL, Session
 use rampart_core::{Engine, Invalidation, Observer};
 
 pub use adapter::CachePolicy;
+pub use counters::RequestCounters;
 
 /// How to mount.
 #[derive(Clone, Debug)]
@@ -45,6 +47,7 @@ impl Default for MountOptions {
 pub struct Mounted {
     session: Session<adapter::RampartFs>,
     engine: Arc<Engine>,
+    counters: Arc<RequestCounters>,
 }
 
 /// Unmounts a [`Mounted`] from another thread (signal handlers, shutdown).
@@ -78,7 +81,11 @@ impl Observer for KernelNotifier {
 }
 
 /// Mounts `engine` at `mountpoint`. Returns once the kernel has accepted the mount.
-pub fn mount(engine: Arc<Engine>, mountpoint: &Path, options: &MountOptions) -> io::Result<Mounted> {
+pub fn mount(
+    engine: Arc<Engine>,
+    mountpoint: &Path,
+    options: &MountOptions,
+) -> io::Result<Mounted> {
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName(options.fs_name.clone()),
@@ -92,13 +99,23 @@ pub fn mount(engine: Arc<Engine>, mountpoint: &Path, options: &MountOptions) -> 
     };
     config.n_threads = Some(options.threads.max(1));
     config.clone_fd = true;
-    let fs = adapter::RampartFs::new(engine.clone(), options.cache);
+    let counters = Arc::new(RequestCounters::default());
+    let fs = adapter::RampartFs::new(engine.clone(), options.cache, counters.clone());
     let session = Session::new(fs, mountpoint, &config)?;
     engine.set_observer(Some(Arc::new(KernelNotifier(session.notifier()))));
-    Ok(Mounted { session, engine })
+    Ok(Mounted {
+        session,
+        engine,
+        counters,
+    })
 }
 
 impl Mounted {
+    /// FUSE requests served so far, by kind.
+    pub fn counters(&self) -> Arc<RequestCounters> {
+        self.counters.clone()
+    }
+
     pub fn unmounter(&mut self) -> Unmounter {
         Unmounter(self.session.unmount_callable())
     }

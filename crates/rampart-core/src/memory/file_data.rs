@@ -236,7 +236,10 @@ mod tests {
     fn action() -> impl Strategy<Value = Action> {
         let off = 0u64..(4 * CHUNK_BYTES as u64);
         prop_oneof![
-            (off.clone(), proptest::collection::vec(any::<u8>(), 0..3 * CHUNK_BYTES / 2))
+            (
+                off.clone(),
+                proptest::collection::vec(any::<u8>(), 0..3 * CHUNK_BYTES / 2)
+            )
                 .prop_map(|(o, d)| Action::Write(o, d)),
             off.clone().prop_map(Action::Truncate),
             (off.clone(), 0u64..(2 * CHUNK_BYTES as u64)).prop_map(|(o, l)| Action::Punch(o, l)),

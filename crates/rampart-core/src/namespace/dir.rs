@@ -239,7 +239,10 @@ impl Dir {
     pub fn check(&self) -> Result<(), String> {
         let live = self.slots.iter().filter(|s| s.ino != 0).count();
         if live != self.index.len() {
-            return Err(format!("{live} live slots but {} indexed", self.index.len()));
+            return Err(format!(
+                "{live} live slots but {} indexed",
+                self.index.len()
+            ));
         }
         for slot in self.slots.iter().filter(|s| s.ino != 0) {
             let name = self.slot_name(slot);
@@ -294,7 +297,10 @@ mod tests {
         }
         d.check().unwrap();
         let rest = listing(&d, resume);
-        let expected: Vec<u64> = (5_000..10_000u64).filter(|i| i % 10 == 0).map(|i| i + 2).collect();
+        let expected: Vec<u64> = (5_000..10_000u64)
+            .filter(|i| i % 10 == 0)
+            .map(|i| i + 2)
+            .collect();
         assert_eq!(rest.iter().map(|e| e.1).collect::<Vec<_>>(), expected);
     }
 

@@ -18,7 +18,9 @@ pub enum Payload {
     Dir(Box<Dir>),
     Symlink(Box<[u8]>),
     /// FIFOs, sockets and device nodes; the device number for the latter.
-    Special { rdev: u32 },
+    Special {
+        rdev: u32,
+    },
 }
 
 #[derive(Debug)]
@@ -123,7 +125,11 @@ mod tests {
     #[test]
     fn inode_stays_compact() {
         // Budget for the per-file memory target (≤ 200 bytes per empty file with its entry).
-        assert!(std::mem::size_of::<Inode>() <= 104, "{}", std::mem::size_of::<Inode>());
+        assert!(
+            std::mem::size_of::<Inode>() <= 104,
+            "{}",
+            std::mem::size_of::<Inode>()
+        );
         assert_eq!(
             std::mem::size_of::<Option<Inode>>(),
             std::mem::size_of::<Inode>()

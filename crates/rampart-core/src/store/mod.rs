@@ -21,11 +21,21 @@ pub const LOCK_FILE: &str = "lock";
 /// Why a store could not be created or opened. Each message names the path and what to do.
 #[derive(Debug)]
 pub enum StoreError {
-    Io { path: PathBuf, error: std::io::Error },
+    Io {
+        path: PathBuf,
+        error: std::io::Error,
+    },
     NotAStore(String),
     Corrupt(String),
-    UnsupportedVersion { path: String, found: u32, supported: u32 },
-    AlreadyMounted { path: PathBuf, pid: Option<u32> },
+    UnsupportedVersion {
+        path: String,
+        found: u32,
+        supported: u32,
+    },
+    AlreadyMounted {
+        path: PathBuf,
+        pid: Option<u32>,
+    },
     NotEmpty(PathBuf),
     Missing(PathBuf),
 }
@@ -54,7 +64,11 @@ impl fmt::Display for StoreError {
                     "store {} is already mounted (by daemon pid {pid}); unmount it first",
                     path.display()
                 ),
-                None => write!(f, "store {} is already mounted; unmount it first", path.display()),
+                None => write!(
+                    f,
+                    "store {} is already mounted; unmount it first",
+                    path.display()
+                ),
             },
             StoreError::Missing(p) => write!(
                 f,
@@ -221,10 +235,15 @@ mod tests {
         let path = dir.path().join("store");
         mkfs(&path).unwrap();
         let mode = fs::metadata(&path).unwrap().permissions();
-        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o700);
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+            0o700
+        );
         let store = Store::open(&path).unwrap();
         match Store::open(&path) {
-            Err(StoreError::AlreadyMounted { pid, .. }) => assert_eq!(pid, Some(std::process::id())),
+            Err(StoreError::AlreadyMounted { pid, .. }) => {
+                assert_eq!(pid, Some(std::process::id()))
+            }
             other => panic!("second open: {other:?}"),
         }
         drop(store);

@@ -45,7 +45,9 @@ impl Superblock {
         }
         let stored = u32::from_le_bytes(bytes[60..64].try_into().expect("4 bytes"));
         if crc32c::crc32c(&bytes[..60]) != stored {
-            return Err(StoreError::Corrupt(format!("{what}: superblock checksum mismatch")));
+            return Err(StoreError::Corrupt(format!(
+                "{what}: superblock checksum mismatch"
+            )));
         }
         let le32 = |r: std::ops::Range<usize>| u32::from_le_bytes(bytes[r].try_into().expect("4"));
         let format_version = le32(8..12);
