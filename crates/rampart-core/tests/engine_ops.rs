@@ -1,0 +1,312 @@
+//! Engine behaviour through its public API, with the invariant checker run after every step.
+
+use proptest::prelude::*;
+use rampart_core::op::{RENAME_EXCHANGE, RENAME_NOREPLACE};
+use rampart_core::{Ctx, Engine, EngineConfig, Errno, FileKind, SetAttr, ROOT_INO};
+
+const FILE: u32 = libc::S_IFREG | 0o644;
+
+fn engine_with_cap(cap: u64) -> Engine {
+    Engine::new(EngineConfig {
+        memory_cap_bytes: cap,
+        ..EngineConfig::default()
+    })
+}
+
+fn lib() -> Ctx {
+    Ctx::library(1000, 1000)
+}
+
+fn kernel() -> Ctx {
+    Ctx {
+        uid: 0,
+        gid: 0,
+        kernel: true,
+    }
+}
+
+fn assert_consistent(e: &Engine) {
+    let problems = e.check();
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+#[test]
+fn directory_link_counts_follow_subdirectories() {
+    let e = engine_with_cap(1 << 30);
+    let a = e.mkdir(&lib(), ROOT_INO, b"a", 0o755).unwrap();
+    e.mkdir(&lib(), a.ino, b"b", 0o755).unwrap();
+    e.mknod(&lib(), a.ino, b"f", FILE, 0).unwrap();
+    assert_eq!(e.getattr(a.ino).unwrap().nlink, 3);
+    assert_eq!(e.getattr(ROOT_INO).unwrap().nlink, 3);
+    assert_eq!(e.rmdir(&lib(), ROOT_INO, b"a"), Err(Errno::ENOTEMPTY));
+    e.rmdir(&lib(), a.ino, b"b").unwrap();
+    assert_eq!(e.getattr(a.ino).unwrap().nlink, 2);
+    assert_consistent(&e);
+}
+
+#[test]
+fn rename_rules() {
+    let e = engine_with_cap(1 << 30);
+    let c = lib();
+    let a = e.mkdir(&c, ROOT_INO, b"a", 0o755).unwrap();
+    let b = e.mkdir(&c, a.ino, b"b", 0o755).unwrap();
+    let x = e.mkdir(&c, ROOT_INO, b"x", 0o755).unwrap();
+    e.mknod(&c, x.ino, b"inside", FILE, 0).unwrap();
+    let f = e.mknod(&c, ROOT_INO, b"f", FILE, 0).unwrap();
+    let g = e.mknod(&c, ROOT_INO, b"g", FILE, 0).unwrap();
+
+    // Into its own subtree, or onto itself as parent.
+    assert_eq!(
+        e.rename(&c, ROOT_INO, b"a", b.ino, b"a2", 0),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        e.rename(&c, ROOT_INO, b"a", a.ino, b"a2", 0),
+        Err(Errno::EINVAL)
+    );
+    // Kinds must match; a non-empty directory cannot be replaced.
+    assert_eq!(
+        e.rename(&c, ROOT_INO, b"f", ROOT_INO, b"a", 0),
+        Err(Errno::EISDIR)
+    );
+    assert_eq!(
+        e.rename(&c, ROOT_INO, b"a", ROOT_INO, b"f", 0),
+        Err(Errno::ENOTDIR)
+    );
+    assert_eq!(
+        e.rename(&c, ROOT_INO, b"a", ROOT_INO, b"x", 0),
+        Err(Errno::ENOTEMPTY)
+    );
+    assert_eq!(
+        e.rename(&c, ROOT_INO, b"f", ROOT_INO, b"g", RENAME_NOREPLACE),
+        Err(Errno::EEXIST)
+    );
+    assert_eq!(
+        e.rename(&c, ROOT_INO, b"f", ROOT_INO, b"none", RENAME_EXCHANGE),
+        Err(Errno::ENOENT)
+    );
+    assert_consistent(&e);
+
+    // Replace a file: the old target is freed.
+    e.rename(&c, ROOT_INO, b"f", ROOT_INO, b"g", 0).unwrap();
+    assert_eq!(e.lookup_path(b"/g").unwrap().ino, f.ino);
+    assert_eq!(e.getattr(g.ino), Err(Errno::ENOENT));
+    // Exchange a file and a directory across directories: parents' link counts move.
+    e.rename(&c, ROOT_INO, b"g", a.ino, b"b", RENAME_EXCHANGE)
+        .unwrap();
+    assert_eq!(e.lookup_path(b"/g").unwrap().ino, b.ino);
+    assert_eq!(e.lookup_path(b"/a/b").unwrap().ino, f.ino);
+    assert_eq!(e.lookup_path(b"/g/..").unwrap().ino, ROOT_INO);
+    assert_eq!(e.getattr(a.ino).unwrap().nlink, 2);
+    assert_consistent(&e);
+    // Move a directory over an empty one elsewhere.
+    let empty = e.mkdir(&c, a.ino, b"empty", 0o755).unwrap();
+    e.rename(&c, ROOT_INO, b"g", a.ino, b"empty", 0).unwrap();
+    assert_eq!(e.getattr(empty.ino), Err(Errno::ENOENT));
+    assert_eq!(e.lookup_path(b"/a/empty/..").unwrap().ino, a.ino);
+    assert_consistent(&e);
+}
+
+#[test]
+fn unlinked_inode_lives_until_the_kernel_forgets_it() {
+    let e = engine_with_cap(1 << 30);
+    let k = kernel();
+    let f = e.mknod(&k, ROOT_INO, b"f", FILE, 0).unwrap(); // counts one lookup
+    e.write(&k, f.ino, 0, b"still readable").unwrap();
+    e.unlink(&k, ROOT_INO, b"f").unwrap();
+    let mut buf = Vec::new();
+    e.read(f.ino, 0, 100, &mut buf).unwrap();
+    assert_eq!(buf, b"still readable");
+    assert_eq!(e.getattr(f.ino).unwrap().nlink, 0);
+    e.forget(f.ino, 1);
+    assert_eq!(e.getattr(f.ino), Err(Errno::ENOENT));
+    assert_eq!(e.stats().files, 0);
+    assert_consistent(&e);
+}
+
+#[test]
+fn memory_cap_gives_enospc_and_recovers_after_deletes() {
+    let e = engine_with_cap(4 << 20);
+    let c = lib();
+    let chunk = vec![7u8; 256 * 1024];
+    let mut written = Vec::new();
+    let full = (0..64).find_map(|i| {
+        let name = format!("f{i}");
+        let f = match e.mknod(&c, ROOT_INO, name.as_bytes(), FILE, 0) {
+            Ok(f) => f,
+            Err(err) => return Some(err),
+        };
+        written.push(name);
+        e.write(&c, f.ino, 0, &chunk).err()
+    });
+    assert_eq!(full, Some(Errno::ENOSPC));
+    assert!(e.stats().memory_used_bytes <= 4 << 20);
+    assert_consistent(&e);
+    for name in &written {
+        e.unlink(&c, ROOT_INO, name.as_bytes()).unwrap();
+    }
+    let f = e.mknod(&c, ROOT_INO, b"again", FILE, 0).unwrap();
+    e.write(&c, f.ino, 0, &chunk).unwrap();
+    assert_consistent(&e);
+}
+
+#[test]
+fn names_and_limits() {
+    let e = engine_with_cap(1 << 30);
+    let c = lib();
+    let long = vec![b'n'; 256];
+    assert_eq!(
+        e.mknod(&c, ROOT_INO, &long, FILE, 0),
+        Err(Errno::ENAMETOOLONG)
+    );
+    e.mknod(&c, ROOT_INO, &long[..255], FILE, 0).unwrap();
+    assert_eq!(e.mknod(&c, ROOT_INO, b"a/b", FILE, 0), Err(Errno::EINVAL));
+    assert_eq!(e.mknod(&c, ROOT_INO, b"..", FILE, 0), Err(Errno::EINVAL));
+    let f = e.mknod(&c, ROOT_INO, b"f", FILE, 0).unwrap();
+    assert_eq!(e.mknod(&c, f.ino, b"x", FILE, 0), Err(Errno::ENOTDIR));
+    assert_eq!(
+        e.symlink(&c, ROOT_INO, b"l", &[b'x'; 4096]),
+        Err(Errno::ENAMETOOLONG)
+    );
+    assert_eq!(e.readlink(f.ino), Err(Errno::EINVAL));
+    assert_consistent(&e);
+}
+
+#[test]
+fn setgid_directories_pass_on_their_group() {
+    let e = engine_with_cap(1 << 30);
+    let d = e
+        .mkdir(&Ctx::library(0, 50), ROOT_INO, b"shared", 0o2775)
+        .unwrap();
+    let f = e.mknod(&lib(), d.ino, b"f", FILE, 0).unwrap();
+    let sub = e.mkdir(&lib(), d.ino, b"sub", 0o755).unwrap();
+    assert_eq!((f.gid, sub.gid), (50, 50));
+    assert_eq!(sub.perm & 0o2000, 0o2000);
+    assert_eq!(f.perm & 0o2000, 0);
+}
+
+#[test]
+fn truncate_and_times() {
+    let e = engine_with_cap(1 << 30);
+    let c = lib();
+    let f = e.mknod(&c, ROOT_INO, b"f", FILE, 0).unwrap();
+    e.write(&c, f.ino, 0, b"0123456789").unwrap();
+    let set = SetAttr {
+        size_bytes: Some(4),
+        ..SetAttr::default()
+    };
+    e.setattr(&c, f.ino, &set).unwrap();
+    let set = SetAttr {
+        size_bytes: Some(8),
+        mtime: Some(rampart_core::SetTime::At(1_234_567_890_123_456_789)),
+        ..SetAttr::default()
+    };
+    let a = e.setattr(&c, f.ino, &set).unwrap();
+    assert_eq!(a.mtime_ns, 1_234_567_890_123_456_789);
+    let mut buf = Vec::new();
+    e.read(f.ino, 0, 100, &mut buf).unwrap();
+    assert_eq!(buf, b"0123\0\0\0\0");
+    assert_consistent(&e);
+}
+
+#[derive(Debug, Clone)]
+enum Action {
+    Create(u8, u8, bool),
+    Unlink(u8, u8),
+    Rmdir(u8, u8),
+    Rename(u8, u8, u8, u8, u32),
+    Link(u8, u8, u8, u8),
+    Write(u8, u8, u16, u16),
+    Truncate(u8, u8, u32),
+    Xattr(u8, u8, u8),
+}
+
+/// Directory slots: 0 is the root, 1..4 are /d1../d3 if they exist.
+fn dir_ino(e: &Engine, d: u8) -> u64 {
+    if d == 0 {
+        return ROOT_INO;
+    }
+    e.lookup_path(format!("/d{d}").as_bytes())
+        .map(|a| a.ino)
+        .unwrap_or(ROOT_INO)
+}
+
+fn name(n: u8) -> Vec<u8> {
+    if n < 3 {
+        format!("d{}", n + 1).into_bytes()
+    } else {
+        format!("n{n}").into_bytes()
+    }
+}
+
+fn action() -> impl Strategy<Value = Action> {
+    let d = 0u8..4;
+    let n = 0u8..8;
+    prop_oneof![
+        (d.clone(), n.clone(), any::<bool>()).prop_map(|(d, n, dir)| Action::Create(d, n, dir)),
+        (d.clone(), n.clone()).prop_map(|(d, n)| Action::Unlink(d, n)),
+        (d.clone(), n.clone()).prop_map(|(d, n)| Action::Rmdir(d, n)),
+        (d.clone(), n.clone(), d.clone(), n.clone(), 0u32..3)
+            .prop_map(|(a, b, c, e, f)| Action::Rename(a, b, c, e, f)),
+        (d.clone(), n.clone(), d.clone(), n.clone())
+            .prop_map(|(a, b, c, e)| Action::Link(a, b, c, e)),
+        (d.clone(), n.clone(), any::<u16>(), 0u16..5000)
+            .prop_map(|(a, b, o, l)| Action::Write(a, b, o, l)),
+        (d.clone(), n.clone(), 0u32..200_000).prop_map(|(a, b, s)| Action::Truncate(a, b, s)),
+        (d.clone(), n.clone(), any::<u8>()).prop_map(|(a, b, v)| Action::Xattr(a, b, v)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+    /// Whatever sequence of operations (valid or not) is applied, every invariant holds:
+    /// link counts, parents, entry kinds, counts and the memory accounting.
+    #[test]
+    fn random_operations_keep_every_invariant(actions in proptest::collection::vec(action(), 1..60)) {
+        let e = engine_with_cap(2 << 20);
+        let c = lib();
+        for a in actions {
+            match a {
+                Action::Create(d, n, dir) => {
+                    let p = dir_ino(&e, d);
+                    let _ = if dir { e.mkdir(&c, p, &name(n), 0o755) } else { e.mknod(&c, p, &name(n), FILE, 0) };
+                }
+                Action::Unlink(d, n) => { let _ = e.unlink(&c, dir_ino(&e, d), &name(n)); }
+                Action::Rmdir(d, n) => { let _ = e.rmdir(&c, dir_ino(&e, d), &name(n)); }
+                Action::Rename(d1, n1, d2, n2, f) => {
+                    let flags = [0, RENAME_NOREPLACE, RENAME_EXCHANGE][f as usize];
+                    let _ = e.rename(&c, dir_ino(&e, d1), &name(n1), dir_ino(&e, d2), &name(n2), flags);
+                }
+                Action::Link(d1, n1, d2, n2) => {
+                    if let Ok(a) = e.lookup(&c, dir_ino(&e, d1), &name(n1)) {
+                        let _ = e.link(&c, a.ino, dir_ino(&e, d2), &name(n2));
+                    }
+                }
+                Action::Write(d, n, off, len) => {
+                    if let Ok(a) = e.lookup(&c, dir_ino(&e, d), &name(n)) {
+                        let data = vec![n; len as usize];
+                        let r = e.write(&c, a.ino, u64::from(off) * 7, &data);
+                        if a.kind == FileKind::Directory { prop_assert_eq!(r, Err(Errno::EISDIR)); }
+                    }
+                }
+                Action::Truncate(d, n, size) => {
+                    if let Ok(a) = e.lookup(&c, dir_ino(&e, d), &name(n)) {
+                        let set = SetAttr { size_bytes: Some(u64::from(size)), ..SetAttr::default() };
+                        let _ = e.setattr(&c, a.ino, &set);
+                    }
+                }
+                Action::Xattr(d, n, v) => {
+                    if let Ok(a) = e.lookup(&c, dir_ino(&e, d), &name(n)) {
+                        if v % 3 == 0 {
+                            let _ = e.removexattr(&c, a.ino, b"user.k");
+                        } else {
+                            let _ = e.setxattr(&c, a.ino, b"user.k", &vec![v; v as usize * 3], 0);
+                        }
+                    }
+                }
+            }
+            let problems = e.check();
+            prop_assert!(problems.is_empty(), "{:#?}", problems);
+        }
+    }
+}
