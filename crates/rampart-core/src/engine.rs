@@ -1084,7 +1084,15 @@ impl Engine {
         Self::count_lookup(ctx, inode);
         let attr = inode.attr(ino);
         drop(state);
-        self.notify(ctx, || vec![Invalidation::Inode { ino: parent }]);
+        self.notify(ctx, || {
+            vec![
+                Invalidation::Entry {
+                    parent,
+                    name: name.to_vec(),
+                },
+                Invalidation::Inode { ino: parent },
+            ]
+        });
         Ok(attr)
     }
 
@@ -1104,6 +1112,10 @@ impl Engine {
         drop(state);
         self.notify(ctx, || {
             vec![
+                Invalidation::Entry {
+                    parent: new_parent,
+                    name: new_name.to_vec(),
+                },
                 Invalidation::Inode { ino },
                 Invalidation::Inode { ino: new_parent },
             ]

@@ -29,7 +29,10 @@ pub struct CachePolicy {
     pub entry_ttl: Duration,
     /// How long the kernel may trust attributes.
     pub attr_ttl: Duration,
-    /// Let the kernel cache writes in the page cache and send them in large batches.
+    /// Let the kernel cache writes in the page cache and send them in large batches. The
+    /// kernel then owns the size of regular files it has cached, and no FUSE notification can
+    /// shrink it: only enable this when no library caller changes file sizes while mounted
+    /// (the `rampart` daemon has none; docs/decisions/0003-kernel-caching.md).
     pub writeback_cache: bool,
     /// Answer OPEN and OPENDIR with ENOSYS, after which the kernel sends no OPEN, OPENDIR,
     /// RELEASE or RELEASEDIR at all (two round trips saved per open file). Possible while the
@@ -44,7 +47,7 @@ impl Default for CachePolicy {
         CachePolicy {
             entry_ttl: Duration::from_secs(3600),
             attr_ttl: Duration::from_secs(3600),
-            writeback_cache: true,
+            writeback_cache: false,
             no_open: true,
         }
     }
