@@ -575,10 +575,12 @@ impl State {
         if src_is_dir && self.is_ancestor(src, new_parent)? {
             return Err(Errno::EINVAL);
         }
-        if src_is_dir && parent != new_parent && dst.is_none() {
-            if self.inode(new_parent)?.nlink >= LINK_COUNT_MAX {
-                return Err(Errno::EMLINK);
-            }
+        if src_is_dir
+            && parent != new_parent
+            && dst.is_none()
+            && self.inode(new_parent)?.nlink >= LINK_COUNT_MAX
+        {
+            return Err(Errno::EMLINK);
         }
         let cost = entry_cost(new_name) as i64 - entry_cost(name) as i64;
         if dst.is_none() && cost > 0 {

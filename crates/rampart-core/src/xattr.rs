@@ -18,9 +18,12 @@ const NAMESPACES: [&[u8]; 3] = [b"user.", b"trusted.", b"security."];
 pub const XATTR_CREATE: i32 = 1;
 pub const XATTR_REPLACE: i32 = 2;
 
+/// One attribute: its full name (with namespace) and value.
+type Entry = (Box<[u8]>, Box<[u8]>);
+
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Xattrs {
-    entries: Vec<(Box<[u8]>, Box<[u8]>)>,
+    entries: Vec<Entry>,
 }
 
 /// Checks an attribute name: its length and namespace.
@@ -57,8 +60,7 @@ impl Xattrs {
 
     /// Heap bytes held, for the memory budget.
     pub fn heap_bytes(&self) -> u64 {
-        (self.entries.capacity() * std::mem::size_of::<(Box<[u8]>, Box<[u8]>)>()
-            + self.total_bytes()) as u64
+        (self.entries.capacity() * std::mem::size_of::<Entry>() + self.total_bytes()) as u64
     }
 
     /// Validates a set without changing anything; returns the growth in bytes.

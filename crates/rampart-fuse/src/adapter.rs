@@ -197,13 +197,12 @@ impl Filesystem for RampartFs {
                 tracing::debug!("kernel lacks {flag:?}");
             }
         }
-        if self.cache.writeback_cache {
-            if config
+        if self.cache.writeback_cache
+            && config
                 .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
                 .is_err()
-            {
-                tracing::warn!("kernel has no writeback cache for FUSE; writing through");
-            }
+        {
+            tracing::warn!("kernel has no writeback cache for FUSE; writing through");
         }
         // Large writes: one request per MiB instead of per 4 KiB page.
         let _ = config.set_max_write(1 << 20);
