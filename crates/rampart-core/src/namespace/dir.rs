@@ -314,11 +314,12 @@ mod tests {
             seed ^= seed >> 7;
             seed ^= seed << 17;
             let name = format!("n{}", seed % 3000).into_bytes();
-            if model.contains_key(&name) {
-                assert_eq!(d.remove(&name).map(|e| e.0), model.remove(&name));
-            } else {
-                d.insert(&name, step + 2, 8);
-                model.insert(name, step + 2);
+            match model.remove(&name) {
+                Some(ino) => assert_eq!(d.remove(&name).map(|e| e.0), Some(ino)),
+                None => {
+                    d.insert(&name, step + 2, 8);
+                    model.insert(name, step + 2);
+                }
             }
         }
         d.check().unwrap();
