@@ -7,7 +7,7 @@ pub fn parse_size(text: &str, physical_bytes: u64) -> Result<u64, String> {
         || format!("invalid size {text:?}: use bytes, a K/M/G/T suffix, or a percentage like 50%");
     if let Some(pct) = t.strip_suffix('%') {
         let p: f64 = pct.trim().parse().map_err(|_| bad())?;
-        if !(p > 0.0 && p <= 100.0) {
+        if p.is_nan() || p <= 0.0 || p > 100.0 {
             return Err(format!(
                 "invalid size {text:?}: a percentage must be in (0, 100]"
             ));
@@ -29,7 +29,7 @@ pub fn parse_size(text: &str, physical_bytes: u64) -> Result<u64, String> {
         _ => return Err(bad()),
     };
     let bytes = n * (1u64 << shift) as f64;
-    if !(bytes >= 1.0) || bytes > u64::MAX as f64 {
+    if bytes.is_nan() || bytes < 1.0 || bytes > u64::MAX as f64 {
         return Err(bad());
     }
     Ok(bytes as u64)
