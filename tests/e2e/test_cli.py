@@ -1,0 +1,278 @@
+"""The rampart command line (docs/CLI.md): mkfs, mount refusals, status, shutdown.
+All rampart-specific, so skipped on the tmpfs target."""
+
+import os
+import signal
+import stat
+import subprocess
+
+import pytest
+
+from e2e_helpers import (RAMPART_BIN, Mount, in_mount_table, mount_entries, pid_alive, read_file, run,
+                         wait_until, write_file)
+
+pytestmark = pytest.mark.rampart_only("tests the rampart binary, daemon and store")
+
+# Generous bounds: these only keep a broken daemon from hanging the suite.
+EXIT_WAIT = 30
+
+
+def cli(*args, env=None, timeout=120):
+    return run([RAMPART_BIN, *args], env=env, timeout=timeout)
+
+
+# ---- mkfs ---------------------------------------------------------------------------
+
+def test_mkfs_creates_store(test_base, rampart_env):
+    store = os.path.join(test_base, "store")
+    r = cli("mkfs", store, env=rampart_env)
+    assert r.returncode == 0, r.stderr
+    st = os.stat(store)
+    assert stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700
+    assert os.path.isfile(os.path.join(store, "superblock"))
+
+
+def test_mkfs_refuses_non_empty_folder(test_base, rampart_env):
+    store = os.path.join(test_base, "full")
+    os.mkdir(store)
+    write_file(os.path.join(store, "precious"), b"do not touch")
+    r = cli("mkfs", store, env=rampart_env)
+    assert r.returncode == 1, f"exit {r.returncode}"
+    assert store in r.stderr, f"message does not name the path: {r.stderr!r}"
+    assert os.listdir(store) == ["precious"] and read_file(os.path.join(store, "precious")) == b"do not touch"
+
+
+def test_bad_usage_exits_2(test_base, rampart_env):
+    assert cli("no-such-command", env=rampart_env).returncode == 2
+    assert cli("mount", "--no-such-option", env=rampart_env).returncode == 2
+    assert cli("status", env=rampart_env).returncode == 2, "status without a mount point is bad usage"
+
+
+# ---- mount refusals ---------------------------------------------------------------------
+
+def test_mount_missing_mountpoint(test_base, rampart_env):
+    store = os.path.join(test_base, "store")
+    assert cli("mkfs", store, env=rampart_env).returncode == 0
+    missing = os.path.join(test_base, "does", "not", "exist")
+    r = cli("mount", store, missing, env=rampart_env)
+    assert r.returncode == 1, f"exit {r.returncode}, stderr {r.stderr!r}"
+    assert missing in r.stderr, f"message does not name the mount point: {r.stderr!r}"
+    assert not os.path.exists(missing), "an explicit missing mount point must not be created"
+    assert not in_mount_table(missing)
+
+
+def test_mount_folder_that_is_not_a_store(test_base, rampart_env):
+    notstore = os.path.join(test_base, "notastore")
+    os.mkdir(notstore)
+    write_file(os.path.join(notstore, "hello.txt"), b"hi")
+    mp = os.path.join(test_base, "mp")
+    os.mkdir(mp)
+    r = cli("mount", notstore, mp, env=rampart_env)
+    assert r.returncode == 1, f"exit {r.returncode}, stderr {r.stderr!r}"
+    assert notstore in r.stderr, f"message does not name the store: {r.stderr!r}"
+    assert "store" in r.stderr.lower(), f"message does not say what is wrong: {r.stderr!r}"
+    assert os.listdir(notstore) == ["hello.txt"], "the folder was modified"
+    assert not in_mount_table(mp)
+
+
+def test_second_mount_of_same_store_refused(mnt, test_base):
+    write_file(os.path.join(mnt.path, "before"), b"1")
+    mp2 = os.path.join(test_base, "second")
+    os.mkdir(mp2)
+    r = mnt.cli("mount", mnt.store, mp2)
+    assert r.returncode == 1, f"second mount exited {r.returncode}: {r.stderr!r}"
+    assert "already mounted" in r.stderr, r.stderr
+    assert not in_mount_table(mp2)
+    # the same mount point again: also refused, and no second mount stacked on it
+    r = mnt.cli("mount", mnt.store, mnt.path)
+    assert r.returncode != 0, "mounting the same store on the same mount point again succeeded"
+    assert len(mount_entries(mnt.path)) == 1
+    # the first mount keeps working
+    assert mnt.alive()
+    write_file(os.path.join(mnt.path, "after"), b"2")
+    assert read_file(os.path.join(mnt.path, "before")) == b"1"
+    assert sorted(os.listdir(mnt.path)) == ["after", "before"]
+
+
+def test_mount_returns_with_pipes_closed(test_base, rampart_env, cleanup_mounts):
+    """`rampart mount` must return with stdout/stderr pipes closed by the daemon, or
+    `rampart mount ... | cat` and scripts capturing the output would hang."""
+    m = Mount(test_base, "pipes", env=rampart_env)
+    cleanup_mounts.append(m)
+    m.mkfs()
+    os.mkdir(m.path)
+    p = subprocess.Popen([RAMPART_BIN, "mount", str(m.store), str(m.path)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=rampart_env)
+    m.mounted = True
+    try:
+        out, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        pytest.fail("`rampart mount` with piped output did not finish: the daemon keeps the pipes open")
+    assert p.returncode == 0, err
+    assert os.path.ismount(m.path)
+    m.pid = m.find_daemon_pid()
+    r = m.umount()
+    assert r.returncode == 0, r.stderr
+
+
+def test_foreground_mode(test_base, rampart_env, cleanup_mounts):
+    m = Mount(test_base, "fg", env=rampart_env)
+    cleanup_mounts.append(m)
+    m.mkfs()
+    os.mkdir(m.path)
+    p = subprocess.Popen([RAMPART_BIN, "mount", str(m.store), str(m.path), "--foreground"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=rampart_env)
+    m.mounted = True
+    m.pid = p.pid
+    try:
+        line = p.stdout.readline()
+        assert line.strip() == b"ready", f"first line on stdout: {line!r}"
+        assert os.path.ismount(m.path)
+        write_file(os.path.join(m.path, "x"), b"x")
+        r = m.umount()
+        assert r.returncode == 0, r.stderr
+        assert p.wait(timeout=EXIT_WAIT) == 0, "foreground daemon did not exit 0 after umount"
+    finally:
+        if p.poll() is None:
+            m.force_cleanup()
+            p.wait(timeout=EXIT_WAIT)
+
+
+def test_umount_of_something_not_mounted(test_base, rampart_env):
+    p = os.path.join(test_base, "plain")
+    os.mkdir(p)
+    r = cli("umount", p, env=rampart_env)
+    assert r.returncode == 1, f"exit {r.returncode}"
+    assert p in r.stderr
+
+
+# ---- status ---------------------------------------------------------------------------------
+
+KEYS = ("files", "directories", "symlinks", "other", "inodes", "data_bytes", "memory_used_bytes",
+        "memory_cap_bytes")
+
+
+def test_status_keys_and_plain_form(mnt):
+    st = mnt.status()
+    for k in KEYS:
+        assert k in st and isinstance(st[k], int) and st[k] >= 0, f"status --json: {k} missing or not a count"
+    assert st["memory_cap_bytes"] > 0
+    r = mnt.cli("status", mnt.path)
+    assert r.returncode == 0, r.stderr
+    plain = {}
+    for line in r.stdout.splitlines():
+        if ":" in line:
+            k, v = line.split(":", 1)
+            plain[k.strip()] = v.strip()
+    for k in ("files", "directories", "symlinks", "other", "inodes", "data_bytes"):
+        assert k in plain, f"plain status lacks {k}: {r.stdout!r}"
+        assert plain[k].split()[0] == str(st[k]), f"plain {k}={plain[k]!r} vs json {st[k]}"
+
+
+def test_status_counts(mnt):
+    before = mnt.status()
+    root = os.path.join(mnt.path, "counted")
+    os.mkdir(root)
+    os.mkdir(os.path.join(root, "sub1"))
+    os.mkdir(os.path.join(root, "sub2"))
+    sizes = [4096 * (i + 1) for i in range(7)]
+    for i, size in enumerate(sizes):
+        p = os.path.join(root if i % 2 else os.path.join(root, "sub1"), f"file{i}")
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o644)
+        os.write(fd, bytes([65 + i]) * size)
+        os.fsync(fd)
+        os.close(fd)
+    os.symlink("file1", os.path.join(root, "link"))
+    os.mkfifo(os.path.join(root, "fifo"))
+    after = mnt.status()
+    delta = {k: after[k] - before[k] for k in ("files", "directories", "symlinks", "other", "inodes",
+                                              "data_bytes")}
+    assert delta == {"files": 7, "directories": 3, "symlinks": 1, "other": 1, "inodes": 12,
+                     "data_bytes": sum(sizes)}, f"status changes {delta}"
+    assert after["memory_used_bytes"] >= before["memory_used_bytes"]
+    run(["rm", "-rf", root], check=True)
+    keys = ("files", "directories", "symlinks", "other", "inodes", "data_bytes")
+    # the kernel's FORGET of the deleted inodes is asynchronous: allow it to arrive
+    back = {}
+
+    def settled():
+        back.update(mnt.status())
+        return all(back[k] == before[k] for k in keys)
+
+    wait_until(settled, timeout=10, interval=0.2)
+    for k in keys:
+        assert back[k] == before[k], f"after deleting everything, {k} is {back[k]}, was {before[k]}"
+
+
+def test_status_memory_cap_option(mount_factory):
+    m = mount_factory("--memory-cap", "64M", name="cap64")
+    assert m.status()["memory_cap_bytes"] == 64 * 1024 * 1024
+    m2 = mount_factory("--memory-cap", "123456789", name="capbytes")
+    assert m2.status()["memory_cap_bytes"] == 123456789
+
+
+# ---- shutdown ---------------------------------------------------------------------------------
+
+def _fresh(test_base, env, name, cleanup):
+    m = Mount(test_base, name, env=env)
+    cleanup.append(m)
+    m.mount()
+    assert m.pid, f"could not find the daemon's pid ({m.pid_source})"
+    assert pid_alive(m.pid)
+    write_file(os.path.join(m.path, "f"), b"x")
+    return m
+
+
+def _assert_gone_and_remountable(m, how):
+    assert wait_until(lambda: not in_mount_table(m.path), EXIT_WAIT), f"still mounted after {how}"
+    m.mounted = False
+    assert wait_until(lambda: not pid_alive(m.pid), EXIT_WAIT), f"daemon pid {m.pid} still running after {how}"
+    # the store was released: it can be mounted again
+    r = m.cli("mount", m.store, m.path)
+    assert r.returncode == 0, f"remount after {how} failed: {r.stderr}"
+    m.mounted = True
+    m.pid = m.find_daemon_pid()
+    assert m.alive()
+    r = m.umount()
+    assert r.returncode == 0, r.stderr
+    assert wait_until(lambda: not m.pid or not pid_alive(m.pid), EXIT_WAIT)
+
+
+def test_umount_ends_daemon(test_base, rampart_env, cleanup_mounts):
+    m = _fresh(test_base, rampart_env, "um", cleanup_mounts)
+    r = m.umount()
+    assert r.returncode == 0, r.stderr
+    _assert_gone_and_remountable(m, "rampart umount")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_unmounts_cleanly(test_base, rampart_env, cleanup_mounts, sig):
+    m = _fresh(test_base, rampart_env, f"sig{int(sig)}", cleanup_mounts)
+    os.kill(m.pid, sig)
+    _assert_gone_and_remountable(m, sig.name)
+
+
+def test_fusermount_u_ends_daemon(test_base, rampart_env, cleanup_mounts):
+    m = _fresh(test_base, rampart_env, "fu", cleanup_mounts)
+    r = run(["fusermount3", "-u", m.path], timeout=120)
+    assert r.returncode == 0, r.stderr
+    _assert_gone_and_remountable(m, "fusermount3 -u")
+
+
+def test_store_usable_after_daemon_killed(test_base, rampart_env, cleanup_mounts):
+    """After SIGKILL (a crash), the store must not stay locked as 'already mounted'
+    forever: once the dead mount is cleaned away, the store mounts again."""
+    m = _fresh(test_base, rampart_env, "kill", cleanup_mounts)
+    os.kill(m.pid, signal.SIGKILL)
+    assert wait_until(lambda: not pid_alive(m.pid), EXIT_WAIT)
+    run(["fusermount3", "-u", "-z", m.path], timeout=60)
+    assert wait_until(lambda: not in_mount_table(m.path), EXIT_WAIT)
+    m.mounted = False
+    r = m.cli("mount", m.store, m.path)
+    assert r.returncode == 0, f"mount after a crash failed: {r.stderr}"
+    m.mounted = True
+    m.pid = m.find_daemon_pid()
+    assert m.alive()
+    assert m.umount().returncode == 0
