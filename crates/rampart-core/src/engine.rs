@@ -896,18 +896,6 @@ fn inode_charge(inode: &Inode) -> u64 {
     inode_base_cost(inode) + data + xattrs
 }
 
-/// relatime: refreshes the access time when it is older than the last change or a day.
-/// Returns true if it changed.
-fn touch_atime(inode: &Inode) -> bool {
-    let atime = inode.atime();
-    let now = now_ns();
-    if atime <= inode.mtime_ns || atime <= inode.ctime_ns || now - atime > RELATIME_INTERVAL_NS {
-        inode.set_atime(now);
-        return true;
-    }
-    false
-}
-
 /// Per-call scratch buffer for reads.
 pub type ReadBuf = Vec<u8>;
 
@@ -1208,9 +1196,8 @@ impl Engine {
         Ok(())
     }
 
-    /// Reads up to `size` bytes at `offset` into `out` (cleared first). Returns true if the
-    /// access time changed (relatime), which a cache of the attributes must learn.
-    pub fn read(&self, ino: Ino, offset: u64, size: u32, out: &mut ReadBuf) -> FsResult<bool> {
+    /// Reads up to `size` bytes at `offset` into `out` (cleared first).
+    pub fn read(&self, ino: Ino, offset: u64, size: u32, out: &mut ReadBuf) -> FsResult<()> {
         let state = self.state.read();
         let inode = state.regular_file(ino)?;
         inode
@@ -1218,7 +1205,13 @@ impl Engine {
             .expect("file")
             .read(inode.size_bytes, offset, size, out);
         // relatime: refresh the access time only when it is older than the last change or a day.
-        Ok(touch_atime(inode))
+        let atime = inode.atime();
+        let now = now_ns();
+        if atime <= inode.mtime_ns || atime <= inode.ctime_ns || now - atime > RELATIME_INTERVAL_NS
+        {
+            inode.set_atime(now);
+        }
+        Ok(())
     }
 
     /// Writes `data` at `offset`; returns the number of bytes written (all of them).
@@ -1262,28 +1255,31 @@ impl Engine {
     }
 
     /// Lists `ino` from `cookie` on: ".", "..", then the entries. `emit(ino, next_cookie, kind,
-    /// name)` returns false when the caller's buffer is full. Returns true if the access time
-    /// changed.
+    /// name)` returns false when the caller's buffer is full.
     pub fn readdir(
         &self,
         ino: Ino,
         cookie: u64,
         mut emit: impl FnMut(Ino, u64, FileKind, &[u8]) -> bool,
-    ) -> FsResult<bool> {
+    ) -> FsResult<()> {
         let state = self.state.read();
         let inode = state.inode(ino)?;
         let dir = inode.dir().ok_or(Errno::ENOTDIR)?;
         if cookie == 0 && !emit(ino, 1, FileKind::Directory, b".") {
-            return Ok(false);
+            return Ok(());
         }
         if cookie <= 1 && !emit(dir.parent, 2, FileKind::Directory, b"..") {
-            return Ok(false);
+            return Ok(());
         }
         dir.list_from(cookie.max(2), |e| {
             let kind = FileKind::from_code(e.kind_code).unwrap_or(FileKind::RegularFile);
             emit(e.ino, e.next_cookie, kind, e.name)
         });
-        Ok(touch_atime(inode))
+        let atime = inode.atime();
+        if atime <= inode.mtime_ns || atime <= inode.ctime_ns {
+            inode.set_atime(now_ns());
+        }
+        Ok(())
     }
 
     pub fn setxattr(

@@ -8,14 +8,14 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags,
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use rampart_core::time::{to_ns, to_system_time};
 use rampart_core::{Attr, Ctx, Engine, FileKind, SetAttr, SetTime};
@@ -57,9 +57,6 @@ pub(crate) struct RampartFs {
     engine: Arc<Engine>,
     cache: CachePolicy,
     counters: Arc<RequestCounters>,
-    /// Set once the session exists; used to tell the kernel of changes the engine makes on
-    /// its own (access times).
-    notifier: Arc<OnceLock<Notifier>>,
 }
 
 fn errno(e: rampart_core::Errno) -> Errno {
@@ -151,23 +148,11 @@ impl RampartFs {
         engine: Arc<Engine>,
         cache: CachePolicy,
         counters: Arc<RequestCounters>,
-        notifier: Arc<OnceLock<Notifier>>,
     ) -> RampartFs {
         RampartFs {
             engine,
             cache,
             counters,
-            notifier,
-        }
-    }
-
-    /// The engine changed attributes on its own (atime): drop the kernel's cached attributes.
-    /// Offset -1 leaves the page cache alone, so this is safe from inside a request.
-    fn attributes_changed(&self, ino: u64) {
-        if let Some(n) = self.notifier.get() {
-            if let Err(e) = n.inval_inode(INodeNo(ino), -1, 0) {
-                tracing::debug!("attribute invalidation of {ino} failed: {e}");
-            }
         }
     }
 
@@ -450,12 +435,7 @@ impl Filesystem for RampartFs {
         guarded("read", || {
             let mut buf = Vec::new();
             match self.engine.read(ino.0, offset, size, &mut buf) {
-                Ok(atime_changed) => {
-                    reply.data(&buf);
-                    if atime_changed {
-                        self.attributes_changed(ino.0);
-                    }
-                }
+                Ok(()) => reply.data(&buf),
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -541,12 +521,7 @@ impl Filesystem for RampartFs {
                 !reply.add(INodeNo(ino), next, file_type(kind), OsStr::from_bytes(name))
             });
             match r {
-                Ok(atime_changed) => {
-                    reply.ok();
-                    if atime_changed {
-                        self.attributes_changed(ino.0);
-                    }
-                }
+                Ok(()) => reply.ok(),
                 Err(e) => reply.error(errno(e)),
             }
         });

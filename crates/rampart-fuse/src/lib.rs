@@ -12,7 +12,7 @@ use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use fuser::{Config, INodeNo, MountOption, Notifier, Session, SessionACL, SessionUnmounter};
 use rampart_core::{Engine, Invalidation, Observer};
@@ -100,15 +100,8 @@ pub fn mount(
     config.n_threads = Some(options.threads.max(1));
     config.clone_fd = true;
     let counters = Arc::new(RequestCounters::default());
-    let notifier = Arc::new(OnceLock::new());
-    let fs = adapter::RampartFs::new(
-        engine.clone(),
-        options.cache,
-        counters.clone(),
-        notifier.clone(),
-    );
+    let fs = adapter::RampartFs::new(engine.clone(), options.cache, counters.clone());
     let session = Session::new(fs, mountpoint, &config)?;
-    let _ = notifier.set(session.notifier());
     engine.set_observer(Some(Arc::new(KernelNotifier(session.notifier()))));
     Ok(Mounted {
         session,
