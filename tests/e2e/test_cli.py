@@ -5,6 +5,7 @@ import os
 import signal
 import stat
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -171,9 +172,7 @@ def test_status_keys_and_plain_form(mnt):
         assert plain[k].split()[0] == str(st[k]), f"plain {k}={plain[k]!r} vs json {st[k]}"
 
 
-def test_status_counts(mnt):
-    before = mnt.status()
-    root = os.path.join(mnt.path, "counted")
+def _populate(root):
     os.mkdir(root)
     os.mkdir(os.path.join(root, "sub1"))
     os.mkdir(os.path.join(root, "sub2"))
@@ -186,24 +185,53 @@ def test_status_counts(mnt):
         os.close(fd)
     os.symlink("file1", os.path.join(root, "link"))
     os.mkfifo(os.path.join(root, "fifo"))
-    after = mnt.status()
-    delta = {k: after[k] - before[k] for k in ("files", "directories", "symlinks", "other", "inodes",
-                                              "data_bytes")}
-    assert delta == {"files": 7, "directories": 3, "symlinks": 1, "other": 1, "inodes": 12,
-                     "data_bytes": sum(sizes)}, f"status changes {delta}"
-    assert after["memory_used_bytes"] >= before["memory_used_bytes"]
-    run(["rm", "-rf", root], check=True)
-    keys = ("files", "directories", "symlinks", "other", "inodes", "data_bytes")
-    # the kernel's FORGET of the deleted inodes is asynchronous: allow it to arrive
+    return sum(sizes)
+
+
+COUNT_KEYS = ("files", "directories", "symlinks", "other", "inodes", "data_bytes")
+
+
+def _settled_status(mnt, want):
+    """The kernel's FORGET of deleted inodes is asynchronous: give it time to arrive."""
     back = {}
 
     def settled():
         back.update(mnt.status())
-        return all(back[k] == before[k] for k in keys)
+        return all(back[k] == want[k] for k in COUNT_KEYS)
 
     wait_until(settled, timeout=10, interval=0.2)
-    for k in keys:
+    return back
+
+
+def test_status_counts(mnt):
+    """7 files, 3 directories, a symlink and a fifo change the counts by exactly that."""
+    before = mnt.status()
+    root = os.path.join(mnt.path, "counted")
+    data = _populate(root)
+    after = mnt.status()
+    delta = {k: after[k] - before[k] for k in COUNT_KEYS}
+    assert delta == {"files": 7, "directories": 3, "symlinks": 1, "other": 1, "inodes": 12,
+                     "data_bytes": data}, f"status changes {delta}"
+    assert after["memory_used_bytes"] - before["memory_used_bytes"] >= data, \
+        "the memory charge grew by less than the data written"
+    run(["rm", "-rf", root], check=True)
+    back = _settled_status(mnt, before)
+    for k in COUNT_KEYS:
         assert back[k] == before[k], f"after deleting everything, {k} is {back[k]}, was {before[k]}"
+
+
+def test_status_memory_given_back(mnt):
+    """docs/decisions/0007: deletions give the memory back. Containers may keep some
+    capacity, so: close to the start after one round, and no growth over more rounds."""
+    before = mnt.status()
+    rounds = []
+    for i in range(3):
+        root = os.path.join(mnt.path, "counted")
+        _populate(root)
+        run(["rm", "-rf", root], check=True)
+        rounds.append(_settled_status(mnt, before)["memory_used_bytes"])
+    assert rounds[0] - before["memory_used_bytes"] <= 16 * 1024, (before["memory_used_bytes"], rounds)
+    assert rounds[2] == rounds[1] == rounds[0], f"memory charge grows per create/delete round: {rounds}"
 
 
 def test_status_memory_cap_option(mount_factory):
@@ -276,3 +304,121 @@ def test_store_usable_after_daemon_killed(test_base, rampart_env, cleanup_mounts
     m.pid = m.find_daemon_pid()
     assert m.alive()
     assert m.umount().returncode == 0
+
+
+# ---- defaults, options, store files -------------------------------------------------------------
+
+def _meminfo_total():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no MemTotal")
+
+
+def test_mount_defaults(test_base, cleanup_mounts):
+    """No arguments: the store $RAMPART_HOME/store is created and mounted at ~/rampart."""
+    home = os.path.join(test_base, "home")
+    rhome = os.path.join(test_base, "rhome")
+    os.mkdir(home)
+    env = dict(os.environ, HOME=home, RAMPART_HOME=rhome)
+    m = Mount(test_base, "defaults", env=env)
+    m.store = Path(rhome) / "store"
+    m.path = Path(home) / "rampart"
+    cleanup_mounts.append(m)
+    r = cli("mount", env=env)
+    m.mounted = in_mount_table(m.path)
+    assert r.returncode == 0, r.stderr
+    assert m.mounted and os.path.ismount(m.path), "not mounted at $HOME/rampart"
+    assert os.path.isfile(os.path.join(rhome, "store", "superblock"))
+    write_file(os.path.join(m.path, "x"), b"x")
+    m.pid = m.find_daemon_pid()
+    assert m.umount().returncode == 0
+    # a second run reuses the store (and the existing mount point)
+    r = cli("mount", env=env)
+    m.mounted = in_mount_table(m.path)
+    assert r.returncode == 0, r.stderr
+    m.pid = m.find_daemon_pid()
+    assert m.umount().returncode == 0
+
+
+def test_explicit_missing_store_is_not_created(test_base, rampart_env):
+    store = os.path.join(test_base, "typo-store")
+    mp = os.path.join(test_base, "mp")
+    os.mkdir(mp)
+    r = cli("mount", store, mp, env=rampart_env)
+    assert r.returncode == 1, f"exit {r.returncode}"
+    assert store in r.stderr
+    assert not os.path.exists(store), "an explicitly named store must never be created implicitly"
+    assert not in_mount_table(mp)
+
+
+def test_damaged_superblock_refused(test_base, rampart_env):
+    store = os.path.join(test_base, "store")
+    assert cli("mkfs", store, env=rampart_env).returncode == 0
+    sb = os.path.join(store, "superblock")
+    data = bytearray(read_file(sb))
+    data[20] ^= 0xFF  # inside store_id: the checksum no longer matches
+    with open(sb, "wb") as f:
+        f.write(data)
+    mp = os.path.join(test_base, "mp")
+    os.mkdir(mp)
+    r = cli("mount", store, mp, env=rampart_env)
+    assert r.returncode == 1, f"exit {r.returncode}: {r.stderr}"
+    assert store in r.stderr, r.stderr
+    assert not in_mount_table(mp)
+    assert read_file(sb) == bytes(data), "a damaged superblock must not be rewritten"
+
+
+def test_private_mount(mount_factory):
+    from e2e_helpers import nobody_py
+    m = mount_factory("--private", name="private")
+    os.chmod(m.path, 0o755)
+    write_file(os.path.join(m.path, "f"), b"x")
+    os.chmod(os.path.join(m.path, "f"), 0o644)
+    e, _ = nobody_py("os.stat(args[0])", os.path.join(m.path, "f"))
+    assert e == 13, f"--private: another user could reach the mount (errno {e})"
+    pub = mount_factory(name="public")
+    write_file(os.path.join(pub.path, "f"), b"x")
+    assert nobody_py("result = open(args[0]).read()", os.path.join(pub.path, "f")) == (0, "x")
+
+
+def test_threads_and_log_level_options(mount_factory):
+    m = mount_factory("--threads", "1", "--log-level", "debug", name="opts")
+    for i in range(50):
+        write_file(os.path.join(m.path, f"f{i}"), b"x" * i)
+    assert len(os.listdir(m.path)) == 50
+    assert m.status()["files"] >= 50
+
+
+def test_memory_cap_forms(mount_factory):
+    total = _meminfo_total()
+    m = mount_factory(name="default-cap")
+    assert abs(m.status()["memory_cap_bytes"] - total // 2) <= total // 50, "default cap is not 50% of RAM"
+    m = mount_factory("--memory-cap", "10%", name="pct")
+    assert abs(m.status()["memory_cap_bytes"] - total // 10) <= total // 100
+    m = mount_factory("--memory-cap", "1G", name="gig")
+    assert m.status()["memory_cap_bytes"] == 1 << 30
+    m = mount_factory("--memory-cap", "512K", name="kib")
+    assert m.status()["memory_cap_bytes"] == 512 << 10
+
+
+def test_bad_memory_cap_value(test_base, rampart_env):
+    store = os.path.join(test_base, "store")
+    assert cli("mkfs", store, env=rampart_env).returncode == 0
+    mp = os.path.join(test_base, "mp")
+    os.mkdir(mp)
+    r = cli("mount", store, mp, "--memory-cap", "banana", env=rampart_env)
+    assert r.returncode in (1, 2), f"exit {r.returncode}"
+    assert "banana" in r.stderr or "memory-cap" in r.stderr, r.stderr
+    assert not in_mount_table(mp)
+
+
+def test_store_files_while_mounted_and_after(mnt):
+    """docs/FORMAT.md: `lock` holds the daemon's pid; control.sock goes away on exit."""
+    st = mnt.status()
+    assert int(read_file(os.path.join(mnt.store, "lock")).decode().strip()) == st["pid"] == mnt.pid
+    assert os.path.exists(os.path.join(mnt.store, "control.sock"))
+    assert mnt.umount().returncode == 0
+    assert not os.path.exists(os.path.join(mnt.store, "control.sock"))
+    mnt.mount(mkfs=False)  # the fixture unmounts it again

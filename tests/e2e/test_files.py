@@ -674,3 +674,125 @@ def test_fallocate_punch_hole(d):
     assert got[100000:1600000] == b"\0" * 1500000
     assert got[1600000:] == data[1600000:]
     assert read_file(p) == got
+
+
+# ---- more ---------------------------------------------------------------------------------
+
+def test_offsets_beyond_4gib(d):
+    """64-bit offsets end to end (no 32-bit truncation anywhere)."""
+    p = os.path.join(d, "far")
+    off = 5 * 1024 * MiB + 3
+    fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, b"start")
+        assert os.pwrite(fd, b"far data", off) == 8
+        assert os.fstat(fd).st_size == off + 8
+        assert os.pread(fd, 8, off) == b"far data"
+        assert os.pread(fd, 5, 0) == b"start"
+        assert os.pread(fd, 4096, 4 * 1024 * MiB) == b"\0" * 4096, "offset 4 GiB aliased onto 0?"
+        assert os.pread(fd, 16, off - 8) == b"\0" * 8 + b"far data"
+    finally:
+        os.close(fd)
+    assert os.stat(p).st_size == off + 8
+
+
+def test_copy_file_range_and_sendfile(d):
+    src = os.path.join(d, "src")
+    data = os.urandom(3 * MiB + 17)
+    write_file(src, data)
+    dst = os.path.join(d, "dst")
+    fi = os.open(src, os.O_RDONLY)
+    fo = os.open(dst, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        done = 0
+        while done < len(data):
+            n = os.copy_file_range(fi, fo, len(data) - done, done, done)
+            assert n > 0
+            done += n
+    finally:
+        os.close(fi)
+        os.close(fo)
+    assert read_file(dst) == data
+    dst2 = os.path.join(d, "dst2")
+    fi = os.open(src, os.O_RDONLY)
+    fo = os.open(dst2, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        done = 0
+        while done < len(data):
+            n = os.sendfile(fo, fi, done, len(data) - done)
+            assert n > 0
+            done += n
+    finally:
+        os.close(fi)
+        os.close(fo)
+    assert read_file(dst2) == data
+
+
+def test_setgid_directory_inheritance(d):
+    """In a set-group-ID directory new entries take the directory's group, and new
+    subdirectories inherit the bit (the file system, not the kernel, must do this
+    for FUSE)."""
+    sg = os.path.join(d, "sg")
+    os.mkdir(sg)
+    os.chown(sg, 0, 1234)
+    os.chmod(sg, 0o2775)
+    write_file(os.path.join(sg, "f"), b"")
+    os.mkdir(os.path.join(sg, "sub"))
+    os.symlink("f", os.path.join(sg, "l"))
+    assert os.stat(os.path.join(sg, "f")).st_gid == 1234
+    assert os.lstat(os.path.join(sg, "l")).st_gid == 1234
+    st = os.stat(os.path.join(sg, "sub"))
+    assert st.st_gid == 1234 and st.st_mode & stat.S_ISGID, f"subdirectory: gid {st.st_gid} mode {oct(st.st_mode)}"
+    write_file(os.path.join(sg, "sub", "g"), b"")
+    assert os.stat(os.path.join(sg, "sub", "g")).st_gid == 1234
+
+
+def test_deep_tree(d):
+    comp = "deep-directory-component-" + "x" * 20
+    depth = 80  # a path of ~3,700 bytes
+    p = d
+    for _ in range(depth):
+        p = os.path.join(p, comp)
+        os.mkdir(p)
+    write_file(os.path.join(p, "leaf"), b"leaf")
+    assert read_file(os.path.join(p, "leaf")) == b"leaf"
+    assert os.stat(os.path.join(p, "..")).st_ino == os.stat(os.path.dirname(p)).st_ino
+    n = 0
+    for _, dirs, _ in os.walk(d):
+        n += len(dirs)
+    assert n == depth
+    subprocess.run(["rm", "-rf", os.path.join(d, comp)], check=True, timeout=300)
+    assert os.listdir(d) == []
+
+
+_LOCKER = r"""
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+kind = sys.argv[2]
+try:
+    if kind == "lockf":
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    else:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    print("locked")
+except OSError as e:
+    print("busy", e.errno)
+"""
+
+
+@pytest.mark.parametrize("kind", ["lockf", "flock"])
+def test_file_locks_between_processes(d, kind):
+    """POSIX (fcntl) and BSD (flock) locks exclude other processes (sqlite, git, dpkg...)."""
+    import fcntl
+    p = os.path.join(d, "lockfile")
+    write_file(p, b"")
+    fd = os.open(p, os.O_RDWR)
+    try:
+        (fcntl.lockf if kind == "lockf" else fcntl.flock)(fd, fcntl.LOCK_EX)
+        r = subprocess.run([sys.executable, "-c", _LOCKER, p, kind], capture_output=True, text=True, timeout=60)
+        assert r.stdout.split()[0] == "busy", f"second process got the lock: {r.stdout} {r.stderr}"
+        (fcntl.lockf if kind == "lockf" else fcntl.flock)(fd, fcntl.LOCK_UN)
+        r = subprocess.run([sys.executable, "-c", _LOCKER, p, kind], capture_output=True, text=True, timeout=60)
+        assert r.stdout.strip() == "locked", r.stdout + r.stderr
+    finally:
+        os.close(fd)

@@ -144,3 +144,26 @@ def test_xattr_permissions(pd):
     assert nobody_py("os.setxattr(args[0], 'user.nobody', b'n')", p)[0] == 0
     assert os.getxattr(p, "user.nobody") == b"n"
     assert nobody_py("os.setxattr(args[0], 'trusted.x', b'n')", p)[0] == errno.EPERM
+
+
+def test_trusted_xattrs_hidden_from_users(pd):
+    p = os.path.join(pd, "f")
+    write_file(p, b"")
+    os.chmod(p, 0o644)
+    os.setxattr(p, "trusted.secret", b"s")
+    os.setxattr(p, "user.visible", b"v")
+    assert "trusted.secret" in os.listxattr(p)
+    e, names = nobody_py("result = os.listxattr(args[0])", p)
+    assert e == 0 and "user.visible" in names
+    assert "trusted.secret" not in names, "trusted.* names are listed only to privileged users"
+    assert nobody_py("os.getxattr(args[0], 'trusted.secret')", p)[0] == errno.ENODATA
+
+
+def test_setgid_directory_for_unprivileged_creator(pd):
+    sg = os.path.join(pd, "sg")
+    os.mkdir(sg)
+    os.chown(sg, 0, 4321)
+    os.chmod(sg, 0o2777)
+    assert nobody_py(CREATE, os.path.join(sg, "f"))[0] == 0
+    st = os.stat(os.path.join(sg, "f"))
+    assert (st.st_uid, st.st_gid) == (NOBODY_UID, 4321)

@@ -3,6 +3,7 @@
 import os
 import shutil
 import stat
+import sys
 import sysconfig
 import textwrap
 
@@ -230,6 +231,39 @@ def test_rustc_program(mnt):
         timeout=600)
     r = run([os.path.join(proj, "hello")], check=True)
     assert r.stdout == "the=3 words=9\n"
+
+
+def test_sqlite_database(mnt):
+    """sqlite: fcntl locks, pread/pwrite, fsync, a journal created and deleted per
+    transaction, and a second connection from another process."""
+    import sqlite3
+    db = os.path.join(mnt.path, "test.db")
+    con = sqlite3.connect(db)
+    con.execute("create table t (id integer primary key, v text)")
+    for chunk in range(20):
+        with con:
+            con.executemany("insert into t (v) values (?)", [(f"row {chunk}-{i} " * 5,) for i in range(500)])
+    with con:
+        con.execute("delete from t where id % 3 = 0")
+    con.execute("vacuum")
+    assert con.execute("select count(*) from t").fetchone()[0] == 10000 - 10000 // 3
+    assert con.execute("pragma integrity_check").fetchone()[0] == "ok"
+    # while this connection holds a write transaction, another process cannot write
+    con.execute("begin immediate")
+    r = run([sys.executable, "-c",
+             "import sqlite3, sys\n"
+             "c = sqlite3.connect(sys.argv[1], timeout=0)\n"
+             "try:\n    c.execute('insert into t (v) values (1)'); c.commit(); print('wrote')\n"
+             "except sqlite3.OperationalError as e:\n    print('locked' if 'locked' in str(e) else e)\n", db])
+    con.execute("rollback")
+    assert r.stdout.strip() == "locked", r.stdout + r.stderr
+    con.close()
+    r = run([sys.executable, "-c",
+             "import sqlite3, sys\nc = sqlite3.connect(sys.argv[1])\n"
+             "print(c.execute('select count(*) from t').fetchone()[0], c.execute('pragma integrity_check').fetchone()[0])",
+             db], check=True)
+    assert r.stdout.split() == [str(10000 - 10000 // 3), "ok"]
+    assert [n for n in os.listdir(mnt.path) if n.startswith("test.db")] == ["test.db"], "journal left behind"
 
 
 def test_rm_rf_10000_files(mnt):

@@ -186,3 +186,44 @@ def test_readdir_continuation_under_churn(d):
     missing = stable - set(seen)
     assert not missing, f"{len(missing)} stable entries never returned, e.g. {sorted(missing)[:5]}"
     assert set(seen) <= ever, f"returned names that never existed: {sorted(set(seen) - ever)[:5]}"
+
+
+def test_telldir_seekdir(d):
+    """A position from telldir() leads back to the same remaining entries (NFS and
+    Samba exports, and `find` on huge directories, resume listings like this)."""
+    import ctypes
+    for i in range(2000):
+        write_file(os.path.join(d, f"e{i:04d}-{'t' * (i % 29)}"), b"")
+    libc.telldir.argtypes = [ctypes.c_void_p]
+    libc.telldir.restype = ctypes.c_long
+    libc.seekdir.argtypes = [ctypes.c_void_p, ctypes.c_long]
+    libc.seekdir.restype = None
+    libc.rewinddir.argtypes = [ctypes.c_void_p]
+    libc.rewinddir.restype = None
+    h = libc.opendir(os.fsencode(d))
+    assert h
+
+    def read_rest():
+        out = []
+        while True:
+            e = libc.readdir64(h)
+            if not e:
+                return out
+            out.append(e.contents.d_name)
+
+    try:
+        first = []
+        while len(first) < 777:
+            first.append(libc.readdir64(h).contents.d_name)
+        pos = libc.telldir(h)
+        rest1 = read_rest()
+        libc.seekdir(h, pos)
+        rest2 = read_rest()
+        libc.rewinddir(h)
+        again = read_rest()
+    finally:
+        libc.closedir(h)
+    assert rest1 == rest2, "seekdir(telldir()) did not resume at the same place"
+    names = [n for n in first + rest1 if n not in (b".", b"..")]
+    assert len(names) == 2000 and len(set(names)) == 2000
+    assert again == first + rest1, "rewinddir did not restart the same listing"

@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from e2e_helpers import expect_errno, getxattr_raw, listxattr_raw, write_file
+from e2e_helpers import expect_errno, getxattr_raw, listxattr_raw, read_file, write_file
 
 
 @pytest.fixture
@@ -30,12 +30,7 @@ def test_set_get_list_remove(f, ns):
     os.removexattr(f, name)
     assert name not in os.listxattr(f)
     expect_errno(errno.ENODATA, os.getxattr, f, name)
-    assert read_file_ok(f)
-
-
-def read_file_ok(p):
-    with open(p, "rb") as fh:
-        return fh.read() == b"content"
+    assert read_file(f) == b"content", "xattr changes touched the file data"
 
 
 def test_many_attributes_and_binary_values(f):
