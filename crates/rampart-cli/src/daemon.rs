@@ -25,6 +25,10 @@ pub struct ServeConfig {
     pub no_open: bool,
 }
 
+/// How often, and how far apart, a busy unmount is retried before detaching lazily.
+const UNMOUNT_RETRIES: u32 = 20;
+const UNMOUNT_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// The line a serving daemon prints on stdout once the mount is ready.
 pub const READY: &str = "ready";
 /// The prefix of a fatal error a daemon child reports on its stdout pipe.
@@ -90,9 +94,21 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
         .spawn(move || {
             while let Ok(signal) = signals.wait() {
                 tracing::info!("{signal:?}: unmounting {}", signal_mountpoint.display());
-                if let Err(e) = unmounter.unmount() {
+                // Just after a close the kernel may still hold the mount for a moment (async
+                // release, writeback): retry briefly before detaching lazily.
+                // (fuser's unmounter gives its mount up after one try, so retries go
+                // through fusermount3.)
+                let Err(e) = unmounter.unmount() else {
+                    continue;
+                };
+                let unmounted = e.raw_os_error() == Some(libc::EBUSY)
+                    && (0..UNMOUNT_RETRIES).any(|_| {
+                        std::thread::sleep(UNMOUNT_RETRY_PAUSE);
+                        fusermount_unmount(&signal_mountpoint, false)
+                    });
+                if !unmounted {
                     tracing::warn!("unmount failed ({e}); detaching lazily");
-                    lazy_unmount(&signal_mountpoint);
+                    fusermount_unmount(&signal_mountpoint, true);
                 }
             }
         })
@@ -125,12 +141,14 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     result.map_err(|e| format!("FUSE session ended with an error: {e}"))
 }
 
-pub fn lazy_unmount(mountpoint: &Path) {
-    let _ = Command::new("fusermount3")
-        .args(["-u", "-z"])
+/// Unmounts with `fusermount3 -u` (`-z`: lazily); true on success.
+fn fusermount_unmount(mountpoint: &Path, lazy: bool) -> bool {
+    Command::new("fusermount3")
+        .arg(if lazy { "-uz" } else { "-u" })
         .arg(mountpoint)
         .stderr(Stdio::null())
-        .status();
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// Runs `rampart mount --foreground --daemon-child ...` detached, and waits for it to report

@@ -95,8 +95,10 @@ fn rampart_home() -> PathBuf {
 }
 
 fn init_logging(level: &str) {
+    // fuser warns when its own unmount-on-drop finds the mount already gone (always, after a
+    // clean unmount); only its errors are worth a user's attention.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},fuser=error")));
     use std::io::IsTerminal;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -225,18 +227,30 @@ fn cmd_umount(mountpoint: &Path, lazy: bool) -> Result<(), String> {
     let mount = mounts::find_mount(mountpoint)
         .ok_or_else(|| format!("{} is not a rampart mount", mountpoint.display()))?;
     let pid = control::query_status(&mount.store).ok().map(|s| s.pid);
-    let mut cmd = std::process::Command::new("fusermount3");
-    cmd.arg("-u");
-    if lazy {
-        cmd.arg("-z");
+    let fusermount = || {
+        let mut cmd = std::process::Command::new("fusermount3");
+        cmd.arg("-u");
+        if lazy {
+            cmd.arg("-z");
+        }
+        cmd.arg(&mount.mountpoint)
+            .output()
+            .map_err(|e| format!("cannot run fusermount3 (install fuse3): {e}"))
+    };
+    let busy = |out: &std::process::Output| String::from_utf8_lossy(&out.stderr).contains("busy");
+    let mut out = fusermount()?;
+    // Right after a close the kernel may hold the mount for a moment: retry a busy unmount
+    // for up to a second before telling the user.
+    for _ in 0..20 {
+        if out.status.success() || !busy(&out) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        out = fusermount()?;
     }
-    let out = cmd
-        .arg(&mount.mountpoint)
-        .output()
-        .map_err(|e| format!("cannot run fusermount3 (install fuse3): {e}"))?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
-        if stderr.contains("busy") {
+        if busy(&out) {
             return Err(format!(
                 "{} is busy (files or directories in use); close them, or use --lazy",
                 mount.mountpoint.display()

@@ -13,9 +13,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use rampart_core::time::{to_ns, to_system_time};
 use rampart_core::{Attr, Ctx, Engine, FileKind, SetAttr, SetTime};
@@ -638,6 +638,23 @@ impl Filesystem for RampartFs {
                 Err(e) => reply.error(errno(e)),
             }
         });
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        // No file-system specific ioctls (FS_IOC_GETFLAGS, FICLONE...): ENOTTY is what a
+        // program expects for "not supported here", and the kernel does not remember ENOSYS
+        // for ioctl, so answering it quietly matters (cp and python probe on every file).
+        reply.error(Errno::ENOTTY);
     }
 
     fn fallocate(
