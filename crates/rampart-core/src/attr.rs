@@ -97,6 +97,9 @@ pub struct SetAttr {
     pub mtime: Option<SetTime>,
     /// An explicit ctime (the kernel sends one with the writeback cache); otherwise "now".
     pub ctime_ns: Option<TimeNs>,
+    /// Clear setuid/setgid as an unprivileged truncate does (a chown of a non-directory clears
+    /// them regardless).
+    pub kill_suidgid: bool,
 }
 
 /// File-system wide figures for `statfs`.

@@ -341,15 +341,25 @@ impl State {
                 atime_ns,
                 mtime_ns,
                 ctime_ns,
+                kill_suidgid,
             } => self.apply_setattr(
-                ino, mode, uid, gid, size_bytes, atime_ns, mtime_ns, ctime_ns,
+                ino,
+                mode,
+                uid,
+                gid,
+                size_bytes,
+                atime_ns,
+                mtime_ns,
+                ctime_ns,
+                kill_suidgid,
             ),
             Op::Write {
                 ino,
                 offset,
                 data,
                 time_ns,
-            } => self.apply_write(ino, offset, data, time_ns),
+                kill_suidgid,
+            } => self.apply_write(ino, offset, data, time_ns, kill_suidgid),
             Op::Fallocate {
                 ino,
                 offset,
@@ -625,8 +635,10 @@ impl State {
         atime_ns: Option<TimeNs>,
         mtime_ns: Option<TimeNs>,
         ctime_ns: TimeNs,
+        kill_suidgid: bool,
     ) -> FsResult<()> {
         let inode = self.inode(ino)?;
+        let chown = (uid.is_some() || gid.is_some()) && !inode.is_dir();
         if let Some(size) = size_bytes {
             match inode.payload {
                 Payload::File(_) => {}
@@ -666,6 +678,15 @@ impl State {
             inode.mtime_ns = t;
         }
         inode.ctime_ns = ctime_ns;
+        if chown || size_bytes.is_some() {
+            let strip = if chown || kill_suidgid {
+                Strip::SetuidAndExecSetgid
+            } else {
+                Strip::Nothing
+            };
+            let freed = kill_privileges(inode, strip);
+            self.budget.apply(freed);
+        }
         Ok(())
     }
 
@@ -678,7 +699,14 @@ impl State {
         }
     }
 
-    fn apply_write(&mut self, ino: Ino, offset: u64, data: &[u8], time_ns: TimeNs) -> FsResult<()> {
+    fn apply_write(
+        &mut self,
+        ino: Ino,
+        offset: u64,
+        data: &[u8],
+        time_ns: TimeNs,
+        kill_suidgid: bool,
+    ) -> FsResult<()> {
         let inode = self.regular_file(ino)?;
         let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
         if end > FILE_SIZE_MAX_BYTES {
@@ -701,6 +729,13 @@ impl State {
         }
         inode.mtime_ns = time_ns;
         inode.ctime_ns = time_ns;
+        let strip = if kill_suidgid {
+            Strip::KernelFlagged
+        } else {
+            Strip::Nothing
+        };
+        let freed = kill_privileges(inode, strip);
+        self.budget.apply(freed);
         Ok(())
     }
 
@@ -887,6 +922,48 @@ impl State {
     }
 }
 
+/// Which mode bits a write, truncate or chown takes away.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Strip {
+    Nothing,
+    /// Setuid, and setgid when the group may execute (chown, unprivileged truncate).
+    SetuidAndExecSetgid,
+    /// The kernel flagged a write (it has decided that something must go): setuid, and
+    /// setgid when the group may execute or when there is no setuid bit (then the flag can
+    /// only be about setgid, e.g. a writer outside the file's group).
+    KernelFlagged,
+}
+
+/// What a write, truncate or chown does to privileges, as the VFS does for local file
+/// systems: drop `security.capability`, and clear mode bits as `strip` says. Returns the
+/// budget change.
+fn kill_privileges(inode: &mut Inode, strip: Strip) -> i64 {
+    if strip != Strip::Nothing {
+        let had_setuid = inode.mode & libc::S_ISUID != 0;
+        inode.mode &= !libc::S_ISUID;
+        let group_exec = inode.mode & libc::S_IXGRP != 0;
+        if group_exec || (strip == Strip::KernelFlagged && !had_setuid) {
+            inode.mode &= !libc::S_ISGID;
+        }
+    }
+    let Some(xattrs) = inode.xattrs.as_mut() else {
+        return 0;
+    };
+    if xattrs.get(CAPABILITY_XATTR).is_none() {
+        return 0;
+    }
+    let before = xattrs.heap_bytes() as i64;
+    let _ = xattrs.remove(CAPABILITY_XATTR);
+    let mut after = xattrs.heap_bytes() as i64;
+    if xattrs.is_empty() {
+        inode.xattrs = None;
+        after = 0;
+    }
+    after - before
+}
+
+const CAPABILITY_XATTR: &[u8] = b"security.capability";
+
 /// Everything charged to the budget for an inode besides its entries: its struct and fixed
 /// payload when created, then its file data and xattrs by exact deltas. (Directory slots and
 /// names are charged per entry, not by capacity.)
@@ -1007,6 +1084,7 @@ impl Engine {
             atime_ns: set.atime.map(|t| resolve_time(t, now)),
             mtime_ns: set.mtime.map(|t| resolve_time(t, now)),
             ctime_ns: set.ctime_ns.unwrap_or(now),
+            kill_suidgid: set.kill_suidgid,
         };
         self.execute(&mut state, &op)?;
         let attr = state.inode(ino)?.attr(ino);
@@ -1214,8 +1292,16 @@ impl Engine {
         Ok(())
     }
 
-    /// Writes `data` at `offset`; returns the number of bytes written (all of them).
-    pub fn write(&self, ctx: &Ctx, ino: Ino, offset: u64, data: &[u8]) -> FsResult<u32> {
+    /// Writes `data` at `offset`; returns the number of bytes written (all of them). A write
+    /// by an unprivileged caller clears setuid/setgid (`kill_suidgid`).
+    pub fn write(
+        &self,
+        ctx: &Ctx,
+        ino: Ino,
+        offset: u64,
+        data: &[u8],
+        kill_suidgid: bool,
+    ) -> FsResult<u32> {
         let len = u32::try_from(data.len()).map_err(|_| Errno::EINVAL)?;
         let time_ns = now_ns();
         let mut state = self.state.write();
@@ -1224,6 +1310,7 @@ impl Engine {
             offset,
             data,
             time_ns,
+            kill_suidgid,
         };
         self.execute(&mut state, &op)?;
         drop(state);

@@ -58,7 +58,9 @@ pub enum Op<'a> {
         flags: u32,
         time_ns: TimeNs,
     },
-    /// chmod, chown, truncate, utimens. `ctime_ns` is the new change time.
+    /// chmod, chown, truncate, utimens. `ctime_ns` is the new change time. `kill_suidgid`
+    /// clears setuid (and setgid with group-exec) as an unprivileged truncate does; a chown of a
+    /// non-directory always does, and any chown or truncate drops `security.capability`.
     SetAttr {
         ino: Ino,
         mode: Option<u32>,
@@ -68,12 +70,16 @@ pub enum Op<'a> {
         atime_ns: Option<TimeNs>,
         mtime_ns: Option<TimeNs>,
         ctime_ns: TimeNs,
+        kill_suidgid: bool,
     },
+    /// `kill_suidgid`: the writer is unprivileged, so setuid (and setgid with group-exec) go;
+    /// every write drops `security.capability`, as on a local file system.
     Write {
         ino: Ino,
         offset: u64,
         data: &'a [u8],
         time_ns: TimeNs,
+        kill_suidgid: bool,
     },
     Fallocate {
         ino: Ino,

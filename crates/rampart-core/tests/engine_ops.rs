@@ -112,7 +112,7 @@ fn unlinked_inode_lives_until_the_kernel_forgets_it() {
     let e = engine_with_cap(1 << 30);
     let k = kernel();
     let f = e.mknod(&k, ROOT_INO, b"f", FILE, 0).unwrap(); // counts one lookup
-    e.write(&k, f.ino, 0, b"still readable").unwrap();
+    e.write(&k, f.ino, 0, b"still readable", false).unwrap();
     e.unlink(&k, ROOT_INO, b"f").unwrap();
     let mut buf = Vec::new();
     e.read(f.ino, 0, 100, &mut buf).unwrap();
@@ -137,7 +137,7 @@ fn memory_cap_gives_enospc_and_recovers_after_deletes() {
             Err(err) => return Some(err),
         };
         written.push(name);
-        e.write(&c, f.ino, 0, &chunk).err()
+        e.write(&c, f.ino, 0, &chunk, false).err()
     });
     assert_eq!(full, Some(Errno::ENOSPC));
     assert!(e.stats().memory_used_bytes <= 4 << 20);
@@ -146,7 +146,7 @@ fn memory_cap_gives_enospc_and_recovers_after_deletes() {
         e.unlink(&c, ROOT_INO, name.as_bytes()).unwrap();
     }
     let f = e.mknod(&c, ROOT_INO, b"again", FILE, 0).unwrap();
-    e.write(&c, f.ino, 0, &chunk).unwrap();
+    e.write(&c, f.ino, 0, &chunk, false).unwrap();
     assert_consistent(&e);
 }
 
@@ -190,7 +190,7 @@ fn truncate_and_times() {
     let e = engine_with_cap(1 << 30);
     let c = lib();
     let f = e.mknod(&c, ROOT_INO, b"f", FILE, 0).unwrap();
-    e.write(&c, f.ino, 0, b"0123456789").unwrap();
+    e.write(&c, f.ino, 0, b"0123456789", false).unwrap();
     let set = SetAttr {
         size_bytes: Some(4),
         ..SetAttr::default()
@@ -285,7 +285,7 @@ proptest! {
                 Action::Write(d, n, off, len) => {
                     if let Ok(a) = e.lookup(&c, dir_ino(&e, d), &name(n)) {
                         let data = vec![n; len as usize];
-                        let r = e.write(&c, a.ino, u64::from(off) * 7, &data);
+                        let r = e.write(&c, a.ino, u64::from(off) * 7, &data, false);
                         if a.kind == FileKind::Directory { prop_assert_eq!(r, Err(Errno::EISDIR)); }
                     }
                 }

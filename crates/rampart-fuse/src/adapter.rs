@@ -188,10 +188,14 @@ fn reply_xattr(reply: ReplyXattr, size: u32, result: rampart_core::FsResult<Vec<
 impl Filesystem for RampartFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Lookups and creates in one directory may run in parallel (the engine serialises
-        // what must be); symlink targets may stay in the page cache.
+        // what must be); symlink targets may stay in the page cache. HANDLE_KILLPRIV_V2: this
+        // file system clears setuid/setgid/capabilities on write, truncate and chown itself,
+        // which lets the kernel mark the mount SB_NOSEC and stop asking for
+        // security.capability before every write() (a round trip each).
         for flag in [
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_CACHE_SYMLINKS,
+            InitFlags::FUSE_HANDLE_KILLPRIV_V2,
         ] {
             if config.add_capabilities(flag).is_err() {
                 tracing::debug!("kernel lacks {flag:?}");
@@ -263,6 +267,9 @@ impl Filesystem for RampartFs {
     ) {
         self.counters.count(RequestKind::setattr);
         guarded("setattr", || {
+            // fuser does not pass FATTR_KILL_SUIDGID; the kernel sets it for a truncate by a
+            // caller without CAP_FSETID, which we take to be every uid but root. (A chown of a
+            // non-directory clears the bits in the engine regardless.)
             let set = SetAttr {
                 mode,
                 uid,
@@ -271,6 +278,7 @@ impl Filesystem for RampartFs {
                 atime: atime.map(set_time),
                 mtime: mtime.map(set_time),
                 ctime_ns: ctime.map(to_ns),
+                kill_suidgid: size.is_some() && req.uid() != 0,
             };
             match self.engine.setattr(&ctx(req), ino.0, &set) {
                 Ok(a) => reply.attr(&self.cache.attr_ttl, &file_attr(&a)),
@@ -448,14 +456,15 @@ impl Filesystem for RampartFs {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         self.counters.count(RequestKind::write);
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         guarded("write", || {
-            match self.engine.write(&ctx(req), ino.0, offset, data) {
+            match self.engine.write(&ctx(req), ino.0, offset, data, kill) {
                 Ok(n) => reply.written(n),
                 Err(e) => reply.error(errno(e)),
             }

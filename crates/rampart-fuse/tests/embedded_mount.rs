@@ -41,7 +41,7 @@ fn library_changes_invalidate_the_kernel_cache() {
             .mknod(&lib, ROOT_INO, b"late", libc::S_IFREG | 0o644, 0)
             .unwrap();
         engine
-            .write(&lib, late.ino, 0, b"from the library")
+            .write(&lib, late.ino, 0, b"from the library", false)
             .unwrap();
         assert_eq!(
             std::fs::read(mnt.join("late")).unwrap(),
@@ -58,7 +58,7 @@ fn library_changes_invalidate_the_kernel_cache() {
             ..SetAttr::default()
         };
         engine.setattr(&lib, ino, &set).unwrap();
-        engine.write(&lib, ino, 0, b"second").unwrap();
+        engine.write(&lib, ino, 0, b"second", false).unwrap();
         assert_eq!(std::fs::read(mnt.join("f")).unwrap(), b"second");
         assert_eq!(std::fs::metadata(mnt.join("f")).unwrap().len(), 6);
 

@@ -1,0 +1,81 @@
+"""What writes, truncates and chowns do to setuid, setgid and file capabilities, as the
+kernel does for local file systems (rampart handles it itself: FUSE_HANDLE_KILLPRIV_V2)."""
+
+import os
+import stat
+import struct
+
+from e2e_helpers import nobody_py
+
+# A valid struct vfs_cap_data, revision 2, no capabilities set.
+CAPS = struct.pack("<5I", 0x02000000, 0, 0, 0, 0)
+
+
+def _world_writable(mnt, name, mode):
+    os.chmod(mnt.path, 0o755)
+    p = os.path.join(mnt.path, name)
+    with open(p, "wb") as f:
+        f.write(b"#!/bin/sh\n")
+    os.chmod(p, mode)
+    return p
+
+
+def test_unprivileged_write_clears_setuid_and_setgid(mnt):
+    p = _world_writable(mnt, "f", 0o6777)
+    err, _ = nobody_py("fd = os.open(args[0], os.O_WRONLY | os.O_APPEND); os.write(fd, b'x'); os.close(fd)", p)
+    assert err == 0
+    mode = stat.S_IMODE(os.stat(p).st_mode)
+    assert mode & (stat.S_ISUID | stat.S_ISGID) == 0, oct(mode)
+    assert mode & 0o777 == 0o777
+
+
+def test_setgid_without_group_exec_goes_for_a_writer_outside_the_group(mnt):
+    p = _world_writable(mnt, "f", 0o2666)  # nobody is not in the file's group (root)
+    err, _ = nobody_py("fd = os.open(args[0], os.O_WRONLY | os.O_APPEND); os.write(fd, b'x'); os.close(fd)", p)
+    assert err == 0
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o666
+
+
+def test_setgid_without_group_exec_stays_for_root(mnt):
+    p = _world_writable(mnt, "f", 0o2666)
+    with open(p, "ab") as f:
+        f.write(b"x")
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o2666
+
+
+def test_root_write_keeps_setuid(mnt):
+    p = _world_writable(mnt, "f", 0o4755)
+    with open(p, "ab") as f:
+        f.write(b"x")
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o4755
+
+
+def test_unprivileged_truncate_clears_setuid(mnt):
+    p = _world_writable(mnt, "f", 0o4777)
+    err, _ = nobody_py("os.truncate(args[0], 3)", p)
+    assert err == 0
+    st = os.stat(p)
+    assert st.st_size == 3
+    assert stat.S_IMODE(st.st_mode) == 0o777
+
+
+def test_chown_clears_setuid_even_for_root(mnt):
+    p = _world_writable(mnt, "f", 0o4755)
+    os.chown(p, 1000, 1000)
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o755
+
+
+def test_write_drops_file_capabilities(mnt):
+    p = _world_writable(mnt, "f", 0o755)
+    os.setxattr(p, "security.capability", CAPS)
+    assert os.getxattr(p, "security.capability") == CAPS
+    with open(p, "ab") as f:
+        f.write(b"x")
+    assert "security.capability" not in os.listxattr(p)
+
+
+def test_chown_drops_file_capabilities(mnt):
+    p = _world_writable(mnt, "f", 0o755)
+    os.setxattr(p, "security.capability", CAPS)
+    os.chown(p, 1000, 1000)
+    assert "security.capability" not in os.listxattr(p)
