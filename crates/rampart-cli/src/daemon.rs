@@ -4,11 +4,15 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use nix::sys::signal::{SigSet, Signal};
+use rampart_core::persist::device::{Device, DirDevice};
+use rampart_core::persist::persister::{PersistConfig, Persister};
+use rampart_core::persist::recovery::recover;
 use rampart_core::store::Store;
 use rampart_core::{Engine, EngineConfig};
 use rampart_fuse::{CachePolicy, MountOptions};
@@ -68,12 +72,30 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
         .thread_block()
         .map_err(|e| format!("cannot block signals: {e}"))?;
 
-    let engine = Arc::new(Engine::new(EngineConfig {
+    let engine_config = EngineConfig {
         memory_cap_bytes: config.memory_cap_bytes,
         root_uid: nix::unistd::getuid().as_raw(),
         root_gid: nix::unistd::getgid().as_raw(),
         root_mode: 0o755,
-    }));
+    };
+    // Recovery: the newest checkpoint and the journal's valid prefix, through the same apply
+    // path as live operations; damage is refused with a message, never guessed at.
+    let store_id = store.superblock().store_id;
+    let device: Arc<dyn Device> = Arc::new(DirDevice::new(store_path.clone()));
+    let (state, report) = recover(&*device, store_id, &engine_config)
+        .map_err(|e| format!("cannot recover {}: {e}", store_path.display()))?;
+    tracing::info!("recovered {}: {report}", store_path.display());
+    let engine = Arc::new(Engine::from_state(state));
+    let persister = Persister::start(
+        device,
+        store_id,
+        report.next_seq,
+        report.journal_valid_len,
+        PersistConfig::default(),
+    )
+    .map_err(|e| format!("cannot open the journal in {}: {e}", store_path.display()))?;
+    persister.attach(&engine);
+    engine.set_sink(Some(persister.clone()));
     let options = MountOptions {
         threads: config.threads,
         allow_other: config.allow_other,
@@ -135,8 +157,12 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     );
     on_ready();
     let result = mounted.run();
+    // Clean unmount: a final checkpoint, so that the next mount has nothing to replay.
+    let saved = persister.shutdown(&engine);
+    engine.set_sink(None);
     let _ = std::fs::remove_file(&socket);
     drop(store);
+    saved.map_err(|e| format!("the final checkpoint failed: {e}"))?;
     tracing::info!("unmounted {}", mountpoint.display());
     result.map_err(|e| format!("FUSE session ended with an error: {e}"))
 }
@@ -158,6 +184,7 @@ pub fn spawn_daemon(args: &[std::ffi::OsString], log: &Path) -> Result<u32, Stri
     let log_file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(log)
         .map_err(|e| format!("cannot open log {}: {e}", log.display()))?;
     let mut child = Command::new(exe)

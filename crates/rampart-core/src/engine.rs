@@ -167,7 +167,61 @@ fn resolve_time(t: SetTime, now: TimeNs) -> TimeNs {
 }
 
 impl State {
-    fn new(config: &EngineConfig) -> State {
+    /// Every live inode, in increasing number order (the checkpoint writes them so).
+    pub(crate) fn inodes(&self) -> impl Iterator<Item = (Ino, &Inode)> {
+        self.table.iter()
+    }
+
+    pub(crate) fn next_generation(&self) -> u32 {
+        self.table.next_generation()
+    }
+
+    /// Builds a state from whole inodes (a checkpoint): the memory charge and the counts are
+    /// recomputed, and every invariant is checked; a state that fails one is refused.
+    pub(crate) fn from_inodes(
+        config: &EngineConfig,
+        next_generation: u32,
+        inodes: Vec<(Ino, Inode)>,
+    ) -> Result<State, Vec<String>> {
+        let mut state = State {
+            table: InodeTable::new(),
+            budget: Budget::new(config.memory_cap_bytes),
+            counts: Counts::default(),
+        };
+        let mut charged = 0u64;
+        for (ino, inode) in inodes {
+            if ino == 0 || state.table.get(ino).is_ok() || ino > crate::namespace::table::INODES_MAX
+            {
+                return Err(vec![format!("inode number {ino} is invalid or repeated")]);
+            }
+            charged += inode_charge(&inode);
+            if let Some(d) = inode.dir() {
+                d.list_from(0, |e| {
+                    charged += entry_cost(e.name);
+                    true
+                });
+            }
+            *state.counts.slot(inode.kind()) += 1;
+            if let Some(f) = inode.file() {
+                state.counts.data_bytes += f.stored_bytes();
+            }
+            state.table.insert(ino, inode);
+        }
+        state.table.raise_next_generation(next_generation);
+        if state.table.get(ROOT_INO).map(|r| r.is_dir()) != Ok(true) {
+            return Err(vec!["there is no root directory".into()]);
+        }
+        state.budget.apply(charged as i64);
+        let problems = state.check();
+        if problems.is_empty() {
+            Ok(state)
+        } else {
+            Err(problems)
+        }
+    }
+
+    /// A new, empty file system: just the root directory.
+    pub(crate) fn new(config: &EngineConfig) -> State {
         let mut state = State {
             table: InodeTable::new(),
             budget: Budget::new(config.memory_cap_bytes),
@@ -977,6 +1031,21 @@ fn inode_charge(inode: &Inode) -> u64 {
 pub type ReadBuf = Vec<u8>;
 
 impl Engine {
+    /// An engine over a state rebuilt by recovery.
+    pub fn from_state(state: State) -> Engine {
+        Engine {
+            state: RwLock::new(state),
+            sink: RwLock::new(None),
+            observer: RwLock::new(None),
+        }
+    }
+
+    /// Runs `f` with shared access to the state (a checkpoint encodes it meanwhile; writers
+    /// wait).
+    pub fn with_state<T>(&self, f: impl FnOnce(&State) -> T) -> T {
+        f(&self.state.read())
+    }
+
     pub fn new(config: EngineConfig) -> Engine {
         Engine {
             state: RwLock::new(State::new(&config)),
@@ -988,6 +1057,12 @@ impl Engine {
     /// Installs the receiver of applied ops (the persistence engine).
     pub fn set_sink(&self, sink: Option<Arc<dyn OpSink>>) {
         *self.sink.write() = sink;
+    }
+
+    /// Makes every change so far durable, as far as the store's persistence goes (fsync).
+    pub fn sync(&self) -> std::io::Result<()> {
+        let sink = self.sink.read().clone();
+        sink.map_or(Ok(()), |s| s.sync())
     }
 
     /// Installs the receiver of cache invalidations (a mount).

@@ -12,6 +12,7 @@ pub mod error;
 pub mod memory;
 pub mod namespace;
 pub mod op;
+pub mod persist;
 pub mod store;
 pub mod time;
 pub mod xattr;

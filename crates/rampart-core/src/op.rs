@@ -102,8 +102,32 @@ pub enum Op<'a> {
     },
 }
 
+impl Op<'_> {
+    /// The time the op happened (its change time).
+    pub fn time_ns(&self) -> TimeNs {
+        match *self {
+            Op::Create { time_ns, .. }
+            | Op::Link { time_ns, .. }
+            | Op::Unlink { time_ns, .. }
+            | Op::Rmdir { time_ns, .. }
+            | Op::Rename { time_ns, .. }
+            | Op::Write { time_ns, .. }
+            | Op::Fallocate { time_ns, .. }
+            | Op::SetXattr { time_ns, .. }
+            | Op::RemoveXattr { time_ns, .. } => time_ns,
+            Op::SetAttr { ctime_ns, .. } => ctime_ns,
+        }
+    }
+}
+
 /// Receives every op after it was applied, in apply order, under the engine's exclusive lock:
 /// the persistence engine's entry point.
 pub trait OpSink: Send + Sync {
     fn applied(&self, op: &Op<'_>);
+
+    /// Makes every op applied so far durable (fsync). A sink that keeps nothing has nothing
+    /// to wait for.
+    fn sync(&self) -> std::io::Result<()> {
+        Ok(())
+    }
 }

@@ -156,6 +156,17 @@ impl RampartFs {
         }
     }
 
+    /// Makes everything durable, then answers: EIO if the store could not be written.
+    fn reply_synced(&self, reply: ReplyEmpty) {
+        match self.engine.sync() {
+            Ok(()) => reply.ok(),
+            Err(e) => {
+                tracing::error!("sync failed: {e}");
+                reply.error(Errno::EIO)
+            }
+        }
+    }
+
     fn reply_entry(&self, reply: ReplyEntry, result: rampart_core::FsResult<Attr>) {
         match result {
             Ok(a) => reply.entry(
@@ -495,9 +506,12 @@ impl Filesystem for RampartFs {
         reply: ReplyEmpty,
     ) {
         self.counters.count(RequestKind::fsync);
-        // The memory tier is volatile until persistence lands (README); nothing to wait for.
-        guarded("fsync", || {
-            reply_empty(reply, self.engine.getattr(ino.0).map(|_| ()))
+        // Everything applied so far becomes durable (group commit: concurrent fsyncs share
+        // one fdatasync of the journal). The writeback cache has sent this file's dirty pages
+        // before FSYNC arrives.
+        guarded("fsync", || match self.engine.getattr(ino.0) {
+            Err(e) => reply.error(errno(e)),
+            Ok(_) => self.reply_synced(reply),
         });
     }
 
@@ -545,7 +559,7 @@ impl Filesystem for RampartFs {
         reply: ReplyEmpty,
     ) {
         self.counters.count(RequestKind::fsyncdir);
-        reply.ok();
+        guarded("fsyncdir", || self.reply_synced(reply));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

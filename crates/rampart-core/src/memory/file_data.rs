@@ -41,6 +41,39 @@ impl FileData {
         (table + data) as u64
     }
 
+    /// The chunks that hold bytes, with their index (holes left out).
+    pub fn chunks(&self) -> impl Iterator<Item = (usize, &[u8])> {
+        self.chunks
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !c.is_empty())
+            .map(|(i, c)| (i, c.as_slice()))
+    }
+
+    /// Rebuilds a file from chunks given in increasing index order (a checkpoint); the caller
+    /// checks the result against the size with [`FileData::check`].
+    pub fn from_chunks(
+        chunks: impl IntoIterator<Item = (usize, Vec<u8>)>,
+    ) -> Result<FileData, String> {
+        let mut data = FileData::default();
+        for (index, bytes) in chunks {
+            if bytes.is_empty() || bytes.len() > CHUNK_BYTES {
+                return Err(format!("chunk {index} holds {} bytes", bytes.len()));
+            }
+            if index < data.chunks.len() {
+                return Err(format!("chunk {index} out of order"));
+            }
+            if index as u64 >= FILE_SIZE_MAX_BYTES / CHUNK_BYTES as u64 {
+                return Err(format!("chunk {index} is past the largest file size"));
+            }
+            data.chunks.resize_with(index, Vec::new);
+            let mut chunk = bytes;
+            chunk.shrink_to_fit();
+            data.chunks.push(chunk);
+        }
+        Ok(data)
+    }
+
     /// Bytes of contents held (not counting holes).
     pub fn stored_bytes(&self) -> u64 {
         self.chunks.iter().map(|c| c.len() as u64).sum()

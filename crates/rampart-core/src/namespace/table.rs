@@ -33,6 +33,17 @@ impl InodeTable {
         }
     }
 
+    /// The generation the next new inode gets.
+    pub fn next_generation(&self) -> u32 {
+        self.next_generation
+    }
+
+    /// Raises the next generation to at least `generation` (restoring a checkpoint, so that
+    /// numbers freed before it are never confused with files made after it).
+    pub fn raise_next_generation(&mut self, generation: u32) {
+        self.next_generation = self.next_generation.max(generation).max(1);
+    }
+
     pub fn live(&self) -> u64 {
         self.live
     }

@@ -1,0 +1,532 @@
+//! The checkpoint: an image of the whole durable state (namespace, attributes, xattrs,
+//! small-file data), written compactly (MRAMFS §3.1) and replaced atomically.
+//!
+//! ```text
+//! checkpoint := header body crc32c(body) u32
+//! header     := magic "RPCHKPT\0" | version u32 | flags u32 | store_id [16] | seq u64
+//!               | created_ns i64 | body_len u64 | crc32c(bytes 0..60) u32      (64 bytes)
+//! body       := next_generation | owners | inodes
+//! owners     := count, then (mode, uid, gid) per entry: the shared table (pseudo-ACL)
+//! inodes     := count, then per inode in increasing number order:
+//!     ino − previous ino | generation | owner index | nlink
+//!     | zigzag(mtime − previous inode's mtime) | zigzag(ctime − mtime) | zigzag(atime − mtime)
+//!     | payload by kind | xattr count | (name, value)*
+//! payload    := regular file: size | chunk count | (chunk index − previous index, bytes)*
+//!             | directory:    parent | entry count | (child ino, name)*
+//!             | symlink:      target bytes
+//!             | device node:  rdev
+//!             | fifo, socket: nothing
+//! ```
+//! Numbers are LEB128 varints unless marked; `bytes` is a varint length and the bytes.
+//! `seq` is the sequence number of the first op *not* in the image: recovery replays the
+//! journal from there. Unlinked files still open at checkpoint time are not durable and are
+//! left out. Decoding checks every bound and, once the state is built, every invariant of the
+//! engine (link counts, parents, entry kinds, names); an image that fails any is refused whole.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicU64};
+
+use crate::attr::{FileKind, Ino};
+use crate::engine::{EngineConfig, State};
+use crate::memory::file_data::{FileData, CHUNK_BYTES};
+use crate::namespace::dir::{Dir, NAME_LEN_MAX};
+use crate::namespace::inode::{Inode, Payload};
+use crate::persist::codec::{get_bytes, get_varint, get_zigzag, put_bytes, put_varint, put_zigzag};
+use crate::time::TimeNs;
+use crate::xattr::{self, Xattrs};
+
+pub const MAGIC: [u8; 8] = *b"RPCHKPT\0";
+pub const VERSION: u32 = 1;
+pub const HEADER_BYTES: usize = 64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub store_id: [u8; 16],
+    /// The first op not in the image.
+    pub seq: u64,
+    pub created_ns: TimeNs,
+    pub body_len: u64,
+}
+
+impl Header {
+    fn encode(&self) -> [u8; HEADER_BYTES] {
+        let mut out = [0u8; HEADER_BYTES];
+        out[0..8].copy_from_slice(&MAGIC);
+        out[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        out[16..32].copy_from_slice(&self.store_id);
+        out[32..40].copy_from_slice(&self.seq.to_le_bytes());
+        out[40..48].copy_from_slice(&self.created_ns.to_le_bytes());
+        out[48..56].copy_from_slice(&self.body_len.to_le_bytes());
+        let crc = crc32c::crc32c(&out[..60]);
+        out[60..64].copy_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Header, CheckpointError> {
+        if bytes.len() < HEADER_BYTES || bytes[0..8] != MAGIC {
+            return Err(CheckpointError::Format("not a rampart checkpoint".into()));
+        }
+        if crc32c::crc32c(&bytes[..60]) != u32::from_le_bytes(bytes[60..64].try_into().expect("4"))
+        {
+            return Err(CheckpointError::Format("header checksum mismatch".into()));
+        }
+        let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4"));
+        if version != VERSION {
+            return Err(CheckpointError::Version(version));
+        }
+        Ok(Header {
+            store_id: bytes[16..32].try_into().expect("16"),
+            seq: u64::from_le_bytes(bytes[32..40].try_into().expect("8")),
+            created_ns: i64::from_le_bytes(bytes[40..48].try_into().expect("8")),
+            body_len: u64::from_le_bytes(bytes[48..56].try_into().expect("8")),
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckpointError {
+    /// Damage or a foreign file: bad magic, checksum, length or encoding.
+    Format(String),
+    Version(u32),
+    /// It decodes, but the state it describes breaks an invariant.
+    Inconsistent(Vec<String>),
+}
+
+impl std::fmt::Display for CheckpointError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CheckpointError::Format(m) => write!(f, "checkpoint is damaged: {m}"),
+            CheckpointError::Version(v) => write!(
+                f,
+                "checkpoint format version {v} is not supported (this rampart reads {VERSION})"
+            ),
+            CheckpointError::Inconsistent(p) => write!(
+                f,
+                "checkpoint describes an inconsistent file system ({} problems, first: {})",
+                p.len(),
+                p.first().map_or("", String::as_str)
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CheckpointError {}
+
+fn bad(what: impl std::fmt::Display) -> CheckpointError {
+    CheckpointError::Format(what.to_string())
+}
+
+/// The entries of one directory as read: (child inode, name).
+type DirEntries<'a> = Vec<(Ino, &'a [u8])>;
+
+fn kind_tag(kind: FileKind) -> u8 {
+    kind.code()
+}
+
+/// Encodes `state` as a checkpoint holding every op before `seq`.
+pub fn encode(state: &State, store_id: [u8; 16], seq: u64, created_ns: TimeNs) -> Vec<u8> {
+    let mut owners: HashMap<(u32, u32, u32), u64> = HashMap::new();
+    let mut owner_list = Vec::new();
+    let durable: Vec<(Ino, &Inode)> = state.inodes().filter(|(_, i)| i.nlink > 0).collect();
+    for (_, inode) in &durable {
+        let key = (inode.mode, inode.uid, inode.gid);
+        if let std::collections::hash_map::Entry::Vacant(slot) = owners.entry(key) {
+            slot.insert(owner_list.len() as u64);
+            owner_list.push(key);
+        }
+    }
+    let mut body = Vec::new();
+    put_varint(&mut body, u64::from(state.next_generation()));
+    put_varint(&mut body, owner_list.len() as u64);
+    for (mode, uid, gid) in &owner_list {
+        put_varint(&mut body, u64::from(*mode));
+        put_varint(&mut body, u64::from(*uid));
+        put_varint(&mut body, u64::from(*gid));
+    }
+    put_varint(&mut body, durable.len() as u64);
+    let mut prev_ino = 0;
+    let mut prev_mtime = created_ns;
+    for (ino, inode) in &durable {
+        put_varint(&mut body, ino - prev_ino);
+        prev_ino = *ino;
+        put_varint(&mut body, u64::from(inode.generation));
+        put_varint(&mut body, owners[&(inode.mode, inode.uid, inode.gid)]);
+        put_varint(&mut body, u64::from(inode.nlink));
+        put_zigzag(&mut body, inode.mtime_ns.wrapping_sub(prev_mtime));
+        prev_mtime = inode.mtime_ns;
+        put_zigzag(&mut body, inode.ctime_ns.wrapping_sub(inode.mtime_ns));
+        put_zigzag(&mut body, inode.atime().wrapping_sub(inode.mtime_ns));
+        match &inode.payload {
+            Payload::File(f) => {
+                put_varint(&mut body, inode.size_bytes);
+                let chunks: Vec<_> = f.chunks().collect();
+                put_varint(&mut body, chunks.len() as u64);
+                let mut prev = 0usize;
+                for (i, (index, bytes)) in chunks.into_iter().enumerate() {
+                    put_varint(
+                        &mut body,
+                        (index - if i == 0 { 0 } else { prev + 1 }) as u64,
+                    );
+                    prev = index;
+                    put_bytes(&mut body, bytes);
+                }
+            }
+            Payload::Dir(d) => {
+                put_varint(&mut body, d.parent);
+                put_varint(&mut body, d.len() as u64);
+                d.list_from(0, |e| {
+                    put_varint(&mut body, e.ino);
+                    put_bytes(&mut body, e.name);
+                    true
+                });
+            }
+            Payload::Symlink(t) => put_bytes(&mut body, t),
+            Payload::Special { rdev } => {
+                if matches!(inode.kind(), FileKind::CharDevice | FileKind::BlockDevice) {
+                    put_varint(&mut body, u64::from(*rdev));
+                }
+            }
+        }
+        let xattrs: Vec<_> = inode
+            .xattrs
+            .as_ref()
+            .map_or_else(Vec::new, |x| x.iter().collect());
+        put_varint(&mut body, xattrs.len() as u64);
+        for (name, value) in xattrs {
+            put_bytes(&mut body, name);
+            put_bytes(&mut body, value);
+        }
+    }
+    let header = Header {
+        store_id,
+        seq,
+        created_ns,
+        body_len: body.len() as u64,
+    };
+    let mut out = Vec::with_capacity(HEADER_BYTES + body.len() + 4);
+    out.extend_from_slice(&header.encode());
+    out.extend_from_slice(&body);
+    out.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+    out
+}
+
+fn varint_u32(input: &mut &[u8], what: &str) -> Result<u32, CheckpointError> {
+    let v = get_varint(input).map_err(|e| bad(format!("{what}: {e}")))?;
+    u32::try_from(v).map_err(|_| bad(format!("{what} {v} out of range")))
+}
+
+fn varint(input: &mut &[u8], what: &str) -> Result<u64, CheckpointError> {
+    get_varint(input).map_err(|e| bad(format!("{what}: {e}")))
+}
+
+fn zigzag(input: &mut &[u8], what: &str) -> Result<i64, CheckpointError> {
+    get_zigzag(input).map_err(|e| bad(format!("{what}: {e}")))
+}
+
+fn field_bytes<'a>(
+    input: &mut &'a [u8],
+    max: usize,
+    what: &str,
+) -> Result<&'a [u8], CheckpointError> {
+    get_bytes(input, max).map_err(|e| bad(format!("{what}: {e}")))
+}
+
+/// A count that must fit the remaining input (each item takes at least one byte), so a
+/// damaged count cannot make us allocate or loop beyond the file.
+fn count(input: &mut &[u8], what: &str) -> Result<usize, CheckpointError> {
+    let n = varint(input, what)?;
+    if n > input.len() as u64 {
+        return Err(bad(format!(
+            "{what} {n} exceeds the remaining {} bytes",
+            input.len()
+        )));
+    }
+    Ok(n as usize)
+}
+
+/// Decodes a checkpoint into a state (checked against every engine invariant) and its header.
+pub fn decode(bytes: &[u8], config: &EngineConfig) -> Result<(State, Header), CheckpointError> {
+    let header = Header::decode(bytes)?;
+    let body_end = (HEADER_BYTES as u64)
+        .checked_add(header.body_len)
+        .filter(|&e| e.checked_add(4) == Some(bytes.len() as u64))
+        .ok_or_else(|| {
+            bad(format!(
+                "{} bytes, but the header promises {} of body",
+                bytes.len(),
+                header.body_len
+            ))
+        })? as usize;
+    let body = &bytes[HEADER_BYTES..body_end];
+    let crc = u32::from_le_bytes(bytes[body_end..].try_into().expect("4 bytes"));
+    if crc32c::crc32c(body) != crc {
+        return Err(bad("body checksum mismatch"));
+    }
+    let mut input = body;
+    let input = &mut input;
+    let next_generation = varint_u32(input, "next generation")?;
+    let owner_count = count(input, "owner count")?;
+    let mut owners = Vec::with_capacity(owner_count);
+    for _ in 0..owner_count {
+        let mode = varint_u32(input, "mode")?;
+        if FileKind::from_mode(mode).is_none() {
+            return Err(bad(format!("mode {mode:o} has no valid file type")));
+        }
+        owners.push((mode, varint_u32(input, "uid")?, varint_u32(input, "gid")?));
+    }
+    let inode_count = count(input, "inode count")?;
+    let mut inodes = Vec::with_capacity(inode_count);
+    let mut entries: Vec<(Ino, DirEntries<'_>)> = Vec::new();
+    let mut kinds: HashMap<Ino, u8> = HashMap::with_capacity(inode_count);
+    let mut ino: Ino = 0;
+    let mut prev_mtime = header.created_ns;
+    for _ in 0..inode_count {
+        let delta = varint(input, "inode number")?;
+        if delta == 0 {
+            return Err(bad("inode numbers not increasing"));
+        }
+        ino = ino
+            .checked_add(delta)
+            .ok_or_else(|| bad("inode number overflow"))?;
+        let generation = varint_u32(input, "generation")?;
+        let owner = varint(input, "owner index")? as usize;
+        let &(mode, uid, gid) = owners
+            .get(owner)
+            .ok_or_else(|| bad(format!("owner index {owner} past the table")))?;
+        let nlink = varint_u32(input, "nlink")?;
+        let mtime_ns = prev_mtime.wrapping_add(zigzag(input, "mtime")?);
+        prev_mtime = mtime_ns;
+        let ctime_ns = mtime_ns.wrapping_add(zigzag(input, "ctime")?);
+        let atime_ns = mtime_ns.wrapping_add(zigzag(input, "atime")?);
+        let kind = FileKind::from_mode(mode).expect("checked with the table");
+        let mut size_bytes = 0;
+        let payload = match kind {
+            FileKind::RegularFile => {
+                size_bytes = varint(input, "file size")?;
+                let n = count(input, "chunk count")?;
+                let mut chunks = Vec::with_capacity(n);
+                let mut next_index = 0usize;
+                for _ in 0..n {
+                    let index = next_index
+                        .checked_add(varint(input, "chunk index")? as usize)
+                        .ok_or_else(|| bad("chunk index overflow"))?;
+                    chunks.push((index, field_bytes(input, CHUNK_BYTES, "chunk")?.to_vec()));
+                    next_index = index + 1;
+                }
+                let data = FileData::from_chunks(chunks).map_err(bad)?;
+                data.check(size_bytes).map_err(bad)?;
+                Payload::File(data)
+            }
+            FileKind::Directory => {
+                let parent = varint(input, "parent")?;
+                let n = count(input, "entry count")?;
+                let mut list = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let child = varint(input, "entry inode")?;
+                    list.push((child, field_bytes(input, NAME_LEN_MAX, "entry name")?));
+                }
+                entries.push((ino, list));
+                Payload::Dir(Box::new(Dir::new(parent)))
+            }
+            FileKind::Symlink => {
+                let target = field_bytes(input, crate::engine::SYMLINK_TARGET_LEN_MAX, "target")?;
+                size_bytes = target.len() as u64;
+                Payload::Symlink(target.into())
+            }
+            FileKind::CharDevice | FileKind::BlockDevice => Payload::Special {
+                rdev: varint_u32(input, "rdev")?,
+            },
+            FileKind::NamedPipe | FileKind::Socket => Payload::Special { rdev: 0 },
+        };
+        let n = count(input, "xattr count")?;
+        let mut xattrs = Xattrs::default();
+        for _ in 0..n {
+            let name = field_bytes(input, xattr::NAME_LEN_MAX, "xattr name")?;
+            let value = field_bytes(input, xattr::VALUE_LEN_MAX, "xattr value")?;
+            xattrs
+                .check_set(name, value, xattr::XATTR_CREATE)
+                .map_err(|e| bad(format!("xattr of inode {ino}: {e}")))?;
+            xattrs.set(name, value);
+        }
+        kinds.insert(ino, kind_tag(kind));
+        inodes.push((
+            ino,
+            Inode {
+                mode,
+                uid,
+                gid,
+                nlink,
+                generation,
+                lookups: AtomicU64::new(0),
+                size_bytes,
+                atime_ns: AtomicI64::new(atime_ns),
+                mtime_ns,
+                ctime_ns,
+                payload,
+                xattrs: (!xattrs.is_empty()).then(|| Box::new(xattrs)),
+            },
+        ));
+    }
+    if !input.is_empty() {
+        return Err(bad(format!(
+            "{} bytes left after the last inode",
+            input.len()
+        )));
+    }
+    // Entries go in once every inode is known, with the kind of the inode they name.
+    let by_ino: HashMap<Ino, usize> = inodes
+        .iter()
+        .enumerate()
+        .map(|(i, (n, _))| (*n, i))
+        .collect();
+    for (dir_ino, list) in entries {
+        let index = by_ino[&dir_ino];
+        let Some(dir) = inodes[index].1.dir_mut() else {
+            unreachable!("entries are only read for directories")
+        };
+        for (child, name) in list {
+            let kind = *kinds
+                .get(&child)
+                .ok_or_else(|| bad(format!("directory {dir_ino} names missing inode {child}")))?;
+            if name.is_empty()
+                || name.contains(&b'/')
+                || name.contains(&0)
+                || name == b"."
+                || name == b".."
+            {
+                return Err(bad(format!("directory {dir_ino} holds an invalid name")));
+            }
+            if dir.get(name).is_some() {
+                return Err(bad(format!("directory {dir_ino} holds a name twice")));
+            }
+            dir.insert(name, child, kind);
+        }
+    }
+    let state = State::from_inodes(config, next_generation, inodes)
+        .map_err(CheckpointError::Inconsistent)?;
+    Ok((state, header))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attr::ROOT_INO;
+    use crate::engine::{Ctx, Engine};
+
+    fn sample() -> Engine {
+        let e = Engine::new(EngineConfig::default());
+        let c = Ctx::library(1000, 100);
+        let d = e.mkdir(&c, ROOT_INO, b"dir", 0o755).unwrap();
+        let f = e
+            .mknod(&c, d.ino, b"file", libc::S_IFREG | 0o644, 0)
+            .unwrap();
+        e.write(&c, f.ino, 0, b"hello", false).unwrap();
+        e.write(&c, f.ino, 3 * CHUNK_BYTES as u64, b"far", false)
+            .unwrap();
+        e.link(&c, f.ino, ROOT_INO, b"hard").unwrap();
+        e.symlink(&c, ROOT_INO, b"link", b"dir/file").unwrap();
+        e.mknod(&c, ROOT_INO, b"dev", libc::S_IFCHR | 0o600, 0x0501)
+            .unwrap();
+        e.mknod(&c, ROOT_INO, b"fifo", libc::S_IFIFO | 0o600, 0)
+            .unwrap();
+        e.setxattr(&c, f.ino, b"user.k", b"v", 0).unwrap();
+        e.mknod(&c, ROOT_INO, b"gone", libc::S_IFREG | 0o644, 0)
+            .unwrap();
+        e.unlink(&c, ROOT_INO, b"gone").unwrap();
+        e
+    }
+
+    fn listing(e: &Engine, path: &[u8]) -> Vec<(Vec<u8>, u64)> {
+        let dir = e.lookup_path(path).unwrap().ino;
+        let mut out = Vec::new();
+        e.readdir(dir, 0, |ino, _, _, name| {
+            out.push((name.to_vec(), ino));
+            true
+        })
+        .unwrap();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn round_trip_keeps_everything() {
+        let e = sample();
+        let image = e.with_state(|s| encode(s, [3; 16], 42, 1_700_000_000_000_000_000));
+        let (state, header) = decode(&image, &EngineConfig::default()).unwrap();
+        assert_eq!(header.seq, 42);
+        let r = Engine::from_state(state);
+        assert!(r.check().is_empty(), "{:?}", r.check());
+        for path in [&b"/"[..], b"/dir"] {
+            assert_eq!(listing(&e, path), listing(&r, path));
+        }
+        // (A directory's allocated bytes are its index's capacity, which a rebuild may change.)
+        for path in [&b"/dir/file"[..], b"/hard", b"/link", b"/dev", b"/fifo"] {
+            assert_eq!(
+                e.lookup_path(path).unwrap(),
+                r.lookup_path(path).unwrap(),
+                "{path:?}"
+            );
+        }
+        let f = r.lookup_path(b"/dir/file").unwrap().ino;
+        let mut buf = Vec::new();
+        r.read(f, 0, 5, &mut buf).unwrap();
+        assert_eq!(buf, b"hello");
+        r.read(f, 3 * CHUNK_BYTES as u64, 10, &mut buf).unwrap();
+        assert_eq!(buf, b"far");
+        assert_eq!(r.getxattr(f, b"user.k").unwrap(), b"v");
+        assert_eq!(
+            r.readlink(r.lookup_path(b"/link").unwrap().ino).unwrap(),
+            b"dir/file"
+        );
+        assert_eq!(e.stats(), r.stats());
+        // A new inode after recovery never reuses a generation from before.
+        let n = r
+            .mknod(&Ctx::library(0, 0), ROOT_INO, b"new", libc::S_IFREG, 0)
+            .unwrap();
+        assert!(n.generation > e.lookup_path(b"/fifo").unwrap().generation);
+    }
+
+    #[test]
+    fn empty_files_cost_few_bytes() {
+        let e = Engine::new(EngineConfig::default());
+        let c = Ctx::library(1000, 1000);
+        let n = 10_000u64;
+        for i in 0..n {
+            e.mknod(
+                &c,
+                ROOT_INO,
+                format!("f{i:05}").as_bytes(),
+                libc::S_IFREG | 0o644,
+                0,
+            )
+            .unwrap();
+        }
+        let image = e.with_state(|s| encode(s, [0; 16], 0, crate::time::now_ns()));
+        // Names (6 bytes each) and their length bytes are the directory's, not the inodes'.
+        let names = n * 7;
+        let per_inode = (image.len() as u64 - names) as f64 / n as f64;
+        assert!(
+            per_inode <= 20.0,
+            "{per_inode:.1} bytes per empty-file inode"
+        );
+    }
+
+    #[test]
+    fn any_damage_is_refused_not_guessed() {
+        let image = sample().with_state(|s| encode(s, [3; 16], 42, 5));
+        for len in [0, 10, HEADER_BYTES, image.len() - 1] {
+            assert!(
+                decode(&image[..len], &EngineConfig::default()).is_err(),
+                "len {len}"
+            );
+        }
+        for byte in (0..image.len()).step_by(7) {
+            let mut bad = image.clone();
+            bad[byte] ^= 0x40;
+            assert!(
+                decode(&bad, &EngineConfig::default()).is_err(),
+                "flip at {byte}"
+            );
+        }
+    }
+}

@@ -1,0 +1,492 @@
+//! The journal: an append-only file of checksummed batches of ops (docs/FORMAT.md).
+//!
+//! ```text
+//! journal  := header batch*
+//! header   := magic "RPJOURN\0" | version u32 | reserved u32 | store_id [16] | base_seq u64
+//!             | created_ns i64 | reserved [12] | crc32c(bytes 0..60) u32          (64 bytes)
+//! batch    := magic u32 "RPJB" | body_len u32 | crc u32 | first_seq u64 | op_count u32
+//!             | base_time_ns i64 | body                                          (32 + body_len)
+//! body     := op_count ops, each encoded by `codec::encode_op` against base_time_ns
+//! crc      := crc32c of first_seq .. end of body
+//! ```
+//! All integers little-endian. Invariants: the first batch's `first_seq` is the header's
+//! `base_seq`, and each batch starts where the previous one ended (`first_seq + op_count`);
+//! `op_count ≥ 1`; `body_len ≤ BATCH_BODY_MAX_BYTES`. A batch is written with one append and
+//! made durable by one fdatasync shared by every op in it (group commit).
+//!
+//! Scanning stops at the first batch that is incomplete or fails its checksum. If nothing
+//! valid follows it, it is a torn tail: the last write was cut by a crash before its sync,
+//! so it was never acknowledged as durable, and recovery drops it. If a valid batch does
+//! follow, the damage is in the middle of data that was durable: recovery refuses to guess
+//! and reports it (`Tail::Damaged`), so the caller can stop with a clear error.
+
+use crate::op::Op;
+use crate::persist::codec::{self, DecodeError};
+
+pub const MAGIC: [u8; 8] = *b"RPJOURN\0";
+pub const VERSION: u32 = 1;
+pub const HEADER_BYTES: usize = 64;
+const BATCH_MAGIC: u32 = u32::from_le_bytes(*b"RPJB");
+pub const BATCH_HEADER_BYTES: usize = 32;
+/// Largest batch body; a batch holding more ops is cut in two by the writer.
+pub const BATCH_BODY_MAX_BYTES: usize = 64 << 20;
+
+/// The journal's header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub store_id: [u8; 16],
+    /// Sequence number of the first op this journal holds (the checkpoint holds all before).
+    pub base_seq: u64,
+    pub created_ns: i64,
+}
+
+impl Header {
+    pub fn encode(&self) -> [u8; HEADER_BYTES] {
+        let mut out = [0u8; HEADER_BYTES];
+        out[0..8].copy_from_slice(&MAGIC);
+        out[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        out[16..32].copy_from_slice(&self.store_id);
+        out[32..40].copy_from_slice(&self.base_seq.to_le_bytes());
+        out[40..48].copy_from_slice(&self.created_ns.to_le_bytes());
+        let crc = crc32c::crc32c(&out[..60]);
+        out[60..64].copy_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Header, JournalError> {
+        if bytes.len() < HEADER_BYTES {
+            return Err(JournalError::Header("shorter than its header".into()));
+        }
+        if bytes[0..8] != MAGIC {
+            return Err(JournalError::Header(
+                "not a rampart journal (bad magic)".into(),
+            ));
+        }
+        let crc = u32::from_le_bytes(bytes[60..64].try_into().expect("4 bytes"));
+        if crc32c::crc32c(&bytes[..60]) != crc {
+            return Err(JournalError::Header("header checksum mismatch".into()));
+        }
+        let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+        if version != VERSION {
+            return Err(JournalError::Version(version));
+        }
+        Ok(Header {
+            store_id: bytes[16..32].try_into().expect("16 bytes"),
+            base_seq: u64::from_le_bytes(bytes[32..40].try_into().expect("8 bytes")),
+            created_ns: i64::from_le_bytes(bytes[40..48].try_into().expect("8 bytes")),
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JournalError {
+    Header(String),
+    Version(u32),
+    Op { seq: u64, error: DecodeError },
+}
+
+impl std::fmt::Display for JournalError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            JournalError::Header(m) => write!(f, "journal header: {m}"),
+            JournalError::Version(v) => write!(
+                f,
+                "journal format version {v} is not supported (this rampart reads {VERSION})"
+            ),
+            JournalError::Op { seq, error } => {
+                write!(
+                    f,
+                    "journal op {seq} passed its checksum but does not decode: {error}"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for JournalError {}
+
+/// One valid batch, borrowing the journal's bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct Batch<'a> {
+    pub first_seq: u64,
+    pub op_count: u32,
+    pub base_time_ns: i64,
+    pub body: &'a [u8],
+    /// Offset of the batch in the file.
+    pub offset: u64,
+}
+
+impl<'a> Batch<'a> {
+    /// Decodes the batch's ops, calling `apply(seq, op)` for each in order.
+    pub fn for_each_op(
+        &self,
+        mut apply: impl FnMut(u64, Op<'a>) -> Result<(), JournalError>,
+    ) -> Result<(), JournalError> {
+        let mut input = self.body;
+        for i in 0..u64::from(self.op_count) {
+            let seq = self.first_seq + i;
+            let op = codec::decode_op(&mut input, self.base_time_ns)
+                .map_err(|error| JournalError::Op { seq, error })?;
+            apply(seq, op)?;
+        }
+        if !input.is_empty() {
+            return Err(JournalError::Op {
+                seq: self.first_seq + u64::from(self.op_count),
+                error: DecodeError::BadValue("bytes left after the batch's last op"),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// How the valid prefix of a journal ends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Tail {
+    /// The file ends exactly after the last valid batch.
+    Clean,
+    /// An incomplete or failing last batch, with nothing valid after it: a write cut short
+    /// by a crash, never acknowledged. `bytes` are dropped.
+    Torn {
+        offset: u64,
+        bytes: u64,
+        reason: String,
+    },
+    /// A batch fails, but a valid batch follows it: damage to durable data.
+    Damaged {
+        offset: u64,
+        reason: String,
+        /// Where the next valid-looking batch starts.
+        next_valid_offset: u64,
+    },
+}
+
+/// The result of scanning a journal.
+#[derive(Debug)]
+pub struct Scan<'a> {
+    pub header: Header,
+    pub batches: Vec<Batch<'a>>,
+    /// Bytes of the valid prefix (header and whole batches).
+    pub valid_len: u64,
+    pub tail: Tail,
+}
+
+impl Scan<'_> {
+    /// The sequence number the next op would get.
+    pub fn next_seq(&self) -> u64 {
+        self.batches.last().map_or(self.header.base_seq, |b| {
+            b.first_seq + u64::from(b.op_count)
+        })
+    }
+
+    pub fn op_count(&self) -> u64 {
+        self.batches.iter().map(|b| u64::from(b.op_count)).sum()
+    }
+}
+
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn le_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Parses the batch at `at`, checking it against the expected sequence number.
+fn parse_batch(bytes: &[u8], at: usize, expected_seq: Option<u64>) -> Result<Batch<'_>, String> {
+    let rest = &bytes[at..];
+    if rest.len() < BATCH_HEADER_BYTES {
+        return Err(format!("{} bytes, shorter than a batch header", rest.len()));
+    }
+    if le_u32(rest, 0) != BATCH_MAGIC {
+        return Err("no batch magic".into());
+    }
+    let body_len = le_u32(rest, 4) as usize;
+    if body_len > BATCH_BODY_MAX_BYTES {
+        return Err(format!("batch body of {body_len} bytes is over the limit"));
+    }
+    if rest.len() < BATCH_HEADER_BYTES + body_len {
+        return Err(format!(
+            "batch of {} bytes but only {} left",
+            BATCH_HEADER_BYTES + body_len,
+            rest.len()
+        ));
+    }
+    let crc = le_u32(rest, 8);
+    if crc32c::crc32c(&rest[12..BATCH_HEADER_BYTES + body_len]) != crc {
+        return Err("batch checksum mismatch".into());
+    }
+    let first_seq = le_u64(rest, 12);
+    let op_count = le_u32(rest, 20);
+    if op_count == 0 {
+        return Err("empty batch".into());
+    }
+    if let Some(expected) = expected_seq {
+        if first_seq != expected {
+            return Err(format!(
+                "batch starts at op {first_seq}, expected {expected}"
+            ));
+        }
+    }
+    Ok(Batch {
+        first_seq,
+        op_count,
+        base_time_ns: le_u64(rest, 24) as i64,
+        body: &rest[BATCH_HEADER_BYTES..BATCH_HEADER_BYTES + body_len],
+        offset: at as u64,
+    })
+}
+
+/// Scans a whole journal: the header, then every valid batch up to the first bad one.
+pub fn scan(bytes: &[u8]) -> Result<Scan<'_>, JournalError> {
+    let header = Header::decode(bytes)?;
+    let mut batches = Vec::new();
+    let mut at = HEADER_BYTES;
+    let mut next_seq = header.base_seq;
+    while at < bytes.len() {
+        match parse_batch(bytes, at, Some(next_seq)) {
+            Ok(batch) => {
+                next_seq = batch.first_seq + u64::from(batch.op_count);
+                at += BATCH_HEADER_BYTES + batch.body.len();
+                batches.push(batch);
+            }
+            Err(reason) => {
+                let tail = match find_next_valid(bytes, at + 1) {
+                    Some(next_valid_offset) => Tail::Damaged {
+                        offset: at as u64,
+                        reason,
+                        next_valid_offset: next_valid_offset as u64,
+                    },
+                    None => Tail::Torn {
+                        offset: at as u64,
+                        bytes: (bytes.len() - at) as u64,
+                        reason,
+                    },
+                };
+                return Ok(Scan {
+                    header,
+                    batches,
+                    valid_len: at as u64,
+                    tail,
+                });
+            }
+        }
+    }
+    Ok(Scan {
+        header,
+        batches,
+        valid_len: at as u64,
+        tail: Tail::Clean,
+    })
+}
+
+/// The offset of the next batch after `from` that passes its checksum, if any.
+fn find_next_valid(bytes: &[u8], from: usize) -> Option<usize> {
+    let magic = BATCH_MAGIC.to_le_bytes();
+    let mut at = from;
+    while at + BATCH_HEADER_BYTES <= bytes.len() {
+        let window = &bytes[at..];
+        let found = window.windows(4).position(|w| w == magic)?;
+        at += found;
+        if parse_batch(bytes, at, None).is_ok() {
+            return Some(at);
+        }
+        at += 1;
+    }
+    None
+}
+
+/// Builds batches: ops are encoded as they come, and `take_batch` frames what has gathered.
+#[derive(Debug)]
+pub struct BatchBuilder {
+    next_seq: u64,
+    first_seq: u64,
+    op_count: u32,
+    base_time_ns: i64,
+    body: Vec<u8>,
+}
+
+impl BatchBuilder {
+    pub fn new(next_seq: u64) -> BatchBuilder {
+        BatchBuilder {
+            next_seq,
+            first_seq: next_seq,
+            op_count: 0,
+            base_time_ns: 0,
+            body: Vec::new(),
+        }
+    }
+
+    /// Sequence number the next op gets.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.op_count == 0
+    }
+
+    /// Bytes gathered so far.
+    pub fn body_bytes(&self) -> usize {
+        self.body.len()
+    }
+
+    /// Encodes `op` into the open batch; returns its sequence number.
+    pub fn add(&mut self, op: &Op<'_>, time_ns: i64) -> u64 {
+        if self.op_count == 0 {
+            self.base_time_ns = time_ns;
+        }
+        codec::encode_op(op, self.base_time_ns, &mut self.body);
+        self.op_count += 1;
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        seq
+    }
+
+    /// Frames the gathered ops as one batch and starts a new one. None if empty.
+    pub fn take_batch(&mut self) -> Option<Vec<u8>> {
+        if self.op_count == 0 {
+            return None;
+        }
+        let body = std::mem::take(&mut self.body);
+        let mut out = Vec::with_capacity(BATCH_HEADER_BYTES + body.len());
+        out.extend_from_slice(&BATCH_MAGIC.to_le_bytes());
+        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        out.extend_from_slice(&[0; 4]); // crc, filled below
+        out.extend_from_slice(&self.first_seq.to_le_bytes());
+        out.extend_from_slice(&self.op_count.to_le_bytes());
+        out.extend_from_slice(&self.base_time_ns.to_le_bytes());
+        out.extend_from_slice(&body);
+        let crc = crc32c::crc32c(&out[12..]);
+        out[8..12].copy_from_slice(&crc.to_le_bytes());
+        debug_assert!(body.len() <= BATCH_BODY_MAX_BYTES);
+        self.first_seq = self.next_seq;
+        self.op_count = 0;
+        Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> Header {
+        Header {
+            store_id: [9; 16],
+            base_seq: 100,
+            created_ns: 1_700_000_000_000_000_000,
+        }
+    }
+
+    fn journal_with(batches: &[&[(&[u8], u64)]]) -> Vec<u8> {
+        let mut out = header().encode().to_vec();
+        let mut b = BatchBuilder::new(100);
+        for batch in batches {
+            for (name, t) in batch.iter() {
+                let op = Op::Unlink {
+                    parent: 1,
+                    name,
+                    time_ns: *t as i64,
+                };
+                b.add(&op, *t as i64);
+            }
+            out.extend(b.take_batch().unwrap());
+        }
+        out
+    }
+
+    fn names(scan: &Scan<'_>) -> Vec<(u64, Vec<u8>)> {
+        let mut out = Vec::new();
+        for b in &scan.batches {
+            b.for_each_op(|seq, op| {
+                if let Op::Unlink { name, .. } = op {
+                    out.push((seq, name.to_vec()));
+                }
+                Ok(())
+            })
+            .unwrap();
+        }
+        out
+    }
+
+    #[test]
+    fn round_trip_and_sequence_numbers() {
+        let j = journal_with(&[&[(b"a", 5), (b"b", 6)], &[(b"c", 7)]]);
+        let scan = scan(&j).unwrap();
+        assert_eq!(scan.tail, Tail::Clean);
+        assert_eq!(scan.next_seq(), 103);
+        assert_eq!(
+            names(&scan),
+            vec![
+                (100, b"a".to_vec()),
+                (101, b"b".to_vec()),
+                (102, b"c".to_vec())
+            ]
+        );
+        assert_eq!(scan.valid_len, j.len() as u64);
+    }
+
+    #[test]
+    fn every_truncation_is_a_torn_tail_keeping_whole_batches() {
+        let j = journal_with(&[&[(b"a", 5)], &[(b"bb", 6), (b"cc", 7)], &[(b"d", 8)]]);
+        let full = scan(&j).unwrap();
+        let ends: Vec<u64> = full
+            .batches
+            .iter()
+            .map(|b| b.offset + (BATCH_HEADER_BYTES + b.body.len()) as u64)
+            .collect();
+        for len in HEADER_BYTES..j.len() {
+            let s = scan(&j[..len]).unwrap();
+            let whole = ends.iter().filter(|&&e| e <= len as u64).count();
+            assert_eq!(s.batches.len(), whole, "at length {len}");
+            match s.tail {
+                Tail::Clean => assert!(len == HEADER_BYTES || ends.contains(&(len as u64))),
+                Tail::Torn { .. } => {}
+                Tail::Damaged { .. } => panic!("truncation at {len} seen as damage"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_flipped_bit_in_the_last_batch_is_torn_in_the_middle_is_damage() {
+        let j = journal_with(&[&[(b"a", 5)], &[(b"b", 6)], &[(b"c", 7)]]);
+        let full = scan(&j).unwrap();
+        let last = full.batches[2].offset as usize;
+        let middle = full.batches[1].offset as usize;
+        let mut torn = j.clone();
+        torn[last + BATCH_HEADER_BYTES + 1] ^= 1; // in the body
+        let s = scan(&torn).unwrap();
+        assert_eq!(s.batches.len(), 2);
+        assert!(matches!(s.tail, Tail::Torn { .. }), "{:?}", s.tail);
+        let mut damaged = j.clone();
+        damaged[middle + BATCH_HEADER_BYTES + 1] ^= 0x10;
+        let s = scan(&damaged).unwrap();
+        assert_eq!(s.batches.len(), 1);
+        match s.tail {
+            Tail::Damaged {
+                offset,
+                next_valid_offset,
+                ..
+            } => {
+                assert_eq!(offset, middle as u64);
+                assert_eq!(next_valid_offset, last as u64);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_headers_are_refused() {
+        let j = journal_with(&[&[(b"a", 5)]]);
+        assert!(matches!(scan(&j[..10]), Err(JournalError::Header(_))));
+        let mut bad = j.clone();
+        bad[33] ^= 1;
+        assert!(matches!(scan(&bad), Err(JournalError::Header(_))));
+        let mut newer = header();
+        newer.base_seq = 1;
+        let mut v2 = newer.encode();
+        v2[8] = 2;
+        let crc = crc32c::crc32c(&v2[..60]);
+        v2[60..64].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(scan(&v2), Err(JournalError::Version(2))));
+    }
+}
