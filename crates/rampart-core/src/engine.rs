@@ -10,6 +10,7 @@
 //! hand it to the [`OpSink`] (the persistence engine, later). `apply` validates everything
 //! before it changes anything, so a failed op leaves no trace.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -177,12 +178,14 @@ impl State {
     }
 
     /// Builds a state from whole inodes (a checkpoint): the memory charge and the counts are
-    /// recomputed, and every invariant is checked; a state that fails one is refused.
+    /// recomputed and every invariant is checked. Structural errors (no root, a repeated
+    /// number) are refused; broken invariants are returned beside the state, for the caller
+    /// to refuse or to repair.
     pub(crate) fn from_inodes(
         config: &EngineConfig,
         next_generation: u32,
         inodes: Vec<(Ino, Inode)>,
-    ) -> Result<State, Vec<String>> {
+    ) -> Result<(State, Vec<String>), Vec<String>> {
         let mut state = State {
             table: InodeTable::new(),
             budget: Budget::new(config.memory_cap_bytes),
@@ -213,11 +216,7 @@ impl State {
         }
         state.budget.apply(charged as i64);
         let problems = state.check();
-        if problems.is_empty() {
-            Ok(state)
-        } else {
-            Err(problems)
-        }
+        Ok((state, problems))
     }
 
     /// A new, empty file system: just the root directory.
@@ -885,6 +884,216 @@ impl State {
         Ok(())
     }
 
+    /// The directory /lost+found, made if missing (as /lost+found.fsck if a non-directory has
+    /// the name).
+    fn lost_and_found(&mut self) -> Ino {
+        match self.child(ROOT_INO, b"lost+found") {
+            Ok((ino, _)) if self.table.get(ino).is_ok_and(Inode::is_dir) => ino,
+            taken => {
+                let name: &[u8] = if taken.is_ok() {
+                    b"lost+found.fsck"
+                } else {
+                    b"lost+found"
+                };
+                let (ino, generation) = self.table.next_allocation().expect("room for one");
+                let op = Op::Create {
+                    parent: ROOT_INO,
+                    name,
+                    ino,
+                    generation,
+                    mode: libc::S_IFDIR | 0o700,
+                    uid: 0,
+                    gid: 0,
+                    rdev: 0,
+                    target: b"",
+                    time_ns: now_ns(),
+                };
+                self.apply(&op).expect("creating lost+found");
+                ino
+            }
+        }
+    }
+
+    /// Inodes reachable from `start` through directory entries (including `start`).
+    fn reachable_from(&self, start: Ino, seen: &mut std::collections::HashSet<Ino>) {
+        let mut stack = vec![start];
+        while let Some(ino) = stack.pop() {
+            if !seen.insert(ino) {
+                continue;
+            }
+            if let Some(d) = self.table.get(ino).ok().and_then(Inode::dir) {
+                d.list_from(0, |e| {
+                    if !seen.contains(&e.ino) && self.table.get(e.ino).is_ok() {
+                        stack.push(e.ino);
+                    }
+                    true
+                });
+            }
+        }
+    }
+
+    /// Repairs what `check` finds, in the manner of e2fsck: entries naming missing inodes are
+    /// removed, entry kinds corrected, extra names of a directory dropped, parents and link
+    /// counts recomputed from the entries, and inodes no entry reaches are linked into
+    /// `/lost+found` as `#<ino>` (nothing with data is thrown away). Returns what it did.
+    pub fn repair(&mut self) -> Vec<String> {
+        let mut done = Vec::new();
+        let inos: Vec<Ino> = self.table.iter().map(|(i, _)| i).collect();
+        // 1. Entries: drop those naming missing inodes, fix kinds, keep one name per directory.
+        let mut dir_named: HashMap<Ino, Ino> = HashMap::new();
+        for &dir_ino in &inos {
+            let Some(dir) = self.table.get(dir_ino).ok().and_then(Inode::dir) else {
+                continue;
+            };
+            let mut entries = Vec::new();
+            dir.list_from(0, |e| {
+                entries.push((e.name.to_vec(), e.ino, e.kind_code));
+                true
+            });
+            for (name, child, code) in entries {
+                let shown = String::from_utf8_lossy(&name).into_owned();
+                let fix = match self.table.get(child) {
+                    Err(_) => Some(None),
+                    Ok(c)
+                        if c.is_dir() && (child == ROOT_INO || dir_named.contains_key(&child)) =>
+                    {
+                        Some(None)
+                    }
+                    Ok(c) if c.kind().code() != code => Some(Some(c.kind().code())),
+                    Ok(c) => {
+                        if c.is_dir() {
+                            dir_named.insert(child, dir_ino);
+                        }
+                        None
+                    }
+                };
+                let d = self.dir_mut(dir_ino);
+                match fix {
+                    Some(None) => {
+                        d.remove(&name);
+                        done.push(format!("removed entry {shown:?} of directory {dir_ino}"));
+                    }
+                    Some(Some(kind)) => {
+                        d.replace(&name, child, kind);
+                        done.push(format!(
+                            "corrected the kind of entry {shown:?} in {dir_ino}"
+                        ));
+                    }
+                    None => {}
+                }
+            }
+        }
+        // 2. Inodes the root does not reach go to /lost+found: directories first (each taken
+        //    out of wherever it was named, which also breaks cycles cut off from the root),
+        //    then what is still unreached.
+        let mut reached = std::collections::HashSet::new();
+        self.reachable_from(ROOT_INO, &mut reached);
+        let mut unreached: Vec<Ino> = inos
+            .iter()
+            .copied()
+            .filter(|i| !reached.contains(i))
+            .collect();
+        unreached.sort_by_key(|&i| (!self.table.get(i).is_ok_and(Inode::is_dir), i));
+        let mut found = None;
+        for ino in unreached {
+            if reached.contains(&ino) {
+                continue;
+            }
+            let kind = self.table.get(ino).expect("inode").kind();
+            if kind == FileKind::Directory {
+                let holders: Vec<Ino> = self.table.iter().map(|(i, _)| i).collect();
+                for holder in holders {
+                    let mut names = Vec::new();
+                    if let Some(d) = self.table.get(holder).ok().and_then(Inode::dir) {
+                        d.list_from(0, |e| {
+                            if e.ino == ino {
+                                names.push(e.name.to_vec());
+                            }
+                            true
+                        });
+                    }
+                    for name in names {
+                        self.dir_mut(holder).remove(&name);
+                    }
+                }
+            }
+            let found = *found.get_or_insert_with(|| self.lost_and_found());
+            let name = format!("#{ino}");
+            self.dir_mut(found)
+                .insert(name.as_bytes(), ino, kind.code());
+            if kind == FileKind::Directory {
+                dir_named.insert(ino, found);
+            }
+            self.reachable_from(ino, &mut reached);
+            done.push(format!(
+                "linked unreachable inode {ino} as /lost+found/{name}"
+            ));
+        }
+        // 3. Parents and link counts from the entries.
+        let mut names: HashMap<Ino, u32> = HashMap::new();
+        let mut subdirs: HashMap<Ino, u32> = HashMap::new();
+        for (dir_ino, inode) in self.table.iter() {
+            if let Some(d) = inode.dir() {
+                d.list_from(0, |e| {
+                    *names.entry(e.ino).or_default() += 1;
+                    if FileKind::from_code(e.kind_code) == Some(FileKind::Directory) {
+                        *subdirs.entry(dir_ino).or_default() += 1;
+                    }
+                    true
+                });
+            }
+        }
+        for ino in self.table.iter().map(|(i, _)| i).collect::<Vec<_>>() {
+            let inode = self.table.get_mut(ino).expect("inode");
+            let expected = if inode.is_dir() {
+                2 + subdirs.get(&ino).copied().unwrap_or(0)
+            } else {
+                names.get(&ino).copied().unwrap_or(0)
+            };
+            if inode.nlink != expected {
+                done.push(format!(
+                    "inode {ino}: link count {} set to {expected}",
+                    inode.nlink
+                ));
+                inode.nlink = expected;
+            }
+            let parent = if ino == ROOT_INO {
+                Some(ROOT_INO)
+            } else {
+                dir_named.get(&ino).copied()
+            };
+            if let (Some(d), Some(parent)) = (inode.dir_mut(), parent) {
+                if d.parent != parent {
+                    done.push(format!("directory {ino}: parent set to {parent}"));
+                    d.parent = parent;
+                }
+            }
+        }
+        // 4. The accounting, recomputed.
+        let mut counts = Counts::default();
+        let mut charged = 0u64;
+        for (_, inode) in self.table.iter() {
+            *counts.slot(inode.kind()) += 1;
+            charged += inode_charge(inode);
+            if let Some(f) = inode.file() {
+                counts.data_bytes += f.stored_bytes();
+            }
+            if let Some(d) = inode.dir() {
+                d.list_from(0, |e| {
+                    charged += entry_cost(e.name);
+                    true
+                });
+            }
+        }
+        if counts != self.counts || charged != self.budget.used_bytes() {
+            done.push("recomputed counts and memory accounting".into());
+            self.counts = counts;
+            let used = self.budget.used_bytes() as i64;
+            self.budget.apply(charged as i64 - used);
+        }
+        done
+    }
+
     /// Checks every invariant of the namespace and the accounting; returns what is wrong.
     pub fn check(&self) -> Vec<String> {
         let mut problems = Vec::new();
@@ -958,6 +1167,13 @@ impl State {
             }
             if inode.nlink == 0 && inode.lookups.load(Ordering::Relaxed) == 0 && ino != ROOT_INO {
                 problems.push(format!("inode {ino} is unreferenced but not freed"));
+            }
+        }
+        let mut reached = std::collections::HashSet::new();
+        self.reachable_from(ROOT_INO, &mut reached);
+        for (ino, inode) in self.table.iter() {
+            if inode.nlink > 0 && !reached.contains(&ino) {
+                problems.push(format!("inode {ino} is not reachable from the root"));
             }
         }
         if counts != self.counts {
@@ -1530,5 +1746,50 @@ impl Engine {
     /// Checks every invariant; an empty list means the state is consistent.
     pub fn check(&self) -> Vec<String> {
         self.state.read().check()
+    }
+}
+
+#[cfg(test)]
+mod repair_tests {
+    use super::*;
+
+    #[test]
+    fn repair_fixes_what_check_finds() {
+        let e = Engine::new(EngineConfig::default());
+        let c = Ctx::library(0, 0);
+        let a = e.mkdir(&c, ROOT_INO, b"a", 0o755).unwrap().ino;
+        let b = e.mkdir(&c, a, b"b", 0o755).unwrap().ino;
+        let f = e.mknod(&c, b, b"f", libc::S_IFREG | 0o644, 0).unwrap().ino;
+        e.write(&c, f, 0, b"keep me", false).unwrap();
+        e.link(&c, f, ROOT_INO, b"f2").unwrap();
+        {
+            let mut st = e.state.write();
+            assert!(st.check().is_empty());
+            // A wrong link count, an entry naming no inode, and a cycle cut off from the root
+            // (a no longer in /, and b naming a).
+            st.table.get_mut(f).unwrap().nlink = 7;
+            st.dir_mut(ROOT_INO)
+                .insert(b"ghost", 4242, FileKind::RegularFile.code());
+            st.dir_mut(ROOT_INO).remove(b"a");
+            st.dir_mut(b).insert(b"loop", a, FileKind::Directory.code());
+            let problems = st.check();
+            assert!(problems.len() >= 3, "{problems:?}");
+            let done = st.repair();
+            assert!(!done.is_empty());
+            let left = st.check();
+            assert!(left.is_empty(), "after repair: {left:?}\ndone: {done:?}");
+        }
+        // The cut-off directory and its file are back under /lost+found, data intact.
+        let found = e.lookup_path(b"/lost+found").unwrap();
+        assert_eq!(found.kind, FileKind::Directory);
+        let f_again = e
+            .lookup_path(format!("/lost+found/#{a}/b/f").as_bytes())
+            .unwrap();
+        assert_eq!(f_again.ino, f);
+        assert_eq!(f_again.nlink, 2);
+        let mut buf = Vec::new();
+        e.read(f, 0, 100, &mut buf).unwrap();
+        assert_eq!(buf, b"keep me");
+        assert!(e.lookup_path(b"/ghost").is_err());
     }
 }

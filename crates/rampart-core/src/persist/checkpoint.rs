@@ -246,6 +246,20 @@ fn count(input: &mut &[u8], what: &str) -> Result<usize, CheckpointError> {
 
 /// Decodes a checkpoint into a state (checked against every engine invariant) and its header.
 pub fn decode(bytes: &[u8], config: &EngineConfig) -> Result<(State, Header), CheckpointError> {
+    let (state, header, problems) = decode_for_repair(bytes, config)?;
+    if problems.is_empty() {
+        Ok((state, header))
+    } else {
+        Err(CheckpointError::Inconsistent(problems))
+    }
+}
+
+/// Decodes a checkpoint whose state may break invariants (for `fsck --repair`): returns the
+/// state with the problems found. Damage to the encoding is still refused.
+pub fn decode_for_repair(
+    bytes: &[u8],
+    config: &EngineConfig,
+) -> Result<(State, Header, Vec<String>), CheckpointError> {
     let header = Header::decode(bytes)?;
     let body_end = (HEADER_BYTES as u64)
         .checked_add(header.body_len)
@@ -402,9 +416,9 @@ pub fn decode(bytes: &[u8], config: &EngineConfig) -> Result<(State, Header), Ch
             dir.insert(name, child, kind);
         }
     }
-    let state = State::from_inodes(config, next_generation, inodes)
+    let (state, problems) = State::from_inodes(config, next_generation, inodes)
         .map_err(CheckpointError::Inconsistent)?;
-    Ok((state, header))
+    Ok((state, header, problems))
 }
 
 #[cfg(test)]
