@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use rampart_core::persist::persister::Persister;
 use rampart_core::Engine;
 use rampart_fuse::RequestCounters;
 use serde::{Deserialize, Serialize};
@@ -17,7 +18,23 @@ pub const SOCKET_FILE: &str = "control.sock";
 /// Longest command line accepted.
 const COMMAND_LEN_MAX: u64 = 256;
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// The persister's figures.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Persistence {
+    /// Longest time a change waits to become durable.
+    pub commit_interval_ms: u64,
+    /// Changes applied but not yet durable.
+    pub ops_pending: u64,
+    pub journal_bytes: u64,
+    pub commits: u64,
+    pub checkpoints: u64,
+    /// How long writers waited while the last checkpoint was encoded.
+    pub last_checkpoint_pause_ms: f64,
+    /// The I/O error that stopped persistence, if any.
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Status {
     pub pid: u32,
     pub store: PathBuf,
@@ -30,13 +47,14 @@ pub struct Status {
     pub data_bytes: u64,
     pub memory_used_bytes: u64,
     pub memory_cap_bytes: u64,
-    pub persistence: String,
+    pub persistence: Persistence,
     /// FUSE requests served since the mount, by kind (round trips with the kernel).
     pub fuse_requests: std::collections::BTreeMap<String, u64>,
 }
 
 pub fn status_of(
     engine: &Engine,
+    persister: &Persister,
     counters: &RequestCounters,
     store: &Path,
     mountpoint: &Path,
@@ -54,7 +72,18 @@ pub fn status_of(
         data_bytes: s.data_bytes,
         memory_used_bytes: s.memory_used_bytes,
         memory_cap_bytes: s.memory_cap_bytes,
-        persistence: "none: the memory tier is volatile in this release".into(),
+        persistence: {
+            let p = persister.stats();
+            Persistence {
+                commit_interval_ms: persister.commit_interval().as_millis() as u64,
+                ops_pending: p.ops_pending,
+                journal_bytes: p.journal_bytes,
+                commits: p.commits,
+                checkpoints: p.checkpoints,
+                last_checkpoint_pause_ms: p.last_checkpoint_pause.as_secs_f64() * 1e3,
+                error: p.error,
+            }
+        },
         fuse_requests: counters
             .snapshot()
             .into_iter()
@@ -66,6 +95,7 @@ pub fn status_of(
 /// Serves the control socket on a background thread until the process ends.
 pub fn serve(
     engine: Arc<Engine>,
+    persister: Arc<Persister>,
     counters: Arc<RequestCounters>,
     store: PathBuf,
     mountpoint: PathBuf,
@@ -79,7 +109,8 @@ pub fn serve(
         .spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
-                if let Err(e) = answer(stream, &engine, &counters, &store, &mountpoint) {
+                if let Err(e) = answer(stream, &engine, &persister, &counters, &store, &mountpoint)
+                {
                     tracing::debug!("control request failed: {e}");
                 }
             }
@@ -90,6 +121,7 @@ pub fn serve(
 fn answer(
     stream: UnixStream,
     engine: &Engine,
+    persister: &Persister,
     counters: &RequestCounters,
     store: &Path,
     mountpoint: &Path,
@@ -98,8 +130,10 @@ fn answer(
     let mut line = String::new();
     BufReader::new((&stream).take_limit()).read_line(&mut line)?;
     let reply = match line.trim() {
-        "status" => serde_json::to_string(&status_of(engine, counters, store, mountpoint))
-            .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")),
+        "status" => {
+            serde_json::to_string(&status_of(engine, persister, counters, store, mountpoint))
+                .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+        }
         other => serde_json::json!({ "error": format!("unknown command {other:?}") }).to_string(),
     };
     (&stream).write_all(format!("{reply}\n").as_bytes())

@@ -138,6 +138,7 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
 
     let socket = crate::control::serve(
         engine.clone(),
+        persister.clone(),
         mounted.counters(),
         store_path.clone(),
         mountpoint.clone(),

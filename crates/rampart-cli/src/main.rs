@@ -305,6 +305,19 @@ fn cmd_status(mountpoint: &Path, json: bool) -> Result<(), String> {
     println!("memory_used_bytes: {}", status.memory_used_bytes);
     println!("memory_cap_bytes: {}", status.memory_cap_bytes);
     println!("memory_used: {pct:.1}% of the cap");
-    println!("persistence: {}", status.persistence);
+    let p = &status.persistence;
+    println!(
+        "persistence: changes durable within {} ms or at fsync; {} pending; journal {} bytes; \
+         {} commits, {} checkpoints (last paused writers {:.1} ms)",
+        p.commit_interval_ms,
+        p.ops_pending,
+        p.journal_bytes,
+        p.commits,
+        p.checkpoints,
+        p.last_checkpoint_pause_ms
+    );
+    if let Some(e) = &p.error {
+        println!("persistence error: {e}");
+    }
     Ok(())
 }

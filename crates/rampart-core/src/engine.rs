@@ -1593,20 +1593,32 @@ impl Engine {
         data: &[u8],
         kill_suidgid: bool,
     ) -> FsResult<u32> {
-        let len = u32::try_from(data.len()).map_err(|_| Errno::EINVAL)?;
+        u32::try_from(data.len()).map_err(|_| Errno::EINVAL)?;
         let time_ns = now_ns();
         let mut state = self.state.write();
-        let op = Op::Write {
-            ino,
-            offset,
-            data,
-            time_ns,
-            kill_suidgid,
-        };
-        self.execute(&mut state, &op)?;
+        // One op per WRITE_LEN_MAX bytes: a journal record holds at most that much.
+        let mut done = 0usize;
+        for piece in data.chunks(crate::persist::codec::WRITE_LEN_MAX).chain(
+            // An empty write is still an op (it updates the times).
+            data.is_empty().then_some(&data[..0]),
+        ) {
+            let op = Op::Write {
+                ino,
+                offset: offset + done as u64,
+                data: piece,
+                time_ns,
+                kill_suidgid,
+            };
+            match self.execute(&mut state, &op) {
+                Ok(()) => done += piece.len(),
+                // A short write, as POSIX allows, once some of it is in.
+                Err(_) if done > 0 => break,
+                Err(e) => return Err(e),
+            }
+        }
         drop(state);
         self.notify(ctx, || vec![Invalidation::Inode { ino }]);
-        Ok(len)
+        Ok(done as u32)
     }
 
     pub fn fallocate(

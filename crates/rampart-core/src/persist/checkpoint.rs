@@ -519,6 +519,7 @@ mod tests {
         // Names (6 bytes each) and their length bytes are the directory's, not the inodes'.
         let names = n * 7;
         let per_inode = (image.len() as u64 - names) as f64 / n as f64;
+        eprintln!("checkpoint: {per_inode:.2} bytes per empty-file inode");
         assert!(
             per_inode <= 20.0,
             "{per_inode:.1} bytes per empty-file inode"

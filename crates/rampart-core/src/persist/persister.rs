@@ -160,6 +160,10 @@ impl Persister {
         *lock(&self.engine) = Arc::downgrade(engine);
     }
 
+    pub fn commit_interval(&self) -> Duration {
+        self.config.commit_interval
+    }
+
     pub fn stats(&self) -> PersistStats {
         let pending = lock(&self.pending).builder.next_seq();
         let d = lock(&self.durable);

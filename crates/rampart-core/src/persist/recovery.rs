@@ -220,3 +220,9 @@ pub fn recover(
     report.duration = started.elapsed();
     Ok((state, report))
 }
+
+/// The state recovery starts from when a store has no checkpoint yet: an empty file system
+/// holding only its root directory (for `rampart fsck`, which replays the journal itself).
+pub fn initial_state(config: &EngineConfig) -> State {
+    State::new(config)
+}
