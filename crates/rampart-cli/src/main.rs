@@ -2,6 +2,7 @@
 
 mod control;
 mod daemon;
+mod fsck;
 mod mounts;
 mod size;
 
@@ -44,6 +45,18 @@ enum Cmd {
     Status {
         mountpoint: PathBuf,
         /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check an unmounted store (superblock, checkpoint, journal, replay, invariants).
+    Fsck {
+        store: PathBuf,
+        /// Repair what can be repaired: drop the journal from a damage on, stop the replay at
+        /// an op that does not apply, fix invariants (unreachable inodes go to /lost+found),
+        /// and write the result as a new checkpoint with an empty journal.
+        #[arg(long)]
+        repair: bool,
+        /// Print the report as one JSON object.
         #[arg(long)]
         json: bool,
     },
@@ -114,6 +127,11 @@ fn main() -> ExitCode {
         Cmd::Mount(args) => cmd_mount(args),
         Cmd::Umount { mountpoint, lazy } => cmd_umount(&mountpoint, lazy),
         Cmd::Status { mountpoint, json } => cmd_status(&mountpoint, json),
+        Cmd::Fsck {
+            store,
+            repair,
+            json,
+        } => return fsck::run(&store, repair, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -59,6 +59,56 @@ impl FileKind {
     }
 }
 
+/// How soon changes to a file must reach the store (DESIGN.md §4). Categories of a later issue
+/// map onto these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Durability {
+    /// Never written to the store; gone after a restart (like tmpfs). Regular files only.
+    Volatile,
+    /// Durable at most the deadline of this class after the change; class 0 is the store's
+    /// commit interval (5 s by default).
+    Within(u8),
+    /// Durable before the call that changed it returns.
+    BeforeReturn,
+}
+
+impl Default for Durability {
+    fn default() -> Self {
+        Durability::Within(0)
+    }
+}
+
+impl Durability {
+    /// One byte: 0 volatile, 1 + class for a deadline, 255 before-return.
+    pub fn code(self) -> u8 {
+        match self {
+            Durability::Volatile => 0,
+            Durability::Within(class) => class.saturating_add(1).min(254),
+            Durability::BeforeReturn => 255,
+        }
+    }
+
+    pub fn from_code(code: u8) -> Durability {
+        match code {
+            0 => Durability::Volatile,
+            255 => Durability::BeforeReturn,
+            c => Durability::Within(c - 1),
+        }
+    }
+
+    /// The stronger of two: what an op touching both must honour.
+    pub fn stronger(self, other: Durability) -> Durability {
+        match (self, other) {
+            (Durability::BeforeReturn, _) | (_, Durability::BeforeReturn) => {
+                Durability::BeforeReturn
+            }
+            (Durability::Within(a), Durability::Within(b)) => Durability::Within(a.min(b)),
+            (Durability::Within(a), _) | (_, Durability::Within(a)) => Durability::Within(a),
+            _ => Durability::Volatile,
+        }
+    }
+}
+
 /// A snapshot of an inode's attributes, as `stat` reports them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Attr {
@@ -77,6 +127,7 @@ pub struct Attr {
     pub atime_ns: TimeNs,
     pub mtime_ns: TimeNs,
     pub ctime_ns: TimeNs,
+    pub durability: Durability,
 }
 
 /// A time to set: a given instant, or the time of the operation.

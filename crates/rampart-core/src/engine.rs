@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use crate::attr::{Attr, FileKind, Ino, SetAttr, SetTime, StatFs, Stats, ROOT_INO};
+use crate::attr::{Attr, Durability, FileKind, Ino, SetAttr, SetTime, StatFs, Stats, ROOT_INO};
 use crate::error::{Errno, FsResult};
 use crate::memory::budget::Budget;
 use crate::memory::file_data::{FileData, FILE_SIZE_MAX_BYTES};
@@ -233,6 +233,7 @@ impl State {
             gid: config.root_gid,
             nlink: 2,
             generation: 0,
+            durability: Durability::default().code(),
             lookups: AtomicU64::new(0),
             size_bytes: 0,
             atime_ns: AtomicI64::new(now),
@@ -428,6 +429,11 @@ impl State {
                 time_ns,
             } => self.apply_setxattr(ino, name, value, flags, time_ns),
             Op::RemoveXattr { ino, name, time_ns } => self.apply_removexattr(ino, name, time_ns),
+            Op::SetDurability {
+                ino,
+                durability,
+                time_ns,
+            } => self.apply_set_durability(ino, durability, time_ns),
         }
     }
 
@@ -477,6 +483,7 @@ impl State {
             gid,
             nlink: if kind == FileKind::Directory { 2 } else { 1 },
             generation,
+            durability: Durability::default().code(),
             lookups: AtomicU64::new(0),
             size_bytes: if kind == FileKind::Symlink {
                 target.len() as u64
@@ -884,6 +891,92 @@ impl State {
         Ok(())
     }
 
+    fn apply_set_durability(&mut self, ino: Ino, code: u8, time_ns: TimeNs) -> FsResult<()> {
+        let inode = self.table.get_mut(ino)?;
+        if Durability::from_code(code) == Durability::Volatile
+            && !matches!(inode.payload, Payload::File(_))
+        {
+            // A directory's contents, a link target: volatility is for regular files (a
+            // directory takes the strongest persistence of what it holds, DESIGN.md §4).
+            return Err(Errno::EINVAL);
+        }
+        inode.durability = code;
+        inode.ctime_ns = time_ns;
+        Ok(())
+    }
+
+    /// What an applied op must honour: data ops the inode's own durability; namespace ops are
+    /// always persisted (so that replay sees the structure the later ops expect) and are
+    /// before-return when their directory is.
+    fn op_durability(&self, op: &Op<'_>) -> Durability {
+        let of = |ino: Ino| {
+            self.table
+                .get(ino)
+                .map_or(Durability::default(), Inode::durability)
+        };
+        let namespace = |parents: &[Ino]| {
+            parents
+                .iter()
+                .fold(Durability::default(), |d, &p| d.stronger(of(p)))
+        };
+        match *op {
+            Op::Write { ino, .. }
+            | Op::Fallocate { ino, .. }
+            | Op::SetAttr { ino, .. }
+            | Op::SetXattr { ino, .. }
+            | Op::RemoveXattr { ino, .. } => of(ino),
+            Op::SetDurability { ino, .. } => Durability::default().stronger(of(ino)),
+            Op::Create { parent, ino, .. } => namespace(&[parent]).stronger(of(ino)),
+            Op::Link { parent, ino, .. } => namespace(&[parent]).stronger(of(ino)),
+            Op::Unlink { parent, .. } | Op::Rmdir { parent, .. } => namespace(&[parent]),
+            Op::Rename {
+                parent, new_parent, ..
+            } => namespace(&[parent, new_parent]),
+        }
+    }
+
+    /// Removes every volatile file (all its names): what a restart does to them. Returns how
+    /// many there were.
+    pub(crate) fn drop_volatile(&mut self) -> u64 {
+        let volatile: std::collections::HashSet<Ino> = self
+            .table
+            .iter()
+            .filter(|(_, i)| i.durability() == Durability::Volatile)
+            .map(|(n, _)| n)
+            .collect();
+        if volatile.is_empty() {
+            return 0;
+        }
+        let dirs: Vec<Ino> = self
+            .table
+            .iter()
+            .filter(|(_, i)| i.is_dir())
+            .map(|(n, _)| n)
+            .collect();
+        for dir in dirs {
+            let mut names = Vec::new();
+            if let Some(d) = self.table.get(dir).ok().and_then(Inode::dir) {
+                d.list_from(0, |e| {
+                    if volatile.contains(&e.ino) {
+                        names.push(e.name.to_vec());
+                    }
+                    true
+                });
+            }
+            for name in names {
+                self.dir_mut(dir).remove(&name);
+                self.budget.apply(-(entry_cost(&name) as i64));
+            }
+        }
+        for &ino in &volatile {
+            if let Ok(inode) = self.table.get_mut(ino) {
+                inode.nlink = 0;
+            }
+            self.free_if_unreferenced(ino);
+        }
+        volatile.len() as u64
+    }
+
     /// The directory /lost+found, made if missing (as /lost+found.fsck if a non-directory has
     /// the name).
     fn lost_and_found(&mut self) -> Ino {
@@ -1287,12 +1380,92 @@ impl Engine {
     }
 
     /// Applies `op` under the exclusive lock and hands it to the sink.
-    fn execute(&self, state: &mut State, op: &Op<'_>) -> FsResult<()> {
+    /// Applies `op`, hands it to the sink, and says what durability it must honour.
+    fn execute(&self, state: &mut State, op: &Op<'_>) -> FsResult<Durability> {
         state.apply(op)?;
+        let durability = state.op_durability(op);
         if let Some(sink) = self.sink.read().as_ref() {
-            sink.applied(op);
+            sink.applied(op, durability);
         }
-        Ok(())
+        Ok(durability)
+    }
+
+    /// After the lock is dropped: a before-return change is made durable before returning.
+    fn honour(&self, durability: Durability) -> FsResult<()> {
+        if durability != Durability::BeforeReturn {
+            return Ok(());
+        }
+        self.sync().map_err(|e| {
+            tracing::error!("a before-return change could not be made durable: {e}");
+            Errno::EIO
+        })
+    }
+
+    /// Sets how soon changes to `ino` must reach the store. A volatile file made durable has
+    /// its whole current content journaled at once (its changes were not).
+    pub fn set_durability(&self, ctx: &Ctx, ino: Ino, durability: Durability) -> FsResult<()> {
+        let time_ns = now_ns();
+        let mut state = self.state.write();
+        let before = state.inode(ino)?.durability();
+        let op = Op::SetDurability {
+            ino,
+            durability: durability.code(),
+            time_ns,
+        };
+        let honour = self.execute(&mut state, &op)?;
+        if before == Durability::Volatile && durability != Durability::Volatile {
+            self.materialize(&state, ino, durability);
+        }
+        drop(state);
+        self.notify(ctx, || vec![Invalidation::Inode { ino }]);
+        self.honour(honour)
+    }
+
+    /// Hands the sink ops that rebuild a file's current content and attributes: after a
+    /// volatile period, replay has the file's structure but none of its data. The ops are
+    /// no-ops on the live state, so they are not applied again.
+    fn materialize(&self, state: &State, ino: Ino, durability: Durability) {
+        let Some(sink) = self.sink.read().clone() else {
+            return;
+        };
+        let Ok(inode) = state.inode(ino) else { return };
+        let durability = Durability::default().stronger(durability);
+        if let Some(f) = inode.file() {
+            for (index, bytes) in f.chunks() {
+                let op = Op::Write {
+                    ino,
+                    offset: (index * crate::memory::file_data::CHUNK_BYTES) as u64,
+                    data: bytes,
+                    time_ns: inode.mtime_ns,
+                    kill_suidgid: false,
+                };
+                sink.applied(&op, durability);
+            }
+        }
+        if let Some(x) = &inode.xattrs {
+            for (name, value) in x.iter() {
+                let op = Op::SetXattr {
+                    ino,
+                    name,
+                    value,
+                    flags: 0,
+                    time_ns: inode.ctime_ns,
+                };
+                sink.applied(&op, durability);
+            }
+        }
+        let op = Op::SetAttr {
+            ino,
+            mode: Some(inode.mode & 0o7777),
+            uid: Some(inode.uid),
+            gid: Some(inode.gid),
+            size_bytes: inode.file().map(|_| inode.size_bytes),
+            atime_ns: Some(inode.atime()),
+            mtime_ns: Some(inode.mtime_ns),
+            ctime_ns: inode.ctime_ns,
+            kill_suidgid: false,
+        };
+        sink.applied(&op, durability);
     }
 
     fn notify(&self, ctx: &Ctx, what: impl FnOnce() -> Vec<Invalidation>) {
@@ -1377,9 +1550,10 @@ impl Engine {
             ctime_ns: set.ctime_ns.unwrap_or(now),
             kill_suidgid: set.kill_suidgid,
         };
-        self.execute(&mut state, &op)?;
+        let honour = self.execute(&mut state, &op)?;
         let attr = state.inode(ino)?.attr(ino);
         drop(state);
+        self.honour(honour)?;
         self.notify(ctx, || vec![Invalidation::Inode { ino }]);
         Ok(attr)
     }
@@ -1450,11 +1624,12 @@ impl Engine {
             target,
             time_ns: now,
         };
-        self.execute(&mut state, &op)?;
+        let honour = self.execute(&mut state, &op)?;
         let inode = state.inode(ino)?;
         Self::count_lookup(ctx, inode);
         let attr = inode.attr(ino);
         drop(state);
+        self.honour(honour)?;
         self.notify(ctx, || {
             vec![
                 Invalidation::Entry {
@@ -1476,11 +1651,12 @@ impl Engine {
             name: new_name,
             time_ns: now,
         };
-        self.execute(&mut state, &op)?;
+        let honour = self.execute(&mut state, &op)?;
         let inode = state.inode(ino)?;
         Self::count_lookup(ctx, inode);
         let attr = inode.attr(ino);
         drop(state);
+        self.honour(honour)?;
         self.notify(ctx, || {
             vec![
                 Invalidation::Entry {
@@ -1518,8 +1694,9 @@ impl Engine {
                 time_ns,
             }
         };
-        self.execute(&mut state, &op)?;
+        let honour = self.execute(&mut state, &op)?;
         drop(state);
+        self.honour(honour)?;
         self.notify(ctx, || {
             vec![Invalidation::Entry {
                 parent,
@@ -1548,8 +1725,9 @@ impl Engine {
             flags,
             time_ns,
         };
-        self.execute(&mut state, &op)?;
+        let honour = self.execute(&mut state, &op)?;
         drop(state);
+        self.honour(honour)?;
         self.notify(ctx, || {
             vec![
                 Invalidation::Entry {
@@ -1598,6 +1776,7 @@ impl Engine {
         let mut state = self.state.write();
         // One op per WRITE_LEN_MAX bytes: a journal record holds at most that much.
         let mut done = 0usize;
+        let mut honour = Durability::Volatile;
         for piece in data.chunks(crate::persist::codec::WRITE_LEN_MAX).chain(
             // An empty write is still an op (it updates the times).
             data.is_empty().then_some(&data[..0]),
@@ -1610,13 +1789,17 @@ impl Engine {
                 kill_suidgid,
             };
             match self.execute(&mut state, &op) {
-                Ok(()) => done += piece.len(),
+                Ok(d) => {
+                    honour = honour.stronger(d);
+                    done += piece.len();
+                }
                 // A short write, as POSIX allows, once some of it is in.
                 Err(_) if done > 0 => break,
                 Err(e) => return Err(e),
             }
         }
         drop(state);
+        self.honour(honour)?;
         self.notify(ctx, || vec![Invalidation::Inode { ino }]);
         Ok(done as u32)
     }
@@ -1638,8 +1821,9 @@ impl Engine {
             mode,
             time_ns,
         };
-        self.execute(&mut state, &op)?;
+        let honour = self.execute(&mut state, &op)?;
         drop(state);
+        self.honour(honour)?;
         self.notify(ctx, || vec![Invalidation::Inode { ino }]);
         Ok(())
     }
@@ -1689,8 +1873,9 @@ impl Engine {
             flags,
             time_ns,
         };
-        self.execute(&mut state, &op)?;
+        let honour = self.execute(&mut state, &op)?;
         drop(state);
+        self.honour(honour)?;
         self.notify(ctx, || vec![Invalidation::Inode { ino }]);
         Ok(())
     }
@@ -1721,8 +1906,9 @@ impl Engine {
         let time_ns = now_ns();
         let mut state = self.state.write();
         let op = Op::RemoveXattr { ino, name, time_ns };
-        self.execute(&mut state, &op)?;
+        let honour = self.execute(&mut state, &op)?;
         drop(state);
+        self.honour(honour)?;
         self.notify(ctx, || vec![Invalidation::Inode { ino }]);
         Ok(())
     }

@@ -17,7 +17,7 @@ pub mod store;
 pub mod time;
 pub mod xattr;
 
-pub use attr::{Attr, FileKind, Ino, SetAttr, SetTime, StatFs, Stats, ROOT_INO};
+pub use attr::{Attr, Durability, FileKind, Ino, SetAttr, SetTime, StatFs, Stats, ROOT_INO};
 pub use engine::{Ctx, Engine, EngineConfig, Invalidation, Observer};
 pub use error::{Errno, FsResult};
 pub use op::{Op, OpSink};

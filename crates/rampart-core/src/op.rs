@@ -3,7 +3,7 @@
 //! inode number a creation got), so applying the same ops to the same state gives the same
 //! state: the journal logs these values and replay applies them again.
 
-use crate::attr::Ino;
+use crate::attr::{Durability, Ino};
 use crate::time::TimeNs;
 
 /// `rename` flags (renameat2).
@@ -100,6 +100,12 @@ pub enum Op<'a> {
         name: &'a [u8],
         time_ns: TimeNs,
     },
+    /// Sets how soon the inode's changes must reach the store (`Durability::code`).
+    SetDurability {
+        ino: Ino,
+        durability: u8,
+        time_ns: TimeNs,
+    },
 }
 
 impl Op<'_> {
@@ -114,7 +120,8 @@ impl Op<'_> {
             | Op::Write { time_ns, .. }
             | Op::Fallocate { time_ns, .. }
             | Op::SetXattr { time_ns, .. }
-            | Op::RemoveXattr { time_ns, .. } => time_ns,
+            | Op::RemoveXattr { time_ns, .. }
+            | Op::SetDurability { time_ns, .. } => time_ns,
             Op::SetAttr { ctime_ns, .. } => ctime_ns,
         }
     }
@@ -123,7 +130,9 @@ impl Op<'_> {
 /// Receives every op after it was applied, in apply order, under the engine's exclusive lock:
 /// the persistence engine's entry point.
 pub trait OpSink: Send + Sync {
-    fn applied(&self, op: &Op<'_>);
+    /// `durability`: what the op must honour (the strongest of the inodes it changes); a
+    /// volatile op is not persisted at all.
+    fn applied(&self, op: &Op<'_>, durability: Durability);
 
     /// Makes every op applied so far durable (fsync). A sink that keeps nothing has nothing
     /// to wait for.

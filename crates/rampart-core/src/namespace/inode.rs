@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-use crate::attr::{Attr, FileKind, Ino};
+use crate::attr::{Attr, Durability, FileKind, Ino};
 use crate::memory::file_data::FileData;
 use crate::namespace::dir::Dir;
 use crate::time::TimeNs;
@@ -31,6 +31,8 @@ pub struct Inode {
     pub gid: u32,
     pub nlink: u32,
     pub generation: u32,
+    /// `Durability::code`: how soon changes must reach the store.
+    pub durability: u8,
     /// References the kernel holds (FUSE lookup count); the inode lives while this is non-zero
     /// even when `nlink` is zero (an unlinked file that is still open). Atomic so that lookups
     /// count under a shared lock; an inode is only freed under the exclusive lock.
@@ -74,6 +76,10 @@ impl Inode {
         }
     }
 
+    pub fn durability(&self) -> Durability {
+        Durability::from_code(self.durability)
+    }
+
     pub fn atime(&self) -> TimeNs {
         self.atime_ns.load(Ordering::Relaxed)
     }
@@ -114,6 +120,7 @@ impl Inode {
             atime_ns: self.atime(),
             mtime_ns: self.mtime_ns,
             ctime_ns: self.ctime_ns,
+            durability: self.durability(),
         }
     }
 }

@@ -6,7 +6,8 @@
 //! header     := magic "RPCHKPT\0" | version u32 | flags u32 | store_id [16] | seq u64
 //!               | created_ns i64 | body_len u64 | crc32c(bytes 0..60) u32      (64 bytes)
 //! body       := next_generation | owners | inodes
-//! owners     := count, then (mode, uid, gid) per entry: the shared table (pseudo-ACL)
+//! owners     := count, then (mode, uid, gid, durability byte) per entry: the shared table
+//!               (MRAMFS's pseudo-ACL)
 //! inodes     := count, then per inode in increasing number order:
 //!     ino − previous ino | generation | owner index | nlink
 //!     | zigzag(mtime − previous inode's mtime) | zigzag(ctime − mtime) | zigzag(atime − mtime)
@@ -125,11 +126,11 @@ fn kind_tag(kind: FileKind) -> u8 {
 
 /// Encodes `state` as a checkpoint holding every op before `seq`.
 pub fn encode(state: &State, store_id: [u8; 16], seq: u64, created_ns: TimeNs) -> Vec<u8> {
-    let mut owners: HashMap<(u32, u32, u32), u64> = HashMap::new();
+    let mut owners: HashMap<(u32, u32, u32, u8), u64> = HashMap::new();
     let mut owner_list = Vec::new();
     let durable: Vec<(Ino, &Inode)> = state.inodes().filter(|(_, i)| i.nlink > 0).collect();
     for (_, inode) in &durable {
-        let key = (inode.mode, inode.uid, inode.gid);
+        let key = (inode.mode, inode.uid, inode.gid, inode.durability);
         if let std::collections::hash_map::Entry::Vacant(slot) = owners.entry(key) {
             slot.insert(owner_list.len() as u64);
             owner_list.push(key);
@@ -138,10 +139,11 @@ pub fn encode(state: &State, store_id: [u8; 16], seq: u64, created_ns: TimeNs) -
     let mut body = Vec::new();
     put_varint(&mut body, u64::from(state.next_generation()));
     put_varint(&mut body, owner_list.len() as u64);
-    for (mode, uid, gid) in &owner_list {
+    for (mode, uid, gid, durability) in &owner_list {
         put_varint(&mut body, u64::from(*mode));
         put_varint(&mut body, u64::from(*uid));
         put_varint(&mut body, u64::from(*gid));
+        body.push(*durability);
     }
     put_varint(&mut body, durable.len() as u64);
     let mut prev_ino = 0;
@@ -150,13 +152,21 @@ pub fn encode(state: &State, store_id: [u8; 16], seq: u64, created_ns: TimeNs) -
         put_varint(&mut body, ino - prev_ino);
         prev_ino = *ino;
         put_varint(&mut body, u64::from(inode.generation));
-        put_varint(&mut body, owners[&(inode.mode, inode.uid, inode.gid)]);
+        put_varint(
+            &mut body,
+            owners[&(inode.mode, inode.uid, inode.gid, inode.durability)],
+        );
         put_varint(&mut body, u64::from(inode.nlink));
         put_zigzag(&mut body, inode.mtime_ns.wrapping_sub(prev_mtime));
         prev_mtime = inode.mtime_ns;
         put_zigzag(&mut body, inode.ctime_ns.wrapping_sub(inode.mtime_ns));
         put_zigzag(&mut body, inode.atime().wrapping_sub(inode.mtime_ns));
         match &inode.payload {
+            Payload::File(_) if inode.durability() == crate::attr::Durability::Volatile => {
+                // Its data never reaches the store; recovery drops the file.
+                put_varint(&mut body, 0);
+                put_varint(&mut body, 0);
+            }
             Payload::File(f) => {
                 put_varint(&mut body, inode.size_bytes);
                 let chunks: Vec<_> = f.chunks().collect();
@@ -286,7 +296,11 @@ pub fn decode_for_repair(
         if FileKind::from_mode(mode).is_none() {
             return Err(bad(format!("mode {mode:o} has no valid file type")));
         }
-        owners.push((mode, varint_u32(input, "uid")?, varint_u32(input, "gid")?));
+        let uid = varint_u32(input, "uid")?;
+        let gid = varint_u32(input, "gid")?;
+        let durability =
+            crate::persist::codec::get_u8(input).map_err(|e| bad(format!("durability: {e}")))?;
+        owners.push((mode, uid, gid, durability));
     }
     let inode_count = count(input, "inode count")?;
     let mut inodes = Vec::with_capacity(inode_count);
@@ -304,7 +318,7 @@ pub fn decode_for_repair(
             .ok_or_else(|| bad("inode number overflow"))?;
         let generation = varint_u32(input, "generation")?;
         let owner = varint(input, "owner index")? as usize;
-        let &(mode, uid, gid) = owners
+        let &(mode, uid, gid, durability) = owners
             .get(owner)
             .ok_or_else(|| bad(format!("owner index {owner} past the table")))?;
         let nlink = varint_u32(input, "nlink")?;
@@ -371,6 +385,7 @@ pub fn decode_for_repair(
                 gid,
                 nlink,
                 generation,
+                durability,
                 lookups: AtomicU64::new(0),
                 size_bytes,
                 atime_ns: AtomicI64::new(atime_ns),

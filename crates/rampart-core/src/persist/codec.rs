@@ -43,8 +43,9 @@
 //! | 8 | Fallocate | ino varint, offset varint, length varint, mode i32, time |
 //! | 9 | SetXattr | ino varint, name bytes ≤ 255, value bytes ≤ 65536, flags i32, time |
 //! | 10 | RemoveXattr | ino varint, name bytes ≤ 255, time |
+//! | 11 | SetDurability | ino varint, durability byte (`Durability::code`), time |
 //!
-//! Tag 0 and tags 11–255 are unknown and rejected (a zero-filled tail is never taken for ops).
+//! Tag 0 and tags 12–255 are unknown and rejected (a zero-filled tail is never taken for ops).
 //!
 //! The SetAttr presence byte: bit 0 mode, bit 1 uid, bit 2 gid, bit 3 size, bit 4 atime,
 //! bit 5 mtime (each set when the field is present and follows), bit 6 `kill_suidgid`; bit 7 is
@@ -92,6 +93,7 @@ pub mod tag {
     pub const FALLOCATE: u8 = 8;
     pub const SET_XATTR: u8 = 9;
     pub const REMOVE_XATTR: u8 = 10;
+    pub const SET_DURABILITY: u8 = 11;
 }
 
 /// SetAttr presence bits.
@@ -452,6 +454,16 @@ pub fn encode_op(op: &Op<'_>, base_time_ns: i64, out: &mut Vec<u8>) {
             put_bytes(out, name);
             put_time(out, time_ns, base);
         }
+        Op::SetDurability {
+            ino,
+            durability,
+            time_ns,
+        } => {
+            out.push(tag::SET_DURABILITY);
+            put_varint(out, ino);
+            out.push(durability);
+            put_time(out, time_ns, base);
+        }
     }
 }
 
@@ -585,6 +597,11 @@ fn decode_fields<'a>(r: &mut &'a [u8], base: TimeNs) -> Result<Op<'a>, DecodeErr
             name: get_field_bytes(r, xattr::NAME_LEN_MAX, "xattr name")?,
             time_ns: get_time(r, base)?,
         },
+        tag::SET_DURABILITY => Op::SetDurability {
+            ino: get_varint(r)?,
+            durability: get_u8(r)?,
+            time_ns: get_time(r, base)?,
+        },
         t => return Err(DecodeError::UnknownTag(t)),
     };
     Ok(op)
@@ -671,6 +688,11 @@ mod tests {
         RemoveXattr {
             ino: u64,
             name: Vec<u8>,
+            time_ns: i64,
+        },
+        SetDurability {
+            ino: u64,
+            durability: u8,
             time_ns: i64,
         },
     }
@@ -808,6 +830,15 @@ mod tests {
                 Owned::RemoveXattr { ino, name, time_ns } => Op::RemoveXattr {
                     ino: *ino,
                     name,
+                    time_ns: *time_ns,
+                },
+                Owned::SetDurability {
+                    ino,
+                    durability,
+                    time_ns,
+                } => Op::SetDurability {
+                    ino: *ino,
+                    durability: *durability,
                     time_ns: *time_ns,
                 },
             }
@@ -1017,6 +1048,13 @@ mod tests {
                 times()
             )
                 .prop_map(|(ino, name, time_ns)| Owned::RemoveXattr { ino, name, time_ns })
+                .boxed(),
+            (u64s(), any::<u8>(), times())
+                .prop_map(|(ino, durability, time_ns)| Owned::SetDurability {
+                    ino,
+                    durability,
+                    time_ns,
+                })
                 .boxed(),
         ]
         .boxed()
@@ -1237,7 +1275,7 @@ mod tests {
             decode_op(&mut input, 0)
         }
         assert_eq!(decode(&[0]), Err(DecodeError::UnknownTag(0)));
-        assert_eq!(decode(&[11, 1, 2, 3]), Err(DecodeError::UnknownTag(11)));
+        assert_eq!(decode(&[12, 1, 2, 3]), Err(DecodeError::UnknownTag(12)));
         assert_eq!(decode(&[0xff]), Err(DecodeError::UnknownTag(0xff)));
 
         // Unlink in directory 1 of a 256-byte name.

@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
+use crate::attr::Durability;
 use crate::engine::Engine;
 use crate::op::{Op, OpSink};
 use crate::persist::checkpoint;
@@ -281,7 +282,11 @@ impl Persister {
 }
 
 impl OpSink for Persister {
-    fn applied(&self, op: &Op<'_>) {
+    fn applied(&self, op: &Op<'_>, durability: Durability) {
+        if durability == Durability::Volatile {
+            // Never reaches the store; recovery drops volatile files.
+            return;
+        }
         let mut p = lock(&self.pending);
         p.builder.add(op, op.time_ns());
         if p.builder.body_bytes() > BATCH_BODY_MAX_BYTES / 4 {

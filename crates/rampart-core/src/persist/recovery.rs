@@ -32,6 +32,8 @@ pub struct Report {
     pub journal_valid_len: u64,
     /// The sequence number the next op gets.
     pub next_seq: u64,
+    /// Volatile files, gone as promised.
+    pub volatile_dropped: u64,
     pub duration: Duration,
 }
 
@@ -160,6 +162,7 @@ pub fn recover(
         tail: Tail::Clean,
         journal_valid_len: 0,
         next_seq: checkpoint_seq.unwrap_or(0),
+        volatile_dropped: 0,
         duration: Duration::ZERO,
     };
     let from_seq = checkpoint_seq.unwrap_or(0);
@@ -213,6 +216,7 @@ pub fn recover(
         report.journal_valid_len = scan.valid_len;
         report.next_seq = report.next_seq.max(scan.next_seq());
     }
+    report.volatile_dropped = state.drop_volatile();
     let problems = state.check();
     if !problems.is_empty() {
         return Err(RecoveryError::Inconsistent(problems));

@@ -1,0 +1,125 @@
+//! Durability per inode: volatile files never reach the store and are gone after a restart;
+//! a volatile file made durable carries its content; before-return changes are durable when
+//! the call returns.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rampart_core::persist::device::{CrashMode, Device, SimDevice};
+use rampart_core::persist::persister::{PersistConfig, Persister};
+use rampart_core::persist::recovery::recover;
+use rampart_core::{Ctx, Durability, Engine, EngineConfig, ROOT_INO};
+
+const ID: [u8; 16] = [1; 16];
+const FILE: u32 = libc::S_IFREG | 0o644;
+
+fn setup(seed: u64) -> (Arc<SimDevice>, Arc<Engine>, Arc<Persister>) {
+    let device = Arc::new(SimDevice::new(seed));
+    let engine = Arc::new(Engine::new(EngineConfig::default()));
+    let config = PersistConfig {
+        commit_interval: Duration::from_secs(3600),
+        checkpoint_journal_bytes: u64::MAX,
+    };
+    let persister = Persister::start(device.clone(), ID, 0, 0, config).unwrap();
+    persister.attach(&engine);
+    engine.set_sink(Some(persister.clone()));
+    (device, engine, persister)
+}
+
+fn crash_and_recover(device: &SimDevice) -> Engine {
+    let image = device.crash(CrashMode::LoseUnsynced);
+    let (state, report) = recover(&image, ID, &EngineConfig::default()).unwrap();
+    let e = Engine::from_state(state);
+    assert!(e.check().is_empty(), "{:?} ({report})", e.check());
+    e
+}
+
+fn content(e: &Engine, path: &[u8]) -> Vec<u8> {
+    let a = e.lookup_path(path).unwrap();
+    let mut buf = Vec::new();
+    e.read(a.ino, 0, a.size_bytes as u32, &mut buf).unwrap();
+    buf
+}
+
+#[test]
+fn volatile_files_are_never_written_and_gone_after_a_crash() {
+    let (device, e, _p) = setup(1);
+    let c = Ctx::library(0, 0);
+    let keep = e.mknod(&c, ROOT_INO, b"keep", FILE, 0).unwrap().ino;
+    e.write(&c, keep, 0, b"durable", false).unwrap();
+    let tmp = e.mknod(&c, ROOT_INO, b"tmp", FILE, 0).unwrap().ino;
+    e.set_durability(&c, tmp, Durability::Volatile).unwrap();
+    e.sync().unwrap();
+    let journal_before = device.len("journal").unwrap().unwrap();
+    e.write(&c, tmp, 0, &vec![7u8; 1 << 20], false).unwrap();
+    e.setxattr(&c, tmp, b"user.k", b"v", 0).unwrap();
+    e.sync().unwrap();
+    assert_eq!(
+        device.len("journal").unwrap().unwrap(),
+        journal_before,
+        "a volatile file's data reached the journal"
+    );
+    e.link(&c, tmp, ROOT_INO, b"tmp2").unwrap();
+    e.sync().unwrap();
+    let r = crash_and_recover(&device);
+    assert_eq!(content(&r, b"/keep"), b"durable");
+    assert!(r.lookup_path(b"/tmp").is_err());
+    assert!(r.lookup_path(b"/tmp2").is_err());
+}
+
+#[test]
+fn a_volatile_file_made_durable_keeps_its_content() {
+    let (device, e, _p) = setup(2);
+    let c = Ctx::library(0, 0);
+    let f = e.mknod(&c, ROOT_INO, b"f", FILE, 0).unwrap().ino;
+    e.set_durability(&c, f, Durability::Volatile).unwrap();
+    e.write(&c, f, 0, b"written while volatile", false).unwrap();
+    e.write(&c, f, 200_000, b"far", false).unwrap();
+    e.setxattr(&c, f, b"user.k", b"v", 0).unwrap();
+    let set = rampart_core::SetAttr {
+        mode: Some(0o600),
+        ..Default::default()
+    };
+    e.setattr(&c, f, &set).unwrap();
+    e.set_durability(&c, f, Durability::default()).unwrap();
+    e.sync().unwrap();
+    let before = e.lookup_path(b"/f").unwrap();
+    let r = crash_and_recover(&device);
+    let after = r.lookup_path(b"/f").unwrap();
+    assert_eq!(content(&r, b"/f"), content(&e, b"/f"));
+    assert_eq!(r.getxattr(after.ino, b"user.k").unwrap(), b"v");
+    assert_eq!(
+        (after.perm, after.size_bytes, after.mtime_ns),
+        (before.perm, before.size_bytes, before.mtime_ns)
+    );
+}
+
+#[test]
+fn before_return_changes_are_durable_when_the_call_returns() {
+    let (device, e, p) = setup(3);
+    let c = Ctx::library(0, 0);
+    let f = e.mknod(&c, ROOT_INO, b"safe", FILE, 0).unwrap().ino;
+    e.set_durability(&c, f, Durability::BeforeReturn).unwrap();
+    assert_eq!(p.stats().ops_pending, 0);
+    e.write(&c, f, 0, b"acknowledged", false).unwrap();
+    assert_eq!(
+        p.stats().ops_pending,
+        0,
+        "write returned before it was durable"
+    );
+    // No explicit sync: the crash image right after the call has it.
+    let r = crash_and_recover(&device);
+    assert_eq!(content(&r, b"/safe"), b"acknowledged");
+}
+
+#[test]
+fn only_regular_files_can_be_volatile() {
+    let (_d, e, _p) = setup(4);
+    let c = Ctx::library(0, 0);
+    let d = e.mkdir(&c, ROOT_INO, b"d", 0o755).unwrap().ino;
+    assert_eq!(
+        e.set_durability(&c, d, Durability::Volatile),
+        Err(rampart_core::Errno::EINVAL)
+    );
+    e.set_durability(&c, d, Durability::BeforeReturn).unwrap();
+}
