@@ -27,6 +27,7 @@ pub struct ServeConfig {
     pub allow_other: bool,
     pub writeback_cache: bool,
     pub no_open: bool,
+    pub commit_interval: std::time::Duration,
 }
 
 /// How often, and how far apart, a busy unmount is retried before detaching lazily.
@@ -91,7 +92,10 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
         store_id,
         report.next_seq,
         report.journal_valid_len,
-        PersistConfig::default(),
+        PersistConfig {
+            commit_interval: config.commit_interval,
+            ..PersistConfig::default()
+        },
     )
     .map_err(|e| format!("cannot open the journal in {}: {e}", store_path.display()))?;
     persister.attach(&engine);

@@ -87,12 +87,38 @@ struct MountArgs {
     /// Skip FUSE OPEN/RELEASE round trips (the kernel opens files itself).
     #[arg(long, value_parser = ["on", "off"], default_value = "on")]
     no_open: String,
+    /// Longest time a change waits before it is durable (group commit): e.g. 5s, 500ms, 1m.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    commit_interval: std::time::Duration,
     /// Log level: error, warn, info, debug, trace.
     #[arg(long, default_value = "info")]
     log_level: String,
     /// Internal: run as the detached child of a background `rampart mount`.
     #[arg(long, hide = true)]
     daemon_child: bool,
+}
+
+/// `5s`, `500ms`, `2m`, `1h`: a duration of at least 1 ms and at most a day.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let n: f64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {text:?}: use e.g. 5s, 500ms, 2m"))?;
+    let seconds = match unit {
+        "ms" => n / 1e3,
+        "s" | "" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("invalid duration {text:?}: units are ms, s, m, h")),
+    };
+    if !(0.001..=86_400.0).contains(&seconds) {
+        return Err(format!("duration {text:?} must be between 1 ms and 24 h"));
+    }
+    Ok(std::time::Duration::from_secs_f64(seconds))
 }
 
 fn home() -> PathBuf {
@@ -181,6 +207,7 @@ fn cmd_mount(args: MountArgs) -> Result<(), String> {
         allow_other: !args.private && nix::unistd::geteuid().is_root(),
         writeback_cache: args.writeback_cache == "on",
         no_open: args.no_open == "on",
+        commit_interval: args.commit_interval,
     };
 
     if args.daemon_child {
@@ -214,6 +241,8 @@ fn cmd_mount(args: MountArgs) -> Result<(), String> {
         args.no_open.clone().into(),
         "--log-level".into(),
         args.log_level.clone().into(),
+        "--commit-interval".into(),
+        format!("{}ms", args.commit_interval.as_millis()).into(),
     ];
     if args.private {
         child_args.push("--private".into());

@@ -541,6 +541,43 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// A valid header followed by arbitrary bytes (with a matching checksum, so the body
+        /// decoder itself is exercised) never panics.
+        #[test]
+        fn arbitrary_bodies_never_panic(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400)) {
+            let header = Header { store_id: [0; 16], seq: 0, created_ns: 0, body_len: body.len() as u64 };
+            let mut bytes = header.encode().to_vec();
+            bytes.extend_from_slice(&body);
+            bytes.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+            let _ = decode_for_repair(&bytes, &EngineConfig::default());
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+        /// A valid image with bytes of its body changed and its checksum fixed (so that only
+        /// the decoder and the invariant checks stand guard): never a panic, and whatever
+        /// decodes is a consistent file system.
+        #[test]
+        fn mutated_images_decode_consistently_or_not_at_all(
+            edits in proptest::collection::vec((proptest::prelude::any::<u16>(), proptest::prelude::any::<u8>()), 1..6)
+        ) {
+            let mut image = sample().with_state(|s| encode(s, [3; 16], 42, 5));
+            let body_end = image.len() - 4;
+            for (at, value) in edits {
+                let i = HEADER_BYTES + usize::from(at) % (body_end - HEADER_BYTES);
+                image[i] = value;
+            }
+            let crc = crc32c::crc32c(&image[HEADER_BYTES..body_end]);
+            image[body_end..].copy_from_slice(&crc.to_le_bytes());
+            if let Ok((state, _)) = decode(&image, &EngineConfig::default()) {
+                let problems = Engine::from_state(state).check();
+                proptest::prop_assert!(problems.is_empty(), "{:?}", problems);
+            }
+        }
+    }
+
     #[test]
     fn any_damage_is_refused_not_guessed() {
         let image = sample().with_state(|s| encode(s, [3; 16], 42, 5));

@@ -408,6 +408,22 @@ mod tests {
         out
     }
 
+    proptest::proptest! {
+        /// Any bytes after a valid header scan to a result, never a panic, and every batch
+        /// the scan accepts decodes or reports an error.
+        #[test]
+        fn arbitrary_bytes_never_panic(tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600)) {
+            let mut bytes = header().encode().to_vec();
+            bytes.extend_from_slice(&tail);
+            if let Ok(s) = scan(&bytes) {
+                for b in &s.batches {
+                    let _ = b.for_each_op(|_, _| Ok(()));
+                }
+            }
+            let _ = scan(&tail);
+        }
+    }
+
     #[test]
     fn round_trip_and_sequence_numbers() {
         let j = journal_with(&[&[(b"a", 5), (b"b", 6)], &[(b"c", 7)]]);
