@@ -31,7 +31,7 @@ use rampart_core::persist::checkpoint::{self, CheckpointError};
 use rampart_core::persist::codec::DecodeError;
 use rampart_core::persist::device::{Device, DirDevice};
 use rampart_core::persist::journal::{self, JournalError, Tail};
-use rampart_core::persist::recovery::{initial_state, CHECKPOINT_FILE, JOURNAL_FILE};
+use rampart_core::persist::recovery::{after_replay, initial_state, CHECKPOINT_FILE, JOURNAL_FILE};
 use rampart_core::store::{Store, StoreError};
 use rampart_core::{Engine, EngineConfig, FileKind, Op};
 use serde::Serialize;
@@ -141,6 +141,8 @@ pub struct ReplayReport {
     pub failed: Option<FailedOp>,
     /// Ops of the valid prefix from the failed one on, not replayed.
     pub ops_not_replayed: u64,
+    /// Volatile files removed after the replay, as every recovery does (not a problem).
+    pub volatile_dropped: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -354,6 +356,37 @@ fn describe_op(op: &Op<'_>) -> String {
             "write of {} bytes at offset {offset} of inode {ino}",
             data.len()
         ),
+        Op::SetAttr {
+            ino,
+            mode,
+            uid,
+            gid,
+            size_bytes,
+            atime_ns,
+            mtime_ns,
+            ..
+        } => {
+            let mut what = Vec::new();
+            if let Some(mode) = mode {
+                what.push(format!("mode {mode:o}"));
+            }
+            if let Some(uid) = uid {
+                what.push(format!("uid {uid}"));
+            }
+            if let Some(gid) = gid {
+                what.push(format!("gid {gid}"));
+            }
+            if let Some(size) = size_bytes {
+                what.push(format!("size {size}"));
+            }
+            if atime_ns.is_some() {
+                what.push("atime".into());
+            }
+            if mtime_ns.is_some() {
+                what.push("mtime".into());
+            }
+            format!("setattr of inode {ino} ({})", what.join(", "))
+        }
         Op::SetXattr { ino, name, .. } => format!("setxattr {} on inode {ino}", shown(name)),
         // The others carry no bulk data: their fields, shortened.
         ref other => {
@@ -709,8 +742,10 @@ pub fn fsck(path: &Path, repair: bool, progress: &Progress) -> Result<Report, St
     }
 
     // ---- 4. invariants --------------------------------------------------------------------
-    if let Some((state, _)) = base.as_ref() {
+    if let Some((state, _)) = base.as_mut() {
         progress.phase(4, "invariants", 1, "");
+        // As recovery does: a restart removes volatile files.
+        r.replay.volatile_dropped = after_replay(state);
         let problems = state.check();
         r.invariants.checked = true;
         r.problems.extend(problems.iter().map(|p| {
@@ -935,11 +970,17 @@ pub fn render(r: &Report, repair: bool) -> String {
         let text = if !p.done {
             "not run".into()
         } else {
-            let skipped = if p.ops_skipped > 0 {
+            let mut skipped = if p.ops_skipped > 0 {
                 format!(", {} already in the checkpoint", p.ops_skipped)
             } else {
                 String::new()
             };
+            if p.volatile_dropped > 0 {
+                skipped.push_str(&format!(
+                    "; {} volatile files removed, as at every mount",
+                    p.volatile_dropped
+                ));
+            }
             match &p.failed {
                 None => format!(
                     "ok: {} applied from {}{skipped}",

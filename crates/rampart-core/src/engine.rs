@@ -1368,6 +1368,15 @@ impl Engine {
         *self.sink.write() = sink;
     }
 
+    /// Like [`Engine::sync`], without blocking: `done` runs once every change so far is durable.
+    pub fn sync_async(&self, done: crate::op::SyncDone) {
+        let sink = self.sink.read().clone();
+        match sink {
+            Some(s) => s.sync_async(done),
+            None => done(Ok(())),
+        }
+    }
+
     /// Makes every change so far durable, as far as the store's persistence goes (fsync).
     pub fn sync(&self) -> std::io::Result<()> {
         let sink = self.sink.read().clone();

@@ -139,4 +139,13 @@ pub trait OpSink: Send + Sync {
     fn sync(&self) -> std::io::Result<()> {
         Ok(())
     }
+
+    /// Like `sync`, but calls `done` once the ops are durable instead of blocking the caller
+    /// (a FUSE worker thread), so that many fsyncs wait on one disk sync.
+    fn sync_async(&self, done: SyncDone) {
+        done(self.sync());
+    }
 }
+
+/// What to do once a `sync_async` has finished.
+pub type SyncDone = Box<dyn FnOnce(std::io::Result<()>) + Send>;

@@ -156,15 +156,17 @@ impl RampartFs {
         }
     }
 
-    /// Makes everything durable, then answers: EIO if the store could not be written.
+    /// Answers once everything is durable (EIO if the store could not be written), without
+    /// holding this worker thread: the persister answers after the disk sync that covers it,
+    /// and every fsync that arrives meanwhile shares that sync.
     fn reply_synced(&self, reply: ReplyEmpty) {
-        match self.engine.sync() {
+        self.engine.sync_async(Box::new(move |result| match result {
             Ok(()) => reply.ok(),
             Err(e) => {
                 tracing::error!("sync failed: {e}");
                 reply.error(Errno::EIO)
             }
-        }
+        }));
     }
 
     fn reply_entry(&self, reply: ReplyEntry, result: rampart_core::FsResult<Attr>) {

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use crate::attr::Durability;
 use crate::engine::Engine;
-use crate::op::{Op, OpSink};
+use crate::op::{Op, OpSink, SyncDone};
 use crate::persist::checkpoint;
 use crate::persist::device::Device;
 use crate::persist::journal::{self, BatchBuilder, BATCH_BODY_MAX_BYTES};
@@ -63,9 +63,19 @@ pub struct PersistStats {
     pub error: Option<String>,
 }
 
-#[derive(Debug)]
 struct Pending {
     builder: BatchBuilder,
+    /// Callers of `sync_async` waiting for ops before a sequence number to be durable.
+    waiters: Vec<(u64, SyncDone)>,
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending")
+            .field("builder", &self.builder)
+            .field("waiters", &self.waiters.len())
+            .finish()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -137,6 +147,7 @@ impl Persister {
             config,
             pending: Mutex::new(Pending {
                 builder: BatchBuilder::new(next_seq),
+                waiters: Vec::new(),
             }),
             wake: Condvar::new(),
             durable: Mutex::new(Durable {
@@ -277,7 +288,18 @@ impl Persister {
     pub fn shutdown(&self, engine: &Engine) -> std::io::Result<()> {
         self.stop.store(true, Ordering::Release);
         self.wake.notify_all();
-        self.checkpoint(engine)
+        let result = self.checkpoint(engine);
+        self.answer_waiters();
+        result
+    }
+
+    /// The committer is stopping: whoever still waits is answered after one last commit.
+    fn answer_waiters_at_stop(&self) {
+        {
+            let _writing = lock(&self.writing);
+            let _ = self.commit_locked();
+        }
+        self.answer_waiters();
     }
 }
 
@@ -298,9 +320,56 @@ impl OpSink for Persister {
     fn sync(&self) -> std::io::Result<()> {
         Persister::sync(self)
     }
+
+    fn sync_async(&self, done: SyncDone) {
+        let mut p = lock(&self.pending);
+        let target = p.builder.next_seq();
+        if lock(&self.durable).seq >= target {
+            drop(p);
+            return done(self.sticky_error().map_or(Ok(()), Err));
+        }
+        if let Some(e) = self.sticky_error() {
+            drop(p);
+            return done(Err(e));
+        }
+        p.waiters.push((target, done));
+        // The committer writes at once: everyone who asks meanwhile shares that sync.
+        self.wake.notify_one();
+    }
 }
 
+impl Persister {
+    /// Answers the `sync_async` callers whose ops are now durable (or all of them, with the
+    /// error, if persistence has stopped).
+    fn answer_waiters(&self) {
+        let durable = lock(&self.durable).seq;
+        let error = self.sticky_error();
+        let ready: Vec<SyncDone> = {
+            let mut p = lock(&self.pending);
+            let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut p.waiters)
+                .into_iter()
+                .partition(|(target, _)| error.is_some() || *target <= durable);
+            p.waiters = waiting;
+            ready.into_iter().map(|(_, done)| done).collect()
+        };
+        for done in ready {
+            done(match &error {
+                Some(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+                None => Ok(()),
+            });
+        }
+    }
+}
+
+/// Longest wait for more fsyncs to join a commit.
+const GATHER_MAX: Duration = Duration::from_millis(2);
+
 fn commit_loop(persister: Weak<Persister>) {
+    // Group commit as jbd2 does it: when the last commit served several fsyncs, the next one
+    // waits up to about one commit's time for as many to gather, instead of syncing for the
+    // first alone and leaving the rest to the one after.
+    let mut last_waiters = 0usize;
+    let mut commit_time = Duration::from_micros(500);
     loop {
         let Some(p) = persister.upgrade() else { return };
         if p.stop.load(Ordering::Acquire) {
@@ -308,18 +377,41 @@ fn commit_loop(persister: Weak<Persister>) {
         }
         let interval = p.config.commit_interval;
         {
-            let guard = lock(&p.pending);
-            let _ = p
-                .wake
-                .wait_timeout(guard, interval)
-                .unwrap_or_else(|e| e.into_inner());
+            let mut guard = lock(&p.pending);
+            if guard.waiters.is_empty() {
+                guard = p
+                    .wake
+                    .wait_timeout(guard, interval)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            if last_waiters > 1 && !guard.waiters.is_empty() {
+                let deadline = Instant::now() + commit_time.min(GATHER_MAX);
+                while guard.waiters.len() < last_waiters {
+                    let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                        break;
+                    };
+                    guard = p
+                        .wake
+                        .wait_timeout(guard, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+            }
+            last_waiters = guard.waiters.len();
         }
         if p.stop.load(Ordering::Acquire) {
+            p.answer_waiters_at_stop();
             return;
         }
         {
+            let started = Instant::now();
             let _writing = lock(&p.writing);
-            if p.commit_locked().is_err() {
+            let committed = p.commit_locked();
+            drop(_writing);
+            commit_time = (commit_time * 7 + started.elapsed()) / 8;
+            p.answer_waiters();
+            if committed.is_err() {
                 continue;
             }
         }

@@ -230,3 +230,10 @@ pub fn recover(
 pub fn initial_state(config: &EngineConfig) -> State {
     State::new(config)
 }
+
+/// What recovery does to the state once the journal is replayed, before checking it: removes
+/// every volatile file (all its names), as a restart promises. Returns how many there were.
+/// (`rampart fsck` replays the journal itself and ends the same way.)
+pub fn after_replay(state: &mut State) -> u64 {
+    state.drop_volatile()
+}
