@@ -11,10 +11,9 @@ use std::sync::Arc;
 
 use nix::sys::signal::{SigSet, Signal};
 use rampart_core::persist::device::{Device, DirDevice};
-use rampart_core::persist::persister::{PersistConfig, Persister};
-use rampart_core::persist::recovery::recover;
+use rampart_core::persist::persister::PersistConfig;
 use rampart_core::store::Store;
-use rampart_core::{Engine, EngineConfig};
+use rampart_core::EngineConfig;
 use rampart_fuse::{CachePolicy, MountOptions};
 
 /// What a mount needs, resolved from the command line.
@@ -83,23 +82,14 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     // path as live operations; damage is refused with a message, never guessed at.
     let store_id = store.superblock().store_id;
     let device: Arc<dyn Device> = Arc::new(DirDevice::new(store_path.clone()));
-    let (state, report) = recover(&*device, store_id, &engine_config)
-        .map_err(|e| format!("cannot recover {}: {e}", store_path.display()))?;
+    let persist_config = PersistConfig {
+        commit_interval: config.commit_interval,
+        ..PersistConfig::default()
+    };
+    let (engine, persister, report) =
+        rampart_core::persist::open(device, store_id, &engine_config, persist_config)
+            .map_err(|e| format!("cannot recover {}: {e}", store_path.display()))?;
     tracing::info!("recovered {}: {report}", store_path.display());
-    let engine = Arc::new(Engine::from_state(state));
-    let persister = Persister::start(
-        device,
-        store_id,
-        report.next_seq,
-        report.journal_valid_len,
-        PersistConfig {
-            commit_interval: config.commit_interval,
-            ..PersistConfig::default()
-        },
-    )
-    .map_err(|e| format!("cannot open the journal in {}: {e}", store_path.display()))?;
-    persister.attach(&engine);
-    engine.set_sink(Some(persister.clone()));
     let options = MountOptions {
         threads: config.threads,
         allow_other: config.allow_other,

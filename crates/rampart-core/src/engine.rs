@@ -173,6 +173,11 @@ impl State {
         self.table.iter()
     }
 
+    /// Replay turns the memory cap off (see `Budget::set_enforced`).
+    pub(crate) fn set_replaying(&mut self, replaying: bool) {
+        self.budget.set_enforced(!replaying);
+    }
+
     pub(crate) fn next_generation(&self) -> u32 {
         self.table.next_generation()
     }
@@ -919,13 +924,39 @@ impl State {
                 .iter()
                 .fold(Durability::default(), |d, &p| d.stronger(of(p)))
         };
+        // An inode with no names left (unlinked while open) is gone at the next restart: its
+        // changes must not reach the journal, where replay would find no inode to apply
+        // them to.
+        let orphan = |ino: Ino| self.table.get(ino).map_or(true, |i| i.nlink == 0);
+        // A volatile file's data never reaches the store; its metadata does (cheap), so that
+        // making it durable again only needs its data re-journaled.
+        let data = |ino: Ino| match of(ino) {
+            Durability::Volatile => Durability::Volatile,
+            d => d,
+        };
+        let metadata = |ino: Ino| Durability::default().stronger(of(ino));
         match *op {
-            Op::Write { ino, .. }
-            | Op::Fallocate { ino, .. }
-            | Op::SetAttr { ino, .. }
+            Op::Write { ino, .. } | Op::Fallocate { ino, .. } if orphan(ino) => {
+                Durability::Volatile
+            }
+            Op::SetAttr { ino, .. }
             | Op::SetXattr { ino, .. }
-            | Op::RemoveXattr { ino, .. } => of(ino),
-            Op::SetDurability { ino, .. } => Durability::default().stronger(of(ino)),
+            | Op::RemoveXattr { ino, .. }
+            | Op::SetDurability { ino, .. }
+                if orphan(ino) =>
+            {
+                Durability::Volatile
+            }
+            Op::Write { ino, .. } | Op::Fallocate { ino, .. } => data(ino),
+            Op::SetAttr {
+                ino,
+                size_bytes: Some(_),
+                ..
+            } => data(ino),
+            Op::SetAttr { ino, .. } | Op::SetXattr { ino, .. } | Op::RemoveXattr { ino, .. } => {
+                metadata(ino)
+            }
+            Op::SetDurability { ino, .. } => metadata(ino),
             Op::Create { parent, ino, .. } => namespace(&[parent]).stronger(of(ino)),
             Op::Link { parent, ino, .. } => namespace(&[parent]).stronger(of(ino)),
             Op::Unlink { parent, .. } | Op::Rmdir { parent, .. } => namespace(&[parent]),
@@ -1430,51 +1461,62 @@ impl Engine {
         self.honour(honour)
     }
 
-    /// Hands the sink ops that rebuild a file's current content and attributes: after a
-    /// volatile period, replay has the file's structure but none of its data. The ops are
-    /// no-ops on the live state, so they are not applied again.
+    /// Hands the sink ops that rebuild a file's current content after a volatile period:
+    /// replay has the file's structure and metadata (journaled all along) but not the data
+    /// changes of that period. The ops are no-ops on the live state, so they are not applied
+    /// again. Order matters: empty the file, write the data, then owner and size (a chown at
+    /// replay clears setuid and capabilities), then mode and times, then the capability.
     fn materialize(&self, state: &State, ino: Ino, durability: Durability) {
         let Some(sink) = self.sink.read().clone() else {
             return;
         };
         let Ok(inode) = state.inode(ino) else { return };
+        let Some(file) = inode.file() else { return };
         let durability = Durability::default().stronger(durability);
-        if let Some(f) = inode.file() {
-            for (index, bytes) in f.chunks() {
-                let op = Op::Write {
-                    ino,
-                    offset: (index * crate::memory::file_data::CHUNK_BYTES) as u64,
-                    data: bytes,
-                    time_ns: inode.mtime_ns,
-                    kill_suidgid: false,
-                };
-                sink.applied(&op, durability);
-            }
-        }
-        if let Some(x) = &inode.xattrs {
-            for (name, value) in x.iter() {
-                let op = Op::SetXattr {
-                    ino,
-                    name,
-                    value,
-                    flags: 0,
-                    time_ns: inode.ctime_ns,
-                };
-                sink.applied(&op, durability);
-            }
-        }
-        let op = Op::SetAttr {
+        let set = |mode, uid, gid, size_bytes, times: bool| Op::SetAttr {
             ino,
-            mode: Some(inode.mode & 0o7777),
-            uid: Some(inode.uid),
-            gid: Some(inode.gid),
-            size_bytes: inode.file().map(|_| inode.size_bytes),
-            atime_ns: Some(inode.atime()),
-            mtime_ns: Some(inode.mtime_ns),
+            mode,
+            uid,
+            gid,
+            size_bytes,
+            atime_ns: times.then(|| inode.atime()),
+            mtime_ns: times.then_some(inode.mtime_ns),
             ctime_ns: inode.ctime_ns,
             kill_suidgid: false,
         };
-        sink.applied(&op, durability);
+        sink.applied(&set(None, None, None, Some(0), false), durability);
+        for (index, bytes) in file.chunks() {
+            let op = Op::Write {
+                ino,
+                offset: (index * crate::memory::file_data::CHUNK_BYTES) as u64,
+                data: bytes,
+                time_ns: inode.mtime_ns,
+                kill_suidgid: false,
+            };
+            sink.applied(&op, durability);
+        }
+        let owner = set(
+            None,
+            Some(inode.uid),
+            Some(inode.gid),
+            Some(inode.size_bytes),
+            false,
+        );
+        sink.applied(&owner, durability);
+        sink.applied(
+            &set(Some(inode.mode & 0o7777), None, None, None, true),
+            durability,
+        );
+        if let Some(cap) = inode.xattrs.as_ref().and_then(|x| x.get(CAPABILITY_XATTR)) {
+            let op = Op::SetXattr {
+                ino,
+                name: CAPABILITY_XATTR,
+                value: cap,
+                flags: 0,
+                time_ns: inode.ctime_ns,
+            };
+            sink.applied(&op, durability);
+        }
     }
 
     fn notify(&self, ctx: &Ctx, what: impl FnOnce() -> Vec<Invalidation>) {

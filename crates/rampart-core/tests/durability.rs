@@ -54,11 +54,9 @@ fn volatile_files_are_never_written_and_gone_after_a_crash() {
     e.write(&c, tmp, 0, &vec![7u8; 1 << 20], false).unwrap();
     e.setxattr(&c, tmp, b"user.k", b"v", 0).unwrap();
     e.sync().unwrap();
-    assert_eq!(
-        device.len("journal").unwrap().unwrap(),
-        journal_before,
-        "a volatile file's data reached the journal"
-    );
+    // Its metadata (the xattr) is journaled; its megabyte of data is not.
+    let grown = device.len("journal").unwrap().unwrap() - journal_before;
+    assert!(grown < 4096, "a volatile file's data reached the journal ({grown} bytes)");
     e.link(&c, tmp, ROOT_INO, b"tmp2").unwrap();
     e.sync().unwrap();
     let r = crash_and_recover(&device);

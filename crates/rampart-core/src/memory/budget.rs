@@ -8,6 +8,9 @@ use crate::error::{Errno, FsResult};
 pub struct Budget {
     used_bytes: u64,
     cap_bytes: u64,
+    /// Off while replaying a journal: every op passed the cap when it was first applied, and
+    /// a smaller cap now must not make durable changes unreplayable.
+    enforced: bool,
 }
 
 impl Budget {
@@ -15,6 +18,7 @@ impl Budget {
         Budget {
             used_bytes: 0,
             cap_bytes,
+            enforced: true,
         }
     }
 
@@ -31,8 +35,12 @@ impl Budget {
     }
 
     /// Fails with ENOSPC unless `bytes` more fit under the cap.
+    pub fn set_enforced(&mut self, enforced: bool) {
+        self.enforced = enforced;
+    }
+
     pub fn check(&self, bytes: u64) -> FsResult<()> {
-        if self.used_bytes.saturating_add(bytes) > self.cap_bytes {
+        if self.enforced && self.used_bytes.saturating_add(bytes) > self.cap_bytes {
             Err(Errno::ENOSPC)
         } else {
             Ok(())

@@ -250,7 +250,7 @@ pub fn scan(bytes: &[u8]) -> Result<Scan<'_>, JournalError> {
                 batches.push(batch);
             }
             Err(reason) => {
-                let tail = match find_next_valid(bytes, at + 1) {
+                let tail = match find_next_valid(bytes, at + 1, next_seq) {
                     Some(next_valid_offset) => Tail::Damaged {
                         offset: at as u64,
                         reason,
@@ -279,15 +279,17 @@ pub fn scan(bytes: &[u8]) -> Result<Scan<'_>, JournalError> {
     })
 }
 
-/// The offset of the next batch after `from` that passes its checksum, if any.
-fn find_next_valid(bytes: &[u8], from: usize) -> Option<usize> {
+/// The offset of the next batch after `from` that passes its checksum and continues this
+/// journal's numbering (starts after `expected_seq`), if any. The numbering check keeps a
+/// torn batch whose data holds a copy of some journal from being taken for damage.
+fn find_next_valid(bytes: &[u8], from: usize, expected_seq: u64) -> Option<usize> {
     let magic = BATCH_MAGIC.to_le_bytes();
     let mut at = from;
     while at + BATCH_HEADER_BYTES <= bytes.len() {
         let window = &bytes[at..];
         let found = window.windows(4).position(|w| w == magic)?;
         at += found;
-        if parse_batch(bytes, at, None).is_ok() {
+        if parse_batch(bytes, at, None).is_ok_and(|b| b.first_seq > expected_seq) {
             return Some(at);
         }
         at += 1;
@@ -296,6 +298,8 @@ fn find_next_valid(bytes: &[u8], from: usize) -> Option<usize> {
 }
 
 /// Builds batches: ops are encoded as they come, and `take_batch` frames what has gathered.
+/// A batch is sealed once its body passes half of `BATCH_BODY_MAX_BYTES`; as one op is at most
+/// 16 MiB, no batch ever passes the limit, however much gathers between two commits.
 #[derive(Debug)]
 pub struct BatchBuilder {
     next_seq: u64,
@@ -303,6 +307,8 @@ pub struct BatchBuilder {
     op_count: u32,
     base_time_ns: i64,
     body: Vec<u8>,
+    /// Whole batches, framed, waiting for the next commit.
+    sealed: Vec<u8>,
 }
 
 impl BatchBuilder {
@@ -313,7 +319,14 @@ impl BatchBuilder {
             op_count: 0,
             base_time_ns: 0,
             body: Vec::new(),
+            sealed: Vec::new(),
         }
+    }
+
+    /// Counts an op that is not encoded (persistence has stopped; only a checkpoint, which
+    /// holds every op, can resume it).
+    pub fn skip(&mut self) {
+        self.next_seq += 1;
     }
 
     /// Sequence number the next op gets.
@@ -322,12 +335,12 @@ impl BatchBuilder {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.op_count == 0
+        self.op_count == 0 && self.sealed.is_empty()
     }
 
     /// Bytes gathered so far.
     pub fn body_bytes(&self) -> usize {
-        self.body.len()
+        self.body.len() + self.sealed.len()
     }
 
     /// Encodes `op` into the open batch; returns its sequence number.
@@ -339,29 +352,43 @@ impl BatchBuilder {
         self.op_count += 1;
         let seq = self.next_seq;
         self.next_seq += 1;
+        if self.body.len() > BATCH_BODY_MAX_BYTES / 2 {
+            self.seal();
+        }
         seq
     }
 
-    /// Frames the gathered ops as one batch and starts a new one. None if empty.
-    pub fn take_batch(&mut self) -> Option<Vec<u8>> {
+    /// Frames the open batch onto `sealed` and starts a new one.
+    fn seal(&mut self) {
         if self.op_count == 0 {
-            return None;
+            return;
         }
         let body = std::mem::take(&mut self.body);
-        let mut out = Vec::with_capacity(BATCH_HEADER_BYTES + body.len());
-        out.extend_from_slice(&BATCH_MAGIC.to_le_bytes());
-        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        out.extend_from_slice(&[0; 4]); // crc, filled below
-        out.extend_from_slice(&self.first_seq.to_le_bytes());
-        out.extend_from_slice(&self.op_count.to_le_bytes());
-        out.extend_from_slice(&self.base_time_ns.to_le_bytes());
-        out.extend_from_slice(&body);
-        let crc = crc32c::crc32c(&out[12..]);
-        out[8..12].copy_from_slice(&crc.to_le_bytes());
-        debug_assert!(body.len() <= BATCH_BODY_MAX_BYTES);
+        assert!(body.len() <= BATCH_BODY_MAX_BYTES, "batch over the limit");
+        let start = self.sealed.len();
+        self.sealed.extend_from_slice(&BATCH_MAGIC.to_le_bytes());
+        self.sealed
+            .extend_from_slice(&(body.len() as u32).to_le_bytes());
+        self.sealed.extend_from_slice(&[0; 4]); // crc, filled below
+        self.sealed.extend_from_slice(&self.first_seq.to_le_bytes());
+        self.sealed.extend_from_slice(&self.op_count.to_le_bytes());
+        self.sealed
+            .extend_from_slice(&self.base_time_ns.to_le_bytes());
+        self.sealed.extend_from_slice(&body);
+        let crc = crc32c::crc32c(&self.sealed[start + 12..]);
+        self.sealed[start + 8..start + 12].copy_from_slice(&crc.to_le_bytes());
         self.first_seq = self.next_seq;
         self.op_count = 0;
-        Some(out)
+    }
+
+    /// Frames everything gathered (one or more whole batches) and starts anew. None if
+    /// empty.
+    pub fn take_batch(&mut self) -> Option<Vec<u8>> {
+        self.seal();
+        if self.sealed.is_empty() {
+            return None;
+        }
+        Some(std::mem::take(&mut self.sealed))
     }
 }
 

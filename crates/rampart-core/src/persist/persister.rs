@@ -243,12 +243,10 @@ impl Persister {
         self.commit_locked()
     }
 
-    /// Writes a checkpoint of `engine` and starts an empty journal.
+    /// Writes a checkpoint of `engine` and starts an empty journal. It does not depend on the
+    /// journal, so it is tried even after an I/O error, and its success clears that error.
     pub fn checkpoint(&self, engine: &Engine) -> std::io::Result<()> {
         let _writing = lock(&self.writing);
-        if let Some(e) = self.sticky_error() {
-            return Err(e);
-        }
         let paused = Instant::now();
         // Under the engine's shared lock no op is being applied, so the image and the
         // sequence number agree; the ops gathered but not written are in the image.
@@ -274,6 +272,9 @@ impl Persister {
         d.seq = d.seq.max(seq);
         d.journal_bytes = journal_bytes;
         d.checkpoints += 1;
+        if let Some(e) = d.error.take() {
+            tracing::info!("persistence resumed after a checkpoint (it had stopped: {e})");
+        }
         d.last_checkpoint_pause = pause;
         tracing::info!(
             "checkpoint of {} bytes at op {seq}; writers paused {:.1} ms",
@@ -286,8 +287,13 @@ impl Persister {
     /// Clean shutdown: stops the committer and writes a final checkpoint, so that the next
     /// mount has nothing to replay.
     pub fn shutdown(&self, engine: &Engine) -> std::io::Result<()> {
-        self.stop.store(true, Ordering::Release);
-        self.wake.notify_all();
+        {
+            // Under the lock the committer waits on, so the wakeup cannot fall between its
+            // check and its wait.
+            let _pending = lock(&self.pending);
+            self.stop.store(true, Ordering::Release);
+            self.wake.notify_all();
+        }
         let result = self.checkpoint(engine);
         self.answer_waiters();
         result
@@ -310,6 +316,12 @@ impl OpSink for Persister {
             return;
         }
         let mut p = lock(&self.pending);
+        if lock(&self.durable).error.is_some() {
+            // Nothing is written until a checkpoint succeeds; keep only the numbering, so
+            // memory does not grow with ops that cannot be journaled.
+            p.builder.skip();
+            return;
+        }
         p.builder.add(op, op.time_ns());
         if p.builder.body_bytes() > BATCH_BODY_MAX_BYTES / 4 {
             // Keep batches bounded: let the committer write this one now.

@@ -189,6 +189,7 @@ pub fn recover(
                 next_valid_offset: *next_valid_offset,
             });
         }
+        state.set_replaying(true);
         for batch in &scan.batches {
             report.batches_replayed += 1;
             let mut replay_error = None;
@@ -212,8 +213,15 @@ pub fn recover(
             }
             decoded.map_err(RecoveryError::Journal)?;
         }
+        state.set_replaying(false);
         report.tail = scan.tail.clone();
         report.journal_valid_len = scan.valid_len;
+        if scan.next_seq() < from_seq {
+            // The checkpoint got ahead of this journal (a crash between the checkpoint's
+            // rename and the journal's reset): new batches must not follow these; start a
+            // fresh journal at the checkpoint.
+            report.journal_valid_len = 0;
+        }
         report.next_seq = report.next_seq.max(scan.next_seq());
     }
     report.volatile_dropped = state.drop_volatile();

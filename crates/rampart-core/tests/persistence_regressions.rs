@@ -1,0 +1,314 @@
+//! Regression tests from the review of the persistence layer: each of these once failed.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rampart_core::op::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE};
+use rampart_core::persist::device::{CrashMode, Device, SimDevice};
+use rampart_core::persist::journal;
+use rampart_core::persist::persister::{PersistConfig, Persister};
+use rampart_core::{Ctx, Durability, Engine, EngineConfig, SetAttr, ROOT_INO};
+
+const ID: [u8; 16] = [1; 16];
+const FILE: u32 = libc::S_IFREG | 0o644;
+
+fn cfg() -> PersistConfig {
+    PersistConfig {
+        commit_interval: Duration::from_secs(3600),
+        checkpoint_journal_bytes: u64::MAX,
+    }
+}
+
+/// Mounts `device` as the daemon does: `persist::open` (recovery, then a persister
+/// continuing the journal, with a checkpoint first when recovery changed the state).
+fn mount(
+    device: Arc<dyn Device>,
+    ec: &EngineConfig,
+) -> Result<(Arc<Engine>, Arc<Persister>), String> {
+    let (engine, p, report) = rampart_core::persist::open(device, ID, ec, cfg())?;
+    eprintln!("recovered: {report}");
+    Ok((engine, p))
+}
+
+fn content(e: &Engine, path: &[u8]) -> Vec<u8> {
+    let a = e.lookup_path(path).unwrap();
+    let mut buf = Vec::new();
+    e.read(a.ino, 0, a.size_bytes as u32, &mut buf).unwrap();
+    buf
+}
+
+#[test]
+fn writes_to_an_unlinked_open_file_do_not_break_recovery() {
+    let device = Arc::new(SimDevice::new(1));
+    let ec = EngineConfig::default();
+    let (e, _p) = mount(device.clone(), &ec).unwrap();
+    let kernel = Ctx {
+        uid: 0,
+        gid: 0,
+        kernel: true,
+    };
+    let f = e.mknod(&kernel, ROOT_INO, b"tmpfile", FILE, 0).unwrap().ino; // lookup counted
+    e.unlink(&kernel, ROOT_INO, b"tmpfile").unwrap(); // still open: an orphan
+    e.write(&kernel, f, 0, b"scratch", false).unwrap();
+    e.sync().unwrap();
+    let image: Arc<dyn Device> = Arc::new(device.crash(CrashMode::LoseUnsynced));
+    let r = mount(image, &ec);
+    assert!(r.is_ok(), "recovery refused: {}", r.err().unwrap());
+}
+
+#[test]
+fn volatile_files_dropped_at_recovery_do_not_break_the_next_one() {
+    let device = Arc::new(SimDevice::new(2));
+    let ec = EngineConfig::default();
+    let (e, _p) = mount(device.clone(), &ec).unwrap();
+    let c = Ctx::library(0, 0);
+    let v = e.mknod(&c, ROOT_INO, b"v", FILE, 0).unwrap().ino;
+    e.set_durability(&c, v, Durability::Volatile).unwrap();
+    e.sync().unwrap();
+    // Crash; restart: v is dropped in memory only.
+    let image1 = Arc::new(device.crash(CrashMode::LoseUnsynced));
+    let (e2, _p2) = mount(image1.clone(), &ec).unwrap();
+    let again = e2.mknod(&c, ROOT_INO, b"other", FILE, 0).unwrap().ino;
+    eprintln!("v was {v}, the new file got {again}");
+    e2.sync().unwrap();
+    let image2: Arc<dyn Device> = Arc::new(image1.crash(CrashMode::LoseUnsynced));
+    let r = mount(image2, &ec);
+    assert!(r.is_ok(), "second recovery refused: {}", r.err().unwrap());
+}
+
+/// Fails `write("journal.tmp")` while armed: a checkpoint whose rename succeeded but whose
+/// empty journal could not be written (ENOSPC), or equivalently a crash at that instant.
+#[derive(Debug)]
+struct FailJournalTmp {
+    inner: SimDevice,
+    armed: AtomicBool,
+}
+impl Device for FailJournalTmp {
+    fn read(&self, n: &str) -> std::io::Result<Option<Vec<u8>>> {
+        self.inner.read(n)
+    }
+    fn len(&self, n: &str) -> std::io::Result<Option<u64>> {
+        self.inner.len(n)
+    }
+    fn append(&self, n: &str, d: &[u8]) -> std::io::Result<()> {
+        self.inner.append(n, d)
+    }
+    fn write(&self, n: &str, d: &[u8]) -> std::io::Result<()> {
+        if n == "journal.tmp" && self.armed.load(Ordering::SeqCst) {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        self.inner.write(n, d)
+    }
+    fn truncate(&self, n: &str, l: u64) -> std::io::Result<()> {
+        self.inner.truncate(n, l)
+    }
+    fn sync(&self, n: &str) -> std::io::Result<()> {
+        self.inner.sync(n)
+    }
+    fn rename(&self, a: &str, b: &str) -> std::io::Result<()> {
+        self.inner.rename(a, b)
+    }
+    fn remove(&self, n: &str) -> std::io::Result<()> {
+        self.inner.remove(n)
+    }
+}
+
+fn checkpoint_ahead_of_journal(new_batches: usize) -> Result<(), String> {
+    let device = Arc::new(FailJournalTmp {
+        inner: SimDevice::new(3),
+        armed: AtomicBool::new(false),
+    });
+    let ec = EngineConfig::default();
+    let (e, p) = mount(device.clone(), &ec).unwrap();
+    let c = Ctx::library(0, 0);
+    let a = e.mknod(&c, ROOT_INO, b"a", FILE, 0).unwrap().ino;
+    e.write(&c, a, 0, b"synced", false).unwrap();
+    e.sync().unwrap();
+    // Ops pending (not committed) when the checkpoint is taken: S > N.
+    e.mknod(&c, ROOT_INO, b"pending", FILE, 0).unwrap();
+    device.armed.store(true, Ordering::SeqCst);
+    assert!(p.checkpoint(&e).is_err());
+    let image = Arc::new(device.inner.crash(CrashMode::LoseUnsynced));
+    let (e2, _p2) = mount(image.clone(), &ec).unwrap();
+    assert!(e2.lookup_path(b"/pending").is_ok());
+    for i in 0..new_batches {
+        e2.mknod(&c, ROOT_INO, format!("after{i}").as_bytes(), FILE, 0)
+            .unwrap();
+        e2.sync().unwrap(); // acknowledged
+    }
+    let image2: Arc<dyn Device> = Arc::new(image.crash(CrashMode::LoseUnsynced));
+    let (e3, _) = mount(image2, &ec)?;
+    for i in 0..new_batches {
+        if e3.lookup_path(format!("/after{i}").as_bytes()).is_err() {
+            return Err(format!("fsync'd /after{i} lost"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn checkpoint_ahead_of_journal_one_batch() {
+    checkpoint_ahead_of_journal(1).unwrap();
+}
+
+#[test]
+fn checkpoint_ahead_of_journal_two_batches() {
+    checkpoint_ahead_of_journal(2).unwrap();
+}
+
+/// Appends take 300 ms, like a slow disk; meanwhile writers fill the next batch past the limit.
+#[derive(Debug)]
+struct SlowAppend {
+    inner: SimDevice,
+    appends: AtomicU64,
+}
+impl Device for SlowAppend {
+    fn read(&self, n: &str) -> std::io::Result<Option<Vec<u8>>> {
+        self.inner.read(n)
+    }
+    fn len(&self, n: &str) -> std::io::Result<Option<u64>> {
+        self.inner.len(n)
+    }
+    fn append(&self, n: &str, d: &[u8]) -> std::io::Result<()> {
+        self.appends.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(300));
+        self.inner.append(n, d)
+    }
+    fn write(&self, n: &str, d: &[u8]) -> std::io::Result<()> {
+        self.inner.write(n, d)
+    }
+    fn truncate(&self, n: &str, l: u64) -> std::io::Result<()> {
+        self.inner.truncate(n, l)
+    }
+    fn sync(&self, n: &str) -> std::io::Result<()> {
+        self.inner.sync(n)
+    }
+    fn rename(&self, a: &str, b: &str) -> std::io::Result<()> {
+        self.inner.rename(a, b)
+    }
+    fn remove(&self, n: &str) -> std::io::Result<()> {
+        self.inner.remove(n)
+    }
+}
+
+#[test]
+fn batches_stay_under_the_limit_however_much_gathers() {
+    let device = Arc::new(SlowAppend {
+        inner: SimDevice::new(4),
+        appends: AtomicU64::new(0),
+    });
+    let ec = EngineConfig {
+        memory_cap_bytes: 1 << 30,
+        ..EngineConfig::default()
+    };
+    let (e, _p) = mount(device.clone(), &ec).unwrap();
+    let c = Ctx::library(0, 0);
+    let f = e.mknod(&c, ROOT_INO, b"big", FILE, 0).unwrap().ino;
+    let mib = vec![0x5Au8; 1 << 20];
+    for i in 0..100u64 {
+        e.write(&c, f, i << 20, &mib, false).unwrap();
+    }
+    e.sync().unwrap();
+    eprintln!("appends: {}", device.appends.load(Ordering::SeqCst));
+    let bytes = device.inner.read("journal").unwrap().unwrap();
+    let scan = journal::scan(&bytes).unwrap();
+    eprintln!("tail: {:?}", scan.tail);
+    let image: Arc<dyn Device> = Arc::new(device.inner.crash(CrashMode::LoseUnsynced));
+    let (r, _) = mount(image, &ec).unwrap();
+    let size = r.lookup_path(b"/big").unwrap().size_bytes;
+    assert_eq!(size, 100 << 20, "fsync'd data lost");
+}
+
+#[test]
+fn materialize_rebuilds_the_data_and_keeps_setuid() {
+    let device = Arc::new(SimDevice::new(5));
+    let ec = EngineConfig::default();
+    let (e, _p) = mount(device.clone(), &ec).unwrap();
+    let c = Ctx::library(0, 0);
+    let f = e
+        .mknod(&c, ROOT_INO, b"f", libc::S_IFREG | 0o4755, 0)
+        .unwrap()
+        .ino;
+    e.write(&c, f, 0, &vec![b'A'; 128 << 10], false).unwrap();
+    e.sync().unwrap();
+    e.set_durability(&c, f, Durability::Volatile).unwrap();
+    e.fallocate(
+        &c,
+        f,
+        0,
+        128 << 10,
+        FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+    )
+    .unwrap();
+    e.set_durability(&c, f, Durability::default()).unwrap();
+    e.sync().unwrap();
+    let live = e.lookup_path(b"/f").unwrap();
+    let image: Arc<dyn Device> = Arc::new(device.crash(CrashMode::LoseUnsynced));
+    let (r, _) = mount(image, &ec).unwrap();
+    let rec = r.lookup_path(b"/f").unwrap();
+    eprintln!("perm live {:o} recovered {:o}", live.perm, rec.perm);
+    let same_data = content(&r, b"/f") == content(&e, b"/f");
+    eprintln!("same data: {same_data}");
+    assert!(same_data && live.perm == rec.perm);
+}
+
+#[test]
+fn replay_is_not_bound_by_the_memory_cap() {
+    let device = Arc::new(SimDevice::new(6));
+    let ec = EngineConfig {
+        memory_cap_bytes: 8 << 20,
+        ..EngineConfig::default()
+    };
+    let (e, _p) = mount(device.clone(), &ec).unwrap();
+    let c = Ctx::library(0, 0);
+    let a = e.mknod(&c, ROOT_INO, b"a", FILE, 0).unwrap().ino;
+    e.write(&c, a, 0, &vec![1u8; 5 << 20], false).unwrap();
+    e.set_durability(&c, a, Durability::Volatile).unwrap();
+    let set = SetAttr {
+        size_bytes: Some(0),
+        ..SetAttr::default()
+    };
+    e.setattr(&c, a, &set).unwrap(); // frees 5 MiB live; not journaled
+    let b = e.mknod(&c, ROOT_INO, b"b", FILE, 0).unwrap().ino;
+    e.write(&c, b, 0, &vec![2u8; 5 << 20], false).unwrap();
+    e.sync().unwrap();
+    let image: Arc<dyn Device> = Arc::new(device.crash(CrashMode::LoseUnsynced));
+    let r = mount(image, &ec);
+    assert!(r.is_ok(), "recovery refused: {}", r.err().unwrap());
+}
+
+#[test]
+fn a_torn_batch_holding_a_journal_image_is_a_torn_tail() {
+    // A file whose content is a journal (a backup of a store, a test fixture) ...
+    let other = Arc::new(SimDevice::new(7));
+    let ec = EngineConfig::default();
+    let (o, _op) = mount(other.clone(), &ec).unwrap();
+    let c = Ctx::library(0, 0);
+    o.mknod(&c, ROOT_INO, b"x", FILE, 0).unwrap();
+    o.sync().unwrap();
+    let fixture = other.read("journal").unwrap().unwrap();
+    // ... written to this store, and the append cut by a power cut near its end.
+    let device = Arc::new(SimDevice::new(8));
+    let (e, _p) = mount(device.clone(), &ec).unwrap();
+    let f = e.mknod(&c, ROOT_INO, b"fixture", FILE, 0).unwrap().ino;
+    e.sync().unwrap();
+    e.write(&c, f, 0, &fixture, false).unwrap();
+    e.write(
+        &c,
+        f,
+        fixture.len() as u64,
+        b"trailing bytes of the batch",
+        false,
+    )
+    .unwrap();
+    e.sync().unwrap();
+    let mut bytes = device.read("journal").unwrap().unwrap();
+    bytes.truncate(bytes.len() - 10); // the torn append
+    let scan = journal::scan(&bytes).unwrap();
+    assert!(
+        matches!(scan.tail, journal::Tail::Torn { .. }),
+        "{:?}",
+        scan.tail
+    );
+}
