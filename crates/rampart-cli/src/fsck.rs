@@ -18,6 +18,7 @@
 
 use std::any::Any;
 use std::io::IsTerminal;
+use std::os::unix::fs::MetadataExt;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -269,6 +270,14 @@ impl Progress {
         Progress { bar }
     }
 
+    /// A progress bar that draws nothing.
+    #[cfg(test)]
+    fn hidden() -> Progress {
+        Progress {
+            bar: ProgressBar::hidden(),
+        }
+    }
+
     fn phase(&self, n: u32, name: &str, len: u64, unit: &str) {
         self.bar.set_prefix(format!("[{n}/4] {name}"));
         self.bar.set_message(unit.to_string());
@@ -483,11 +492,21 @@ pub fn fsck(path: &Path, repair: bool, progress: &Progress) -> Result<Report, St
         error: None,
     };
     let device = DirDevice::new(path.to_path_buf());
+    // A store without a checkpoint starts from a root owned by whoever mounts it: its owner
+    // (the folder is private to it), whoever runs fsck.
+    let (root_uid, root_gid) = std::fs::metadata(path)
+        .map(|m| (m.uid(), m.gid()))
+        .unwrap_or_else(|_| {
+            (
+                nix::unistd::getuid().as_raw(),
+                nix::unistd::getgid().as_raw(),
+            )
+        });
     let config = EngineConfig {
         // Replay never fails for want of memory: every op fitted the cap when it was made.
         memory_cap_bytes: u64::MAX,
-        root_uid: nix::unistd::getuid().as_raw(),
-        root_gid: nix::unistd::getgid().as_raw(),
+        root_uid,
+        root_gid,
         root_mode: 0o755,
     };
     let read = |name: &str| {
@@ -613,16 +632,32 @@ pub fn fsck(path: &Path, repair: bool, progress: &Progress) -> Result<Report, St
                     ));
                     usable = false;
                 } else if base.is_some() && scan.header.base_seq > from_seq {
-                    r.problems.push(format!(
-                        "journal {journal_path} starts at op {} but the checkpoint ends at op \
-                         {from_seq}: the ops in between are missing, so none of its {} ops \
-                         can be replayed",
-                        scan.header.base_seq,
-                        scan.op_count()
-                    ));
-                    journal_repair = Some(format!(
-                        "discarded {journal_path}: its {} ops do not follow the checkpoint",
-                        scan.op_count()
+                    let base_seq = scan.header.base_seq;
+                    r.problems.push(if r.checkpoint.present {
+                        format!(
+                            "journal {journal_path} starts at op {base_seq} but the checkpoint \
+                             {checkpoint_path} ends at op {from_seq}: the ops in between are \
+                             missing (the checkpoint is older than the journal), so none of the \
+                             journal's {} ops can be replayed",
+                            scan.op_count()
+                        )
+                    } else {
+                        format!(
+                            "journal {journal_path} starts at op {base_seq}, but there is no \
+                             checkpoint {checkpoint_path} holding the ops before it"
+                        )
+                    });
+                    // Which file is wrong cannot be told from here: nothing is guessed.
+                    r.unrepairable.get_or_insert(format!(
+                        "the checkpoint that goes with the journal is missing: put it back \
+                         (from a backup) as {checkpoint_path}; or, to {} and lose the \
+                         journal's changes, move {journal_path} out of the store (the next \
+                         mount starts a new one)",
+                        if r.checkpoint.present {
+                            "keep the checkpoint's state"
+                        } else {
+                            "start again from an empty file system"
+                        }
                     ));
                     usable = false;
                 }
@@ -748,13 +783,20 @@ pub fn fsck(path: &Path, repair: bool, progress: &Progress) -> Result<Report, St
         r.replay.volatile_dropped = after_replay(state);
         let problems = state.check();
         r.invariants.checked = true;
-        r.problems.extend(problems.iter().map(|p| {
-            if r.replay.done {
-                format!("after replaying the journal: {p}")
-            } else {
-                p.clone()
-            }
-        }));
+        // The checkpoint's own problems are listed already (they alone refuse a mount).
+        let replayed = r.replay.ops_applied > 0 || r.replay.volatile_dropped > 0;
+        let new: Vec<String> = problems
+            .iter()
+            .filter(|p| !r.checkpoint.problems.contains(p))
+            .map(|p| {
+                if replayed {
+                    format!("after replaying the journal: {p}")
+                } else {
+                    p.clone()
+                }
+            })
+            .collect();
+        r.problems.extend(new);
         r.invariants.problems = problems;
         progress.done();
     }
@@ -905,7 +947,7 @@ pub fn render(r: &Report, repair: bool) -> String {
         // Checkpoint.
         let c = &r.checkpoint;
         let text = if !c.present {
-            "none yet (the journal is replayed onto an empty file system)".into()
+            "none (the journal is replayed onto an empty file system)".into()
         } else if let Some(e) = &c.error {
             format!("BAD ({} bytes): {e}", c.bytes)
         } else {
@@ -956,13 +998,17 @@ pub fn render(r: &Report, repair: bool) -> String {
                      {dropped_ops} ops) after the damage cannot be replayed"
                 ),
             };
-            format!(
-                "{}, {}, {} of {} bytes valid{ops}; {tail}",
-                count_of(j.batches, "batch", "batches"),
-                count_of(j.ops, "op", "ops"),
-                j.valid_bytes,
-                j.bytes
-            )
+            if j.batches == 0 && j.bytes == j.valid_bytes {
+                format!("empty ({} bytes: its header); nothing to replay", j.bytes)
+            } else {
+                format!(
+                    "{}, {}, {} of {} bytes valid{ops}; {tail}",
+                    count_of(j.batches, "batch", "batches"),
+                    count_of(j.ops, "op", "ops"),
+                    j.valid_bytes,
+                    j.bytes
+                )
+            }
         };
         line("journal", text);
         // Replay.
@@ -1006,11 +1052,16 @@ pub fn render(r: &Report, repair: bool) -> String {
         };
         line("invariants", text);
         if let Some(fs) = &r.filesystem {
+            let partial = if r.journal.present && !r.replay.done && !r.repaired {
+                " (without the journal's changes)"
+            } else {
+                ""
+            };
             line(
                 if r.repaired { "repaired" } else { "contents" },
                 format!(
                     "{} inodes: {} files, {} directories, {} symlinks, {} other; {} bytes of \
-                     file data",
+                     file data{partial}",
                     fs.inodes, fs.files, fs.directories, fs.symlinks, fs.other, fs.data_bytes
                 ),
             );
@@ -1037,7 +1088,7 @@ pub fn render(r: &Report, repair: bool) -> String {
         format!("clean ({ms:.1} ms)")
     } else if let Some(why) = &r.unrepairable {
         format!(
-            "NOT CLEAN: {}; they cannot be repaired: {why}",
+            "NOT CLEAN: {}; not repairable: {why}",
             count_of(r.problems.len() as u64, "problem", "problems")
         )
     } else if repair {
@@ -1065,4 +1116,199 @@ pub fn render(r: &Report, repair: bool) -> String {
     };
     let _ = writeln!(out, "{verdict}");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rampart_core::persist::persister::PersistConfig;
+    use rampart_core::{Ctx, ROOT_INO};
+    use std::sync::Arc;
+
+    /// A new store in a fresh temporary folder.
+    fn temp_store(name: &str) -> PathBuf {
+        static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "rampart-fsck-test-{}-{}-{name}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        rampart_core::store::mkfs(&dir).expect("mkfs");
+        dir
+    }
+
+    /// Writes `files` through a mounted-like engine, one journal batch per file (a sync after
+    /// each), then stops without a checkpoint, as a crash would (or with one, as a clean
+    /// unmount does). Returns the journal's length after each file.
+    fn written(path: &Path, files: &[(&[u8], &[u8])], unmount: bool) -> Vec<u64> {
+        let store = Store::open(path).expect("open");
+        let device: Arc<dyn Device> = Arc::new(DirDevice::new(path.to_path_buf()));
+        let config = EngineConfig::default();
+        let (engine, persister, _) = rampart_core::persist::open(
+            device.clone(),
+            store.superblock().store_id,
+            &config,
+            PersistConfig::default(),
+        )
+        .expect("persist::open");
+        let c = Ctx::library(0, 0);
+        let mut ends = Vec::new();
+        for (name, data) in files {
+            let f = engine
+                .mknod(&c, ROOT_INO, name, libc::S_IFREG | 0o644, 0)
+                .expect("mknod");
+            engine.write(&c, f.ino, 0, data, false).expect("write");
+            persister.sync().expect("sync");
+            ends.push(device.len(JOURNAL_FILE).unwrap().unwrap());
+        }
+        if unmount {
+            persister.shutdown(&engine).expect("checkpoint");
+        }
+        engine.set_sink(None);
+        ends
+    }
+
+    fn crashed_with(path: &Path, files: &[(&[u8], &[u8])]) -> Vec<u64> {
+        written(path, files, false)
+    }
+
+    fn check(path: &Path, repair: bool) -> Report {
+        fsck(path, repair, &Progress::hidden()).expect("fsck")
+    }
+
+    const FILES: [(&[u8], &[u8]); 3] = [(b"a", b"first"), (b"b", b"second"), (b"c", b"third")];
+
+    #[test]
+    fn a_crashed_store_replays_clean() {
+        let path = temp_store("crashed");
+        crashed_with(&path, &FILES);
+        let r = check(&path, false);
+        assert!(r.clean, "{:?}", r.problems);
+        assert_eq!(r.journal.batches, 3);
+        assert_eq!(r.replay.ops_applied, r.journal.ops);
+        assert_eq!(r.filesystem.as_ref().unwrap().files, 3);
+        assert!(render(&r, false).ends_with("ms)\n"));
+        std::fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn a_damaged_journal_is_cut_at_the_damage_and_then_clean() {
+        let path = temp_store("damaged");
+        let ends = crashed_with(&path, &FILES);
+        let journal = path.join(JOURNAL_FILE);
+        let mut bytes = std::fs::read(&journal).unwrap();
+        let damage = ends[0] as usize + journal::BATCH_HEADER_BYTES + 1;
+        bytes[damage] ^= 0x10;
+        std::fs::write(&journal, &bytes).unwrap();
+        let r = check(&path, false);
+        assert!(!r.clean);
+        match &r.journal.tail {
+            Some(TailReport::Damaged {
+                offset,
+                dropped_batches,
+                dropped_bytes,
+                ..
+            }) => {
+                assert_eq!(*offset, ends[0]);
+                assert_eq!(*dropped_batches, 1);
+                assert_eq!(*dropped_bytes, ends[2] - ends[0]);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            std::fs::read(&journal).unwrap(),
+            bytes,
+            "changed without --repair"
+        );
+        let r = check(&path, true);
+        assert!(r.repaired && r.clean, "{:?}", r.unrepairable);
+        assert_eq!(r.filesystem.as_ref().unwrap().files, 1);
+        let again = check(&path, false);
+        assert!(again.clean, "{:?}", again.problems);
+        assert_eq!(again.journal.bytes, journal::HEADER_BYTES as u64);
+        std::fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn a_damaged_checkpoint_is_never_rewritten() {
+        let path = temp_store("checkpoint");
+        written(&path, &FILES, true);
+        assert!(check(&path, false).clean);
+        let file = path.join(CHECKPOINT_FILE);
+        let mut bytes = std::fs::read(&file).unwrap();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 1;
+        std::fs::write(&file, &bytes).unwrap();
+        let r = check(&path, true);
+        assert!(!r.clean && !r.repaired);
+        assert!(r.unrepairable.unwrap().contains("cannot be repaired"));
+        assert_eq!(std::fs::read(&file).unwrap(), bytes);
+        std::fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn counts_what_follows_several_damages() {
+        let id = [5; 16];
+        let mut bytes = journal::Header {
+            store_id: id,
+            base_seq: 10,
+            created_ns: 0,
+        }
+        .encode()
+        .to_vec();
+        let mut builder = journal::BatchBuilder::new(10);
+        let mut starts = Vec::new();
+        for i in 0..5u8 {
+            for _ in 0..=i {
+                builder.add(
+                    &Op::Unlink {
+                        parent: 1,
+                        name: b"x",
+                        time_ns: 1,
+                    },
+                    1,
+                );
+            }
+            starts.push(bytes.len());
+            bytes.extend(builder.take_batch().unwrap());
+        }
+        // damage batches 1 and 3: batches 2 and 4 (3 + 5 ops) are valid after the first damage
+        bytes[starts[1] + journal::BATCH_HEADER_BYTES] ^= 1;
+        bytes[starts[3] + journal::BATCH_HEADER_BYTES] ^= 1;
+        let scan = journal::scan(&bytes).unwrap();
+        let Tail::Damaged {
+            next_valid_offset, ..
+        } = scan.tail
+        else {
+            panic!("{:?}", scan.tail)
+        };
+        assert_eq!(next_valid_offset as usize, starts[2]);
+        let (batches, ops, next_seq) = count_after_damage(&bytes, id, starts[2]);
+        assert_eq!((batches, ops, next_seq), (2, 8, 10 + 15));
+    }
+
+    #[test]
+    fn ops_are_described_without_their_data() {
+        let write = Op::Write {
+            ino: 7,
+            offset: 4096,
+            data: &[0u8; 100_000],
+            time_ns: 0,
+            kill_suidgid: false,
+        };
+        assert_eq!(
+            describe_op(&write),
+            "write of 100000 bytes at offset 4096 of inode 7"
+        );
+        let rename = Op::Rename {
+            parent: 1,
+            name: b"a",
+            new_parent: 2,
+            new_name: b"b",
+            flags: 0,
+            time_ns: 0,
+        };
+        assert!(describe_op(&rename).contains("\"a\" in directory 1 to \"b\" in directory 2"));
+    }
 }

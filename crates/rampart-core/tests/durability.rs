@@ -56,7 +56,10 @@ fn volatile_files_are_never_written_and_gone_after_a_crash() {
     e.sync().unwrap();
     // Its metadata (the xattr) is journaled; its megabyte of data is not.
     let grown = device.len("journal").unwrap().unwrap() - journal_before;
-    assert!(grown < 4096, "a volatile file's data reached the journal ({grown} bytes)");
+    assert!(
+        grown < 4096,
+        "a volatile file's data reached the journal ({grown} bytes)"
+    );
     e.link(&c, tmp, ROOT_INO, b"tmp2").unwrap();
     e.sync().unwrap();
     let r = crash_and_recover(&device);
