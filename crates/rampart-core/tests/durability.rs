@@ -124,3 +124,44 @@ fn only_regular_files_can_be_volatile() {
     );
     e.set_durability(&c, d, Durability::BeforeReturn).unwrap();
 }
+
+#[test]
+fn background_checkpoints_keep_the_journal_bounded_and_lose_nothing() {
+    let device = Arc::new(SimDevice::new(9));
+    let engine = Arc::new(Engine::new(EngineConfig::default()));
+    let config = PersistConfig {
+        commit_interval: Duration::from_millis(5),
+        checkpoint_journal_bytes: 64 * 1024,
+    };
+    let persister = Persister::start(device.clone(), ID, 0, 0, config).unwrap();
+    persister.attach(&engine);
+    engine.set_sink(Some(persister.clone()));
+    let c = Ctx::library(0, 0);
+    for i in 0..400u32 {
+        let f = e_create(&engine, &c, i);
+        engine.write(&c, f, 0, &[i as u8; 1000], false).unwrap();
+        if i % 50 == 0 {
+            std::thread::sleep(Duration::from_millis(20)); // let the committer run
+        }
+    }
+    engine.sync().unwrap();
+    let stats = persister.stats();
+    assert!(stats.checkpoints > 0, "no background checkpoint: {stats:?}");
+    assert!(
+        device.len("journal").unwrap().unwrap() < 4 * 64 * 1024,
+        "the journal was not truncated by checkpoints"
+    );
+    let r = crash_and_recover(&device);
+    for i in 0..400u32 {
+        assert_eq!(
+            content(&r, format!("/f{i}").as_bytes()),
+            vec![i as u8; 1000]
+        );
+    }
+}
+
+fn e_create(e: &Engine, c: &Ctx, i: u32) -> u64 {
+    e.mknod(c, ROOT_INO, format!("f{i}").as_bytes(), FILE, 0)
+        .unwrap()
+        .ino
+}
