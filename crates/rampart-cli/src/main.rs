@@ -74,7 +74,7 @@ struct MountArgs {
     /// Most memory the file system may hold: bytes, K/M/G/T, or a share of RAM like 50%.
     #[arg(long, default_value = "50%")]
     memory_cap: String,
-    /// FUSE worker threads [default: cores, at least 2, at most 8].
+    /// FUSE worker threads [default: twice the cores, at least 4, at most 16].
     #[arg(long)]
     threads: Option<usize>,
     /// Only the mounting user may enter the mount (the default for root is every user, with

@@ -35,7 +35,10 @@ pub struct MountOptions {
 impl Default for MountOptions {
     fn default() -> Self {
         MountOptions {
-            threads: std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8)),
+            // Twice the cores: a worker waiting on a disk sync for a before-return change, or
+            // simply descheduled, should not hold up requests that need none (measured:
+            // docs/decisions/0013-worker-threads.md).
+            threads: std::thread::available_parallelism().map_or(4, |n| (2 * n.get()).clamp(4, 16)),
             allow_other: false,
             fs_name: "rampart".into(),
             cache: CachePolicy::default(),
