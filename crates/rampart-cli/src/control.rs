@@ -25,6 +25,8 @@ pub struct Persistence {
     pub commit_interval_ms: u64,
     /// Changes applied but not yet durable.
     pub ops_pending: u64,
+    /// Bytes of those changes gathered in memory (writers wait past 128 MiB).
+    pub pending_bytes: u64,
     pub journal_bytes: u64,
     pub commits: u64,
     pub checkpoints: u64,
@@ -77,6 +79,7 @@ pub fn status_of(
             Persistence {
                 commit_interval_ms: persister.commit_interval().as_millis() as u64,
                 ops_pending: p.ops_pending,
+                pending_bytes: p.pending_bytes,
                 journal_bytes: p.journal_bytes,
                 commits: p.commits,
                 checkpoints: p.checkpoints,

@@ -1430,8 +1430,12 @@ impl Engine {
         Ok(durability)
     }
 
-    /// After the lock is dropped: a before-return change is made durable before returning.
+    /// After the lock is dropped: writers wait while too much waits to be written, and a
+    /// before-return change is made durable before returning.
     fn honour(&self, durability: Durability) -> FsResult<()> {
+        if let Some(sink) = self.sink.read().clone() {
+            sink.throttle();
+        }
         if durability != Durability::BeforeReturn {
             return Ok(());
         }

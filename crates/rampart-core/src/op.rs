@@ -145,6 +145,10 @@ pub trait OpSink: Send + Sync {
     fn sync_async(&self, done: SyncDone) {
         done(self.sync());
     }
+
+    /// Called after each change, outside the engine's lock: blocks while too much is waiting
+    /// to be written (back-pressure, so that memory outside the cap stays bounded).
+    fn throttle(&self) {}
 }
 
 /// What to do once a `sync_async` has finished.

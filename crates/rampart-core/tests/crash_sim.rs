@@ -229,6 +229,7 @@ fn run_seed(seed: u64, mode: CrashMode) {
     let persist = PersistConfig {
         commit_interval: Duration::from_secs(3600), // only explicit syncs commit
         checkpoint_journal_bytes: u64::MAX,
+        ..PersistConfig::default()
     };
     let persister = Persister::start(device.clone(), STORE_ID, 0, 0, persist).unwrap();
     persister.attach(&engine);
@@ -316,6 +317,7 @@ fn flipped_bits_give_an_error_or_a_valid_state_never_a_panic() {
             PersistConfig {
                 commit_interval: Duration::from_secs(3600),
                 checkpoint_journal_bytes: u64::MAX,
+                ..PersistConfig::default()
             },
         )
         .unwrap();

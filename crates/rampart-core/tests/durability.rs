@@ -19,6 +19,7 @@ fn setup(seed: u64) -> (Arc<SimDevice>, Arc<Engine>, Arc<Persister>) {
     let config = PersistConfig {
         commit_interval: Duration::from_secs(3600),
         checkpoint_journal_bytes: u64::MAX,
+        ..PersistConfig::default()
     };
     let persister = Persister::start(device.clone(), ID, 0, 0, config).unwrap();
     persister.attach(&engine);
@@ -132,6 +133,7 @@ fn background_checkpoints_keep_the_journal_bounded_and_lose_nothing() {
     let config = PersistConfig {
         commit_interval: Duration::from_millis(5),
         checkpoint_journal_bytes: 64 * 1024,
+        ..PersistConfig::default()
     };
     let persister = Persister::start(device.clone(), ID, 0, 0, config).unwrap();
     persister.attach(&engine);
@@ -164,4 +166,36 @@ fn e_create(e: &Engine, c: &Ctx, i: u32) -> u64 {
     e.mknod(c, ROOT_INO, format!("f{i}").as_bytes(), FILE, 0)
         .unwrap()
         .ino
+}
+
+#[test]
+fn writers_wait_when_too_much_waits_to_be_written() {
+    let device = Arc::new(SimDevice::new(10));
+    let engine = Arc::new(Engine::new(EngineConfig::default()));
+    let config = PersistConfig {
+        commit_interval: Duration::from_secs(3600), // commits only when asked
+        pending_bytes_max: 1 << 20,
+        ..PersistConfig::default()
+    };
+    let persister = Persister::start(device.clone(), ID, 0, 0, config).unwrap();
+    persister.attach(&engine);
+    engine.set_sink(Some(persister.clone()));
+    let c = Ctx::library(0, 0);
+    let f = e_create(&engine, &c, 0);
+    let chunk = vec![5u8; 64 * 1024];
+    let mut most = 0;
+    for i in 0..512u64 {
+        engine
+            .write(&c, f, i * chunk.len() as u64, &chunk, false)
+            .unwrap();
+        most = most.max(persister.stats().pending_bytes);
+    }
+    // One op past the limit at most, never the 32 MiB written.
+    assert!(
+        most <= (1 << 20) + 2 * chunk.len() as u64,
+        "{most} bytes gathered"
+    );
+    engine.sync().unwrap();
+    let r = crash_and_recover(&device);
+    assert_eq!(r.lookup_path(b"/f0").unwrap().size_bytes, 512 * 64 * 1024);
 }

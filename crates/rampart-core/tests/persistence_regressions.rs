@@ -17,6 +17,7 @@ fn cfg() -> PersistConfig {
     PersistConfig {
         commit_interval: Duration::from_secs(3600),
         checkpoint_journal_bytes: u64::MAX,
+        ..PersistConfig::default()
     }
 }
 

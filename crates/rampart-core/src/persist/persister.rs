@@ -40,6 +40,8 @@ pub struct PersistConfig {
     pub commit_interval: Duration,
     /// A checkpoint is taken when the journal grows past this.
     pub checkpoint_journal_bytes: u64,
+    /// Writers wait while more than this is gathered and not yet written (back-pressure).
+    pub pending_bytes_max: usize,
 }
 
 impl Default for PersistConfig {
@@ -47,6 +49,7 @@ impl Default for PersistConfig {
         PersistConfig {
             commit_interval: Duration::from_secs(5),
             checkpoint_journal_bytes: 256 << 20,
+            pending_bytes_max: 128 << 20,
         }
     }
 }
@@ -57,6 +60,8 @@ pub struct PersistStats {
     /// Ops applied but not yet durable.
     pub ops_pending: u64,
     pub journal_bytes: u64,
+    /// Bytes gathered and not yet written.
+    pub pending_bytes: u64,
     pub commits: u64,
     pub checkpoints: u64,
     pub last_checkpoint_pause: Duration,
@@ -96,6 +101,8 @@ pub struct Persister {
     config: PersistConfig,
     pending: Mutex<Pending>,
     wake: Condvar,
+    /// Signalled when the committer has taken what was gathered (back-pressure).
+    drained: Condvar,
     durable: Mutex<Durable>,
     /// Serialises journal appends and checkpoints.
     writing: Mutex<()>,
@@ -150,6 +157,7 @@ impl Persister {
                 waiters: Vec::new(),
             }),
             wake: Condvar::new(),
+            drained: Condvar::new(),
             durable: Mutex::new(Durable {
                 seq: next_seq,
                 journal_bytes,
@@ -177,11 +185,15 @@ impl Persister {
     }
 
     pub fn stats(&self) -> PersistStats {
-        let pending = lock(&self.pending).builder.next_seq();
+        let (pending, pending_bytes) = {
+            let p = lock(&self.pending);
+            (p.builder.next_seq(), p.builder.body_bytes() as u64)
+        };
         let d = lock(&self.durable);
         PersistStats {
             ops_pending: pending.saturating_sub(d.seq),
             journal_bytes: d.journal_bytes,
+            pending_bytes,
             commits: d.commits,
             checkpoints: d.checkpoints,
             last_checkpoint_pause: d.last_checkpoint_pause,
@@ -211,7 +223,9 @@ impl Persister {
         }
         let (batch, next_seq) = {
             let mut p = lock(&self.pending);
-            (p.builder.take_batch(), p.builder.next_seq())
+            let taken = (p.builder.take_batch(), p.builder.next_seq());
+            self.drained.notify_all();
+            taken
         };
         let Some(batch) = batch else {
             return Ok(());
@@ -331,6 +345,21 @@ impl OpSink for Persister {
 
     fn sync(&self) -> std::io::Result<()> {
         Persister::sync(self)
+    }
+
+    fn throttle(&self) {
+        let mut p = lock(&self.pending);
+        while p.builder.body_bytes() > self.config.pending_bytes_max
+            && !self.stop.load(Ordering::Acquire)
+            && lock(&self.durable).error.is_none()
+        {
+            self.wake.notify_one();
+            p = self
+                .drained
+                .wait_timeout(p, Duration::from_millis(100))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
     }
 
     fn sync_async(&self, done: SyncDone) {
