@@ -968,6 +968,34 @@ impl State {
 
     /// Removes every volatile file (all its names): what a restart does to them. Returns how
     /// many there were.
+    /// Removes every directory entry naming one of `inos`; returns the budget those entries
+    /// were charged.
+    fn remove_names_of(&mut self, inos: &std::collections::HashSet<Ino>) -> u64 {
+        let dirs: Vec<Ino> = self
+            .table
+            .iter()
+            .filter(|(_, i)| i.is_dir())
+            .map(|(n, _)| n)
+            .collect();
+        let mut charged = 0;
+        for dir in dirs {
+            let mut names = Vec::new();
+            if let Some(d) = self.table.get(dir).ok().and_then(Inode::dir) {
+                d.list_from(0, |e| {
+                    if inos.contains(&e.ino) {
+                        names.push(e.name.to_vec());
+                    }
+                    true
+                });
+            }
+            for name in names {
+                self.dir_mut(dir).remove(&name);
+                charged += entry_cost(&name);
+            }
+        }
+        charged
+    }
+
     pub(crate) fn drop_volatile(&mut self) -> u64 {
         let volatile: std::collections::HashSet<Ino> = self
             .table
@@ -978,27 +1006,8 @@ impl State {
         if volatile.is_empty() {
             return 0;
         }
-        let dirs: Vec<Ino> = self
-            .table
-            .iter()
-            .filter(|(_, i)| i.is_dir())
-            .map(|(n, _)| n)
-            .collect();
-        for dir in dirs {
-            let mut names = Vec::new();
-            if let Some(d) = self.table.get(dir).ok().and_then(Inode::dir) {
-                d.list_from(0, |e| {
-                    if volatile.contains(&e.ino) {
-                        names.push(e.name.to_vec());
-                    }
-                    true
-                });
-            }
-            for name in names {
-                self.dir_mut(dir).remove(&name);
-                self.budget.apply(-(entry_cost(&name) as i64));
-            }
-        }
+        let freed = self.remove_names_of(&volatile);
+        self.budget.apply(-(freed as i64));
         for &ino in &volatile {
             if let Ok(inode) = self.table.get_mut(ino) {
                 inode.nlink = 0;
@@ -1125,21 +1134,8 @@ impl State {
             }
             let kind = self.table.get(ino).expect("inode").kind();
             if kind == FileKind::Directory {
-                let holders: Vec<Ino> = self.table.iter().map(|(i, _)| i).collect();
-                for holder in holders {
-                    let mut names = Vec::new();
-                    if let Some(d) = self.table.get(holder).ok().and_then(Inode::dir) {
-                        d.list_from(0, |e| {
-                            if e.ino == ino {
-                                names.push(e.name.to_vec());
-                            }
-                            true
-                        });
-                    }
-                    for name in names {
-                        self.dir_mut(holder).remove(&name);
-                    }
-                }
+                // (The accounting is recomputed at the end.)
+                self.remove_names_of(&std::collections::HashSet::from([ino]));
             }
             let found = *found.get_or_insert_with(|| self.lost_and_found());
             let name = format!("#{ino}");
