@@ -18,7 +18,7 @@
 //! `status` reports it; the mount keeps serving from memory so nothing is lost that was not
 //! already at risk.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -108,6 +108,10 @@ pub struct Persister {
     writing: Mutex<()>,
     engine: Mutex<Weak<Engine>>,
     stop: AtomicBool,
+    /// Mirrors `durable.error.is_some()`, read on every op without a lock.
+    failed: AtomicBool,
+    /// Mirrors the builder's gathered bytes, read after every op without a lock (throttle).
+    pending_bytes: AtomicUsize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -166,6 +170,8 @@ impl Persister {
             writing: Mutex::new(()),
             engine: Mutex::new(Weak::new()),
             stop: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+            pending_bytes: AtomicUsize::new(0),
         });
         let worker = Arc::downgrade(&persister);
         std::thread::Builder::new()
@@ -206,6 +212,7 @@ impl Persister {
         tracing::error!("persistence stopped: {message}");
         let mut d = lock(&self.durable);
         d.error.get_or_insert(message);
+        self.failed.store(true, Ordering::Release);
         std::io::Error::new(e.kind(), d.error.clone().unwrap_or_default())
     }
 
@@ -224,6 +231,7 @@ impl Persister {
         let (batch, next_seq) = {
             let mut p = lock(&self.pending);
             let taken = (p.builder.take_batch(), p.builder.next_seq());
+            self.pending_bytes.store(0, Ordering::Release);
             self.drained.notify_all();
             taken
         };
@@ -268,6 +276,7 @@ impl Persister {
             let mut p = lock(&self.pending);
             let seq = p.builder.next_seq();
             p.builder = BatchBuilder::new(seq);
+            self.pending_bytes.store(0, Ordering::Release);
             (checkpoint::encode(state, self.store_id, seq, now_ns()), seq)
         });
         let pause = paused.elapsed();
@@ -286,6 +295,7 @@ impl Persister {
         d.seq = d.seq.max(seq);
         d.journal_bytes = journal_bytes;
         d.checkpoints += 1;
+        self.failed.store(false, Ordering::Release);
         if let Some(e) = d.error.take() {
             tracing::info!("persistence resumed after a checkpoint (it had stopped: {e})");
         }
@@ -330,13 +340,15 @@ impl OpSink for Persister {
             return;
         }
         let mut p = lock(&self.pending);
-        if lock(&self.durable).error.is_some() {
+        if self.failed.load(Ordering::Acquire) {
             // Nothing is written until a checkpoint succeeds; keep only the numbering, so
             // memory does not grow with ops that cannot be journaled.
             p.builder.skip();
             return;
         }
         p.builder.add(op, op.time_ns());
+        self.pending_bytes
+            .store(p.builder.body_bytes(), Ordering::Release);
         if p.builder.body_bytes() > BATCH_BODY_MAX_BYTES / 4 {
             // Keep batches bounded: let the committer write this one now.
             self.wake.notify_one();
@@ -348,10 +360,13 @@ impl OpSink for Persister {
     }
 
     fn throttle(&self) {
+        if self.pending_bytes.load(Ordering::Acquire) <= self.config.pending_bytes_max {
+            return;
+        }
         let mut p = lock(&self.pending);
         while p.builder.body_bytes() > self.config.pending_bytes_max
             && !self.stop.load(Ordering::Acquire)
-            && lock(&self.durable).error.is_none()
+            && !self.failed.load(Ordering::Acquire)
         {
             self.wake.notify_one();
             p = self
