@@ -1,0 +1,467 @@
+//! The schedule: every selected workload on every selected peer, repeated, interleaved (the
+//! peer order rotates between repetitions so drift and noise do not favour one peer), with
+//! progress bars, caches dropped between runs, and teardown whatever happens.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::cmd::Cancel;
+use crate::error::{BenchError, Result};
+use crate::peer::{self, Mounted, PeerEnv, PeerKind};
+use crate::profile::Profile;
+use crate::results::{Cell, CellStatus, PeerResult, RunResults, WorkloadResult};
+use crate::workload::{self, Ctx, Workload};
+
+pub struct BenchOptions {
+    pub profile: Profile,
+    /// Workload ids or id prefixes ("postmark" selects every PostMark configuration).
+    pub only: Vec<String>,
+    /// Peer ids; empty means all.
+    pub peers: Vec<String>,
+    pub out: PathBuf,
+    /// Overrides the profile's repetitions.
+    pub repetitions: Option<usize>,
+    pub rampart_bin: PathBuf,
+    pub rampart_args: Vec<String>,
+    /// A folder on the real disk for ext4-disk's loop file and rampart's store.
+    pub disk_dir: PathBuf,
+    pub command_line: String,
+}
+
+/// Which workloads `only` selects; an unknown name is an error listing the known ones.
+pub fn select_workloads(only: &[String]) -> Result<Vec<Box<dyn Workload>>> {
+    let all = workload::all();
+    if only.is_empty() {
+        return Ok(all);
+    }
+    for name in only {
+        if !all.iter().any(|w| w.id() == name || w.id().starts_with(&format!("{name}-"))) {
+            let known: Vec<&str> = all.iter().map(|w| w.id()).collect();
+            return Err(BenchError::Usage(format!(
+                "unknown workload {name:?}; known: {}",
+                known.join(", ")
+            )));
+        }
+    }
+    Ok(all
+        .into_iter()
+        .filter(|w| {
+            only.iter()
+                .any(|n| w.id() == n || w.id().starts_with(&format!("{n}-")))
+        })
+        .collect())
+}
+
+pub fn select_peers(names: &[String]) -> Result<Vec<PeerKind>> {
+    if names.is_empty() {
+        return Ok(PeerKind::ALL.to_vec());
+    }
+    let mut out = Vec::new();
+    for name in names {
+        let kind = PeerKind::parse(name).ok_or_else(|| {
+            let known: Vec<&str> = PeerKind::ALL.iter().map(|k| k.id()).collect();
+            BenchError::Usage(format!("unknown peer {name:?}; known: {}", known.join(", ")))
+        })?;
+        if !out.contains(&kind) {
+            out.push(kind);
+        }
+    }
+    Ok(out)
+}
+
+/// Runs the benchmark and writes the report; returns the results and the report's path.
+/// An interrupted run still tears down and writes a partial report, then returns
+/// `Err(Interrupted)` only if not even that could be written.
+pub fn run(opts: &BenchOptions) -> Result<(RunResults, PathBuf)> {
+    // SAFETY: geteuid(2) has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(BenchError::Usage(
+            "rampart bench must run as root: it mounts file systems, sets up loop devices and \
+             drops caches"
+                .into(),
+        ));
+    }
+    let workloads = select_workloads(&opts.only)?;
+    let peers = select_peers(&opts.peers)?;
+    let repetitions = opts.repetitions.unwrap_or(opts.profile.repetitions()).max(1);
+    let cancel = Cancel::global();
+    let started_at = Instant::now();
+    let started = local_time_text();
+    let machine_before = crate::machine::describe();
+
+    let tag = format!("rampart-bench-{}", std::process::id());
+    let shm_dir = Path::new("/dev/shm").join(&tag);
+    let disk_dir = opts.disk_dir.join(&tag);
+    let env = PeerEnv {
+        shm_dir: shm_dir.clone(),
+        disk_dir: disk_dir.clone(),
+        rampart_bin: opts.rampart_bin.clone(),
+        rampart_args: opts.rampart_args.clone(),
+        profile: opts.profile,
+        cancel,
+    };
+    for dir in [&shm_dir, &disk_dir] {
+        make_private_dir(dir)?;
+    }
+
+    let mut results = RunResults {
+        started,
+        duration_s: 0.0,
+        profile: opts.profile,
+        repetitions,
+        command_line: opts.command_line.clone(),
+        machine: machine_before,
+        peers: peers
+            .iter()
+            .map(|&kind| PeerResult {
+                kind,
+                id: kind.id(),
+                settings: Vec::new(),
+                setup_error: None,
+            })
+            .collect(),
+        workloads: workloads
+            .iter()
+            .map(|w| WorkloadResult {
+                id: w.id(),
+                title: w.title(),
+                source: w.source(),
+                settings: w.settings(opts.profile),
+                plot: w.plot(),
+                cells: peers
+                    .iter()
+                    .map(|&peer| Cell {
+                        peer,
+                        status: CellStatus::NotRun,
+                        runs: Vec::new(),
+                        run_seconds: Vec::new(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+        interrupted: false,
+    };
+
+    // What cannot run at all is decided up front and said in the report.
+    let mut runnable = vec![vec![true; peers.len()]; workloads.len()];
+    for (wi, w) in workloads.iter().enumerate() {
+        let tools = w.check_tools();
+        for (pi, &peer) in peers.iter().enumerate() {
+            let cell = &mut results.workloads[wi].cells[pi];
+            if let Err(e) = &tools {
+                cell.status = CellStatus::Failed(e.to_string());
+                runnable[wi][pi] = false;
+            } else if let Some(reason) = w.unsupported_on(peer) {
+                cell.status = CellStatus::Unsupported(reason);
+                runnable[wi][pi] = false;
+            }
+        }
+    }
+    for (pi, &peer) in peers.iter().enumerate() {
+        if let Err(e) = peer::check_tools(peer) {
+            results.peers[pi].setup_error = Some(e.to_string());
+            for (wi, w) in results.workloads.iter_mut().enumerate() {
+                if runnable[wi][pi] {
+                    w.cells[pi].status = CellStatus::Failed(format!("peer not available: {e}"));
+                    runnable[wi][pi] = false;
+                }
+            }
+        }
+    }
+
+    let total_runs: usize = runnable.iter().flatten().filter(|&&r| r).count() * repetitions;
+    let bar = ProgressBar::new(total_runs as u64);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} runs  {wide_msg}",
+        )
+        .expect("valid template"),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+
+    let mut schedule = Schedule {
+        opts,
+        env: &env,
+        workloads: &workloads,
+        peers: &peers,
+        runnable: &runnable,
+        results: &mut results,
+        bar: &bar,
+        cancel,
+    };
+    let outcome = schedule.all(repetitions);
+    bar.finish_and_clear();
+
+    let leftovers = remove_run_dirs(&[&shm_dir, &disk_dir]);
+    results.duration_s = started_at.elapsed().as_secs_f64();
+    results.interrupted = matches!(outcome, Err(BenchError::Interrupted));
+    if let Some(problem) = leftovers {
+        results
+            .machine
+            .facts
+            .push(("teardown problem".into(), problem));
+    }
+    if let Err(e) = &outcome {
+        if !results.interrupted {
+            return Err(BenchError::Other(format!("{e}")));
+        }
+    }
+    let report = crate::report::write(&results, &opts.out)?;
+    Ok((results, report))
+}
+
+struct Schedule<'a> {
+    opts: &'a BenchOptions,
+    env: &'a PeerEnv,
+    workloads: &'a [Box<dyn Workload>],
+    peers: &'a [PeerKind],
+    runnable: &'a [Vec<bool>],
+    results: &'a mut RunResults,
+    bar: &'a ProgressBar,
+    cancel: &'static Cancel,
+}
+
+impl Schedule<'_> {
+    fn all(&mut self, repetitions: usize) -> Result<()> {
+        let fresh = self.opts.profile.fresh_peer_per_workload();
+        for rep in 0..repetitions {
+            if fresh {
+                for wi in 0..self.workloads.len() {
+                    for pi in rotated(self.peers.len(), rep + wi) {
+                        if !self.runnable[wi][pi] {
+                            continue;
+                        }
+                        self.cancel.check()?;
+                        let Some(mut mounted) = self.setup(pi, &[wi], rep, repetitions)? else {
+                            continue;
+                        };
+                        let outcome = self.one(wi, pi, mounted.as_mut(), rep, repetitions);
+                        self.teardown(pi, mounted);
+                        outcome?;
+                    }
+                }
+            } else {
+                for pi in rotated(self.peers.len(), rep) {
+                    let wis: Vec<usize> = (0..self.workloads.len())
+                        .filter(|&wi| self.runnable[wi][pi])
+                        .collect();
+                    if wis.is_empty() {
+                        continue;
+                    }
+                    self.cancel.check()?;
+                    let Some(mut mounted) = self.setup(pi, &wis, rep, repetitions)? else {
+                        continue;
+                    };
+                    let mut outcome = Ok(());
+                    for &wi in &wis {
+                        outcome = self.one(wi, pi, mounted.as_mut(), rep, repetitions);
+                        if outcome.is_err() {
+                            break;
+                        }
+                    }
+                    self.teardown(pi, mounted);
+                    outcome?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes peer `pi`; on failure marks the cells of `wis` failed and returns None.
+    fn setup(
+        &mut self,
+        pi: usize,
+        wis: &[usize],
+        rep: usize,
+        reps: usize,
+    ) -> Result<Option<Box<dyn Mounted>>> {
+        let kind = self.peers[pi];
+        self.bar
+            .set_message(format!("rep {}/{reps} · setting up {}", rep + 1, kind.id()));
+        match peer::setup(kind, self.env) {
+            Ok(m) => {
+                if self.results.peers[pi].settings.is_empty() {
+                    self.results.peers[pi].settings = m.settings();
+                }
+                Ok(Some(m))
+            }
+            Err(BenchError::Interrupted) => Err(BenchError::Interrupted),
+            Err(e) => {
+                let text = format!("setting up {} failed: {e}", kind.id());
+                self.bar.println(format!("! {text}"));
+                self.results.peers[pi].setup_error = Some(e.to_string());
+                for &wi in wis {
+                    let cell = &mut self.results.workloads[wi].cells[pi];
+                    if cell.runs.is_empty() {
+                        cell.status = CellStatus::Failed(text.clone());
+                    }
+                    self.bar.inc(1);
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    fn teardown(&mut self, pi: usize, mounted: Box<dyn Mounted>) {
+        if let Err(e) = mounted.teardown() {
+            let text = format!("tearing down {} failed: {e}", self.peers[pi].id());
+            self.bar.println(format!("! {text}"));
+            self.results
+                .machine
+                .facts
+                .push(("teardown problem".into(), text));
+        }
+    }
+
+    /// Runs workload `wi` once on the mounted peer `pi`; only `Interrupted` is an error here,
+    /// every other failure lands in the cell.
+    fn one(
+        &mut self,
+        wi: usize,
+        pi: usize,
+        mounted: &mut dyn Mounted,
+        rep: usize,
+        reps: usize,
+    ) -> Result<()> {
+        let w = &self.workloads[wi];
+        let kind = self.peers[pi];
+        let label = format!("rep {}/{reps} · {} · {}", rep + 1, w.id(), kind.id());
+        self.bar.set_message(label.clone());
+        let dir = mounted.dir().join(format!("bench-{}-r{rep}", w.id()));
+        let scratch = self.env.shm_dir.join("scratch");
+        let prepared = std::fs::create_dir_all(&dir)
+            .map_err(|e| BenchError::io(format!("creating {}", dir.display()), e))
+            .and_then(|_| {
+                let _ = std::fs::remove_dir_all(&scratch);
+                std::fs::create_dir_all(&scratch)
+                    .map_err(|e| BenchError::io(format!("creating {}", scratch.display()), e))
+            })
+            .and_then(|_| peer::drop_caches());
+        let started = Instant::now();
+        let outcome = prepared.and_then(|_| {
+            let bar = self.bar.clone();
+            let progress = move |phase: &str| bar.set_message(format!("{label} · {phase}"));
+            let mut ctx = Ctx {
+                dir: dir.clone(),
+                peer: mounted,
+                profile: self.opts.profile,
+                scratch: scratch.clone(),
+                cancel: self.cancel,
+                progress: &progress,
+            };
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.run(&mut ctx))) {
+                Ok(r) => r,
+                Err(panic) => Err(BenchError::Other(format!(
+                    "the workload panicked (a bug in rampart bench): {}",
+                    panic_text(&panic)
+                ))),
+            }
+        });
+        let seconds = started.elapsed().as_secs_f64();
+        self.bar.inc(1);
+        let cell = &mut self.results.workloads[wi].cells[pi];
+        match outcome {
+            Ok(o) => {
+                let headline = o
+                    .metrics
+                    .first()
+                    .map(|m| format!("{} {:.1} {}", m.name, m.value, m.unit))
+                    .unwrap_or_default();
+                self.bar.println(format!(
+                    "{} on {}: {headline} ({seconds:.1} s)",
+                    w.id(),
+                    kind.id()
+                ));
+                cell.runs.push(o);
+                cell.run_seconds.push(seconds);
+                cell.status = CellStatus::Measured;
+            }
+            Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
+            Err(e) => {
+                self.bar
+                    .println(format!("! {} on {} failed: {e}", w.id(), kind.id()));
+                if cell.runs.is_empty() {
+                    cell.status = CellStatus::Failed(e.to_string());
+                }
+            }
+        }
+        // Leave the peer as clean as we found it for the next workload (shared-peer profiles).
+        if !self.opts.profile.fresh_peer_per_workload() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        Ok(())
+    }
+}
+
+/// 0..n starting at `start % n`.
+fn rotated(n: usize, start: usize) -> Vec<usize> {
+    (0..n).map(|i| (i + start) % n.max(1)).collect()
+}
+
+fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".into()
+    }
+}
+
+fn make_private_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| BenchError::io(format!("creating {}", dir.display()), e))
+}
+
+/// Removes the run's folders unless something is still mounted inside them (then says so:
+/// removing files under a live mount would destroy that file system's contents).
+fn remove_run_dirs(dirs: &[&Path]) -> Option<String> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let mut problems = Vec::new();
+    for dir in dirs {
+        let prefix = format!("{}/", dir.display());
+        let busy: Vec<&str> = mounts
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .filter(|m| m.starts_with(&prefix))
+            .collect();
+        if !busy.is_empty() {
+            problems.push(format!(
+                "left {} in place: still mounted: {}",
+                dir.display(),
+                busy.join(", ")
+            ));
+            continue;
+        }
+        if let Err(e) = std::fs::remove_dir_all(dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                problems.push(format!("removing {}: {e}", dir.display()));
+            }
+        }
+    }
+    (!problems.is_empty()).then(|| problems.join("; "))
+}
+
+fn local_time_text() -> String {
+    // SAFETY: time(2) and localtime_r(3) with valid pointers; `tm` is plain data.
+    unsafe {
+        let t = libc::time(std::ptr::null_mut());
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::localtime_r(&t, &mut tm);
+        format!(
+            "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
+            tm.tm_year + 1900,
+            tm.tm_mon + 1,
+            tm.tm_mday,
+            tm.tm_hour,
+            tm.tm_min,
+            tm.tm_sec
+        )
+    }
+}
