@@ -13,6 +13,7 @@ use crate::error::{BenchError, Result};
 pub struct Cancel(AtomicBool);
 
 static CANCEL: Cancel = Cancel(AtomicBool::new(false));
+static NEVER: Cancel = Cancel(AtomicBool::new(false));
 
 extern "C" fn on_signal(_: libc::c_int) {
     // Only an atomic store: async-signal-safe.
@@ -37,6 +38,11 @@ impl Cancel {
             }
         });
         &CANCEL
+    }
+
+    /// A flag nobody sets: for teardown commands, which must run to the end after Ctrl-C.
+    pub fn never() -> &'static Cancel {
+        &NEVER
     }
 
     pub fn is_set(&self) -> bool {
@@ -91,9 +97,10 @@ pub fn run(cmd: &mut Command, cancel: &Cancel, timeout: Duration) -> Result<Outp
         .process_group(0)
         .spawn()
         .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                BenchError::Missing(format!("{} (not found on PATH)", cmd.get_program().to_string_lossy()))
-            }
+            std::io::ErrorKind::NotFound => BenchError::Missing(format!(
+                "{} (not found on PATH)",
+                cmd.get_program().to_string_lossy()
+            )),
             _ => BenchError::io(format!("starting `{line}`"), e),
         })?;
     // Drain the pipes on threads so a chatty child cannot block on a full pipe.
@@ -110,11 +117,20 @@ pub fn run(cmd: &mut Command, cancel: &Cancel, timeout: Duration) -> Result<Outp
         s
     });
     let pid = child.id() as libc::pid_t;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) => {}
-            Err(e) => return Err(BenchError::io(format!("waiting for `{line}`"), e)),
+    // A waiter thread notes the exit instant, so `elapsed` is exact rather than rounded up to
+    // the polling interval (an untar can take 30 ms).
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let status = child.wait();
+        let _ = done_tx.send((status, Instant::now()));
+    });
+    let (status, finished) = loop {
+        match done_rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(done) => break done,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(BenchError::Other(format!("lost track of `{line}`")));
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
         }
         let stop = if cancel.is_set() {
             Some(BenchError::Interrupted)
@@ -132,17 +148,22 @@ pub fn run(cmd: &mut Command, cancel: &Cancel, timeout: Duration) -> Result<Outp
             unsafe {
                 libc::kill(-pid, libc::SIGKILL);
             }
-            let _ = child.wait();
+            let _ = waiter.join();
             return Err(err);
         }
-        std::thread::sleep(Duration::from_millis(20));
     };
+    let _ = waiter.join();
+    let status = status.map_err(|e| BenchError::io(format!("waiting for `{line}`"), e))?;
     let stdout = out_reader.join().unwrap_or_default();
     let stderr = err_reader.join().unwrap_or_default();
-    let elapsed = started.elapsed();
+    let elapsed = finished - started;
     if !status.success() {
         let tail: String = {
-            let text = if stderr.trim().is_empty() { &stdout } else { &stderr };
+            let text = if stderr.trim().is_empty() {
+                &stdout
+            } else {
+                &stderr
+            };
             let lines: Vec<&str> = text.trim().lines().collect();
             lines[lines.len().saturating_sub(5)..].join(" | ")
         };
@@ -156,4 +177,41 @@ pub fn run(cmd: &mut Command, cancel: &Cancel, timeout: Duration) -> Result<Outp
         stderr,
         elapsed,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_times_exactly_and_reports_failures() {
+        let out = run(
+            Command::new("sh").args(["-c", "sleep 0.05; echo hi"]),
+            Cancel::never(),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        assert_eq!(out.stdout, "hi\n");
+        assert!(out.elapsed >= Duration::from_millis(50) && out.elapsed < Duration::from_secs(5));
+        let err = run(
+            Command::new("sh").args(["-c", "echo oops >&2; exit 3"]),
+            Cancel::never(),
+            Duration::from_secs(10),
+        )
+        .err()
+        .unwrap();
+        assert!(err.to_string().contains("oops"), "{err}");
+        let err = run(
+            Command::new("sleep").arg("10"),
+            Cancel::never(),
+            Duration::from_millis(100),
+        )
+        .err()
+        .unwrap();
+        assert!(err.to_string().contains("timed out"), "{err}");
+        assert!(matches!(
+            run(&mut Command::new("no-such-tool-xyz"), Cancel::never(), Duration::from_secs(1)),
+            Err(BenchError::Missing(_))
+        ));
+    }
 }

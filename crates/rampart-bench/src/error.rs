@@ -5,14 +5,20 @@ use std::fmt;
 #[derive(Debug)]
 pub enum BenchError {
     /// A command we ran failed (the command line, its exit status and its stderr tail).
-    Command { command: String, detail: String },
+    Command {
+        command: String,
+        detail: String,
+    },
     /// A tool or capability the benchmark needs is missing (say how to get it).
     Missing(String),
     /// The user asked to stop (Ctrl-C, SIGTERM).
     Interrupted,
     /// Bad options (unknown workload or peer name, ...).
     Usage(String),
-    Io { context: String, source: std::io::Error },
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
     Other(String),
 }
 

@@ -55,6 +55,8 @@ pub struct Cell {
     pub runs: Vec<Outcome>,
     /// Seconds each repetition took, wall clock (setup excluded).
     pub run_seconds: Vec<f64>,
+    /// The errors of repetitions that failed (the cell may still be measured by the others).
+    pub errors: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -89,8 +91,9 @@ impl Cell {
     /// order of metric names and then by x.
     pub fn summaries(&self) -> Vec<(SeriesKey, Summarised)> {
         let mut order: Vec<String> = Vec::new();
-        let mut values: BTreeMap<(usize, u64), (SeriesKey, &'static str, Better, Vec<f64>)> =
-            BTreeMap::new();
+        // (metric index in `order`, x bits) -> the key, unit, direction and samples.
+        type Samples = (SeriesKey, &'static str, Better, Vec<f64>);
+        let mut values: BTreeMap<(usize, u64), Samples> = BTreeMap::new();
         for run in &self.runs {
             for m in &run.metrics {
                 let idx = match order.iter().position(|n| *n == m.name) {

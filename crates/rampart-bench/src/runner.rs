@@ -37,7 +37,10 @@ pub fn select_workloads(only: &[String]) -> Result<Vec<Box<dyn Workload>>> {
         return Ok(all);
     }
     for name in only {
-        if !all.iter().any(|w| w.id() == name || w.id().starts_with(&format!("{name}-"))) {
+        if !all
+            .iter()
+            .any(|w| w.id() == name || w.id().starts_with(&format!("{name}-")))
+        {
             let known: Vec<&str> = all.iter().map(|w| w.id()).collect();
             return Err(BenchError::Usage(format!(
                 "unknown workload {name:?}; known: {}",
@@ -62,7 +65,10 @@ pub fn select_peers(names: &[String]) -> Result<Vec<PeerKind>> {
     for name in names {
         let kind = PeerKind::parse(name).ok_or_else(|| {
             let known: Vec<&str> = PeerKind::ALL.iter().map(|k| k.id()).collect();
-            BenchError::Usage(format!("unknown peer {name:?}; known: {}", known.join(", ")))
+            BenchError::Usage(format!(
+                "unknown peer {name:?}; known: {}",
+                known.join(", ")
+            ))
         })?;
         if !out.contains(&kind) {
             out.push(kind);
@@ -85,11 +91,23 @@ pub fn run(opts: &BenchOptions) -> Result<(RunResults, PathBuf)> {
     }
     let workloads = select_workloads(&opts.only)?;
     let peers = select_peers(&opts.peers)?;
-    let repetitions = opts.repetitions.unwrap_or(opts.profile.repetitions()).max(1);
+    let repetitions = opts
+        .repetitions
+        .unwrap_or(opts.profile.repetitions())
+        .max(1);
     let cancel = Cancel::global();
     let started_at = Instant::now();
     let started = local_time_text();
-    let machine_before = crate::machine::describe();
+    let mut machine_before = crate::machine::describe();
+    // A run killed with -9 leaves mounts and loop devices; clear them before measuring.
+    for done in peer::sweep_stale() {
+        eprintln!("rampart bench: removed leftovers of an earlier run: {done}");
+    }
+    if let Some(fs) = crate::machine::file_system_of(&opts.disk_dir) {
+        machine_before
+            .facts
+            .push(("disk folder (--disk-dir)".into(), format!("{}: {fs}", opts.disk_dir.display())));
+    }
 
     let tag = format!("rampart-bench-{}", std::process::id());
     let shm_dir = Path::new("/dev/shm").join(&tag);
@@ -137,6 +155,7 @@ pub fn run(opts: &BenchOptions) -> Result<(RunResults, PathBuf)> {
                         status: CellStatus::NotRun,
                         runs: Vec::new(),
                         run_seconds: Vec::new(),
+                        errors: Vec::new(),
                     })
                     .collect(),
             })
@@ -294,6 +313,7 @@ impl Schedule<'_> {
                 self.results.peers[pi].setup_error = Some(e.to_string());
                 for &wi in wis {
                     let cell = &mut self.results.workloads[wi].cells[pi];
+                    cell.errors.push(format!("repetition {}: {text}", rep + 1));
                     if cell.runs.is_empty() {
                         cell.status = CellStatus::Failed(text.clone());
                     }
@@ -382,6 +402,7 @@ impl Schedule<'_> {
             Err(e) => {
                 self.bar
                     .println(format!("! {} on {} failed: {e}", w.id(), kind.id()));
+                cell.errors.push(format!("repetition {}: {e}", rep + 1));
                 if cell.runs.is_empty() {
                     cell.status = CellStatus::Failed(e.to_string());
                 }

@@ -24,7 +24,9 @@ impl Mounted for DirPeer {
         &self.dir
     }
     fn remount(&mut self) -> Result<Duration> {
-        Err(BenchError::Other("a plain directory cannot be remounted".into()))
+        Err(BenchError::Other(
+            "a plain directory cannot be remounted".into(),
+        ))
     }
     fn usage(&self) -> Result<Usage> {
         Ok(Usage::default())

@@ -1,5 +1,6 @@
 //! `rampart`: create, mount, unmount and inspect rampart file systems (docs/CLI.md).
 
+mod bench;
 mod control;
 mod daemon;
 mod fsck;
@@ -49,6 +50,8 @@ enum Cmd {
         json: bool,
     },
     /// Check an unmounted store (superblock, checkpoint, journal, replay, invariants).
+    /// Run the papers' benchmarks on rampart and its peers and write a report (as root).
+    Bench(bench::BenchArgs),
     Fsck {
         store: PathBuf,
         /// Repair what can be repaired: drop the journal from a damage on, stop the replay at
@@ -153,6 +156,7 @@ fn main() -> ExitCode {
         Cmd::Mount(args) => cmd_mount(args),
         Cmd::Umount { mountpoint, lazy } => cmd_umount(&mountpoint, lazy),
         Cmd::Status { mountpoint, json } => cmd_status(&mountpoint, json),
+        Cmd::Bench(args) => return bench::run(args),
         Cmd::Fsck {
             store,
             repair,

@@ -67,7 +67,12 @@ impl Metric {
     }
 
     /// A rate from a count and the time it took.
-    pub fn rate(name: impl Into<String>, unit: &'static str, count: f64, elapsed: Duration) -> Metric {
+    pub fn rate(
+        name: impl Into<String>,
+        unit: &'static str,
+        count: f64,
+        elapsed: Duration,
+    ) -> Metric {
         Metric::higher(name, unit, count / elapsed.as_secs_f64().max(1e-9))
     }
 }
