@@ -210,7 +210,11 @@ mod tests {
         .unwrap();
         assert!(err.to_string().contains("timed out"), "{err}");
         assert!(matches!(
-            run(&mut Command::new("no-such-tool-xyz"), Cancel::never(), Duration::from_secs(1)),
+            run(
+                &mut Command::new("no-such-tool-xyz"),
+                Cancel::never(),
+                Duration::from_secs(1)
+            ),
             Err(BenchError::Missing(_))
         ));
     }

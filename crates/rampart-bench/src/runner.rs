@@ -104,9 +104,10 @@ pub fn run(opts: &BenchOptions) -> Result<(RunResults, PathBuf)> {
         eprintln!("rampart bench: removed leftovers of an earlier run: {done}");
     }
     if let Some(fs) = crate::machine::file_system_of(&opts.disk_dir) {
-        machine_before
-            .facts
-            .push(("disk folder (--disk-dir)".into(), format!("{}: {fs}", opts.disk_dir.display())));
+        machine_before.facts.push((
+            "disk folder (--disk-dir)".into(),
+            format!("{}: {fs}", opts.disk_dir.display()),
+        ));
     }
 
     let tag = format!("rampart-bench-{}", std::process::id());

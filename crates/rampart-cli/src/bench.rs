@@ -59,7 +59,10 @@ pub fn run(args: BenchArgs) -> ExitCode {
     if let Some(dir) = &args.validate {
         return match rampart_bench::report::validate(dir) {
             Ok(problems) if problems.is_empty() => {
-                println!("{}: the report is complete and every figure is a number", dir.display());
+                println!(
+                    "{}: the report is complete and every figure is a number",
+                    dir.display()
+                );
                 ExitCode::SUCCESS
             }
             Ok(problems) => {
@@ -127,4 +130,3 @@ fn default_out() -> PathBuf {
         .unwrap_or(0);
     PathBuf::from(format!("rampart-bench-{now}"))
 }
-
