@@ -310,7 +310,7 @@ impl Schedule<'_> {
             Err(BenchError::Interrupted) => Err(BenchError::Interrupted),
             Err(e) => {
                 let text = format!("setting up {} failed: {e}", kind.id());
-                self.bar.println(format!("! {text}"));
+                say(self.bar, format!("! {text}"));
                 self.results.peers[pi].setup_error = Some(e.to_string());
                 for &wi in wis {
                     let cell = &mut self.results.workloads[wi].cells[pi];
@@ -328,7 +328,7 @@ impl Schedule<'_> {
     fn teardown(&mut self, pi: usize, mounted: Box<dyn Mounted>) {
         if let Err(e) = mounted.teardown() {
             let text = format!("tearing down {} failed: {e}", self.peers[pi].id());
-            self.bar.println(format!("! {text}"));
+            say(self.bar, format!("! {text}"));
             self.results
                 .machine
                 .facts
@@ -390,19 +390,20 @@ impl Schedule<'_> {
                     .first()
                     .map(|m| format!("{} {:.1} {}", m.name, m.value, m.unit))
                     .unwrap_or_default();
-                self.bar.println(format!(
-                    "{} on {}: {headline} ({seconds:.1} s)",
-                    w.id(),
-                    kind.id()
-                ));
+                say(
+                    self.bar,
+                    format!("{} on {}: {headline} ({seconds:.1} s)", w.id(), kind.id()),
+                );
                 cell.runs.push(o);
                 cell.run_seconds.push(seconds);
                 cell.status = CellStatus::Measured;
             }
             Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
             Err(e) => {
-                self.bar
-                    .println(format!("! {} on {} failed: {e}", w.id(), kind.id()));
+                say(
+                    self.bar,
+                    format!("! {} on {} failed: {e}", w.id(), kind.id()),
+                );
                 cell.errors.push(format!("repetition {}: {e}", rep + 1));
                 if cell.runs.is_empty() {
                     cell.status = CellStatus::Failed(e.to_string());
@@ -414,6 +415,16 @@ impl Schedule<'_> {
             let _ = std::fs::remove_dir_all(&dir);
         }
         Ok(())
+    }
+}
+
+/// A line above the progress bar, or plainly on stderr when there is no terminal to draw the
+/// bar on (CI logs still show what ran).
+fn say(bar: &ProgressBar, line: String) {
+    if bar.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        bar.println(line);
     }
 }
 
