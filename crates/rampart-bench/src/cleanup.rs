@@ -11,7 +11,6 @@
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -119,30 +118,10 @@ pub fn remove_path(path: &Path) -> Result<()> {
 
 // ---- mounts, loop devices and processes: the undo actions peers use ----
 
-/// `name` on PATH, or in the sbin folders a non-login root shell may lack.
-pub fn find_tool(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(
-            [
-                "/usr/local/sbin",
-                "/usr/local/bin",
-                "/usr/sbin",
-                "/usr/bin",
-                "/sbin",
-                "/bin",
-            ]
-            .map(PathBuf::from),
-        )
-        .map(|dir| dir.join(name))
-        .find(|candidate| {
-            std::fs::metadata(candidate).is_ok_and(|m| m.is_file() && m.mode() & 0o111 != 0)
-        })
-}
-
-/// `name` as found by [`find_tool`], or the bare name (then running it says it is missing).
+/// `name` as found by [`crate::cmd::which`], or the bare name (then running it says it is
+/// missing).
 pub fn tool(name: &str) -> PathBuf {
-    find_tool(name).unwrap_or_else(|| PathBuf::from(name))
+    crate::cmd::which(name).unwrap_or_else(|| PathBuf::from(name))
 }
 
 /// Mount points listed in a `/proc/self/mountinfo` text, in mount order (octal escapes such

@@ -2,7 +2,9 @@
 //! group, we poll it, and on cancel or timeout we kill the whole group and say so.
 
 use std::io::Read;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -64,11 +66,27 @@ impl Cancel {
     }
 }
 
+/// How much of each stream a finished child's [`Output`] keeps: enough for any report or
+/// listing we parse, and a child that prints without end cannot fill our memory.
+pub const KEEP_BYTES: usize = 4 << 20;
+
 /// What a finished child printed.
 pub struct Output {
+    /// The first [`KEEP_BYTES`] of stdout; past that, a last line says how much was cut.
     pub stdout: String,
+    /// The first [`KEEP_BYTES`] of stderr, cut the same way.
     pub stderr: String,
+    /// Lines printed on stderr in all, kept or cut (a failing tool may print one per file).
+    pub stderr_lines: u64,
     pub elapsed: Duration,
+}
+
+/// How [`run_watching`] reads the child's stdout.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WatchOptions {
+    /// Read stdout on a thread at real-time priority (SCHED_FIFO) when allowed, so the
+    /// instants `watch` gets follow the child's writes even on busy cores.
+    pub realtime_reader: bool,
 }
 
 /// The command line as a user would type it (for error messages and the report).
@@ -85,9 +103,50 @@ pub fn describe(cmd: &Command) -> String {
     parts.join(" ")
 }
 
+/// `program` on PATH, or in the sbin and bin folders a non-login root shell may lack: the
+/// first executable regular file of that name.
+pub fn which(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(
+            [
+                "/usr/local/sbin",
+                "/usr/local/bin",
+                "/usr/sbin",
+                "/usr/bin",
+                "/sbin",
+                "/bin",
+            ]
+            .map(PathBuf::from),
+        )
+        .map(|dir| dir.join(program))
+        .find(|candidate| {
+            std::fs::metadata(candidate).is_ok_and(|m| m.is_file() && m.mode() & 0o111 != 0)
+        })
+}
+
 /// Runs `cmd` to completion in its own process group; fails on a non-zero exit, on `timeout`,
 /// or when `cancel` is set (the group is killed first in both of the latter cases).
 pub fn run(cmd: &mut Command, cancel: &Cancel, timeout: Duration) -> Result<Output> {
+    run_watching(
+        cmd,
+        cancel,
+        timeout,
+        |_: &[u8], _: Instant| {},
+        WatchOptions::default(),
+    )
+}
+
+/// [`run`], but `watch` sees stdout as it arrives: each chunk read from the pipe and the
+/// instant the read returned (postmark's phase markers are timed this way; [`run`] alone only
+/// hands the output back at the end). On success `watch` has seen all of stdout.
+pub fn run_watching(
+    cmd: &mut Command,
+    cancel: &Cancel,
+    timeout: Duration,
+    mut watch: impl FnMut(&[u8], Instant) + Send + 'static,
+    options: WatchOptions,
+) -> Result<Output> {
     let line = describe(cmd);
     let started = Instant::now();
     let mut child = cmd
@@ -103,19 +162,17 @@ pub fn run(cmd: &mut Command, cancel: &Cancel, timeout: Duration) -> Result<Outp
             )),
             _ => BenchError::io(format!("starting `{line}`"), e),
         })?;
-    // Drain the pipes on threads so a chatty child cannot block on a full pipe.
-    let mut out_pipe = child.stdout.take().expect("piped");
-    let mut err_pipe = child.stderr.take().expect("piped");
+    // Drain the pipes on threads so a chatty child cannot block on a full pipe. They are not
+    // joined after a kill: a process that left the group may still hold a pipe open.
+    let out_pipe = child.stdout.take().expect("piped");
+    let err_pipe = child.stderr.take().expect("piped");
     let out_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out_pipe.read_to_string(&mut s);
-        s
+        if options.realtime_reader {
+            realtime_priority();
+        }
+        drain(out_pipe, &mut watch)
     });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err_pipe.read_to_string(&mut s);
-        s
-    });
+    let err_reader = std::thread::spawn(move || drain(err_pipe, &mut |_, _| {}));
     let pid = child.id() as libc::pid_t;
     // A waiter thread notes the exit instant, so `elapsed` is exact rather than rounded up to
     // the polling interval (an untar can take 30 ms).
@@ -159,10 +216,10 @@ pub fn run(cmd: &mut Command, cancel: &Cancel, timeout: Duration) -> Result<Outp
     let elapsed = finished - started;
     if !status.success() {
         let tail: String = {
-            let text = if stderr.trim().is_empty() {
-                &stdout
+            let text = if stderr.text.trim().is_empty() {
+                &stdout.text
             } else {
-                &stderr
+                &stderr.text
             };
             let lines: Vec<&str> = text.trim().lines().collect();
             lines[lines.len().saturating_sub(5)..].join(" | ")
@@ -173,10 +230,66 @@ pub fn run(cmd: &mut Command, cancel: &Cancel, timeout: Duration) -> Result<Outp
         });
     }
     Ok(Output {
-        stdout,
-        stderr,
+        stdout: stdout.text,
+        stderr: stderr.text,
+        stderr_lines: stderr.lines,
         elapsed,
     })
+}
+
+/// One stream as [`drain`] kept it.
+#[derive(Default)]
+struct Drained {
+    text: String,
+    lines: u64,
+}
+
+/// Reads `pipe` to its end, handing each chunk to `watch` with the instant its read returned;
+/// keeps the first [`KEEP_BYTES`] and says how much more was cut.
+fn drain(mut pipe: impl Read, watch: &mut impl FnMut(&[u8], Instant)) -> Drained {
+    let mut kept = Vec::new();
+    let (mut lines, mut cut_bytes) = (0u64, 0u64);
+    let mut chunk = vec![0u8; 64 << 10];
+    loop {
+        match pipe.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => {
+                watch(&chunk[..n], Instant::now());
+                lines += chunk[..n].iter().filter(|&&b| b == b'\n').count() as u64;
+                let room = KEEP_BYTES.saturating_sub(kept.len()).min(n);
+                kept.extend_from_slice(&chunk[..room]);
+                cut_bytes += (n - room) as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+    }
+    let mut text = String::from_utf8_lossy(&kept).into_owned();
+    if cut_bytes > 0 {
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&format!(
+            "[rampart bench kept the first {} MiB of this output and cut {cut_bytes} more bytes]\n",
+            KEEP_BYTES >> 20
+        ));
+    }
+    Drained { text, lines }
+}
+
+/// Makes the calling thread SCHED_FIFO (lowest real-time priority) when allowed (root), so it
+/// reads each chunk the moment the child flushes it even when the cores are busy: a reader
+/// that waits for a time slice can get two of postmark's phase markers in one read and lose
+/// the phase between. Without the privilege the thread stays as it is; a lost phase is then an
+/// error, never a guess.
+fn realtime_priority() {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: `param` is a fully initialised sched_param that outlives the call; pid 0 names
+    // the calling thread; sched_setscheduler has no other preconditions and only changes
+    // scheduling, which cannot affect memory safety.
+    unsafe {
+        libc::sched_setscheduler(0, libc::SCHED_FIFO, &param);
+    }
 }
 
 #[cfg(test)]
@@ -217,5 +330,59 @@ mod tests {
             ),
             Err(BenchError::Missing(_))
         ));
+    }
+
+    #[test]
+    fn a_watcher_sees_all_of_stdout_in_order() {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new((Vec::new(), Vec::new())));
+        let record = seen.clone();
+        let out = run_watching(
+            Command::new("sh").args(["-c", "printf one; sleep 0.05; printf two; echo x >&2"]),
+            Cancel::never(),
+            Duration::from_secs(10),
+            move |chunk: &[u8], at: Instant| {
+                let mut seen = record.lock().unwrap();
+                seen.0.extend_from_slice(chunk);
+                seen.1.push(at);
+            },
+            WatchOptions {
+                realtime_reader: true,
+            },
+        )
+        .unwrap();
+        let (bytes, instants) = &*seen.lock().unwrap();
+        assert_eq!(bytes, b"onetwo");
+        assert_eq!(out.stdout, "onetwo");
+        assert_eq!((out.stderr.as_str(), out.stderr_lines), ("x\n", 1));
+        // The two writes were 50 ms apart, so they arrived in two reads.
+        assert!(instants.len() >= 2 && instants.is_sorted(), "{instants:?}");
+        assert!(instants[instants.len() - 1] - instants[0] >= Duration::from_millis(40));
+    }
+
+    #[test]
+    fn output_is_cut_past_the_limit_and_says_so() {
+        let lines = KEEP_BYTES / 4 + 1_000;
+        let out = run(
+            Command::new("sh").args(["-c", &format!("yes abc | head -n {lines} >&2")]),
+            Cancel::never(),
+            Duration::from_secs(30),
+        )
+        .unwrap();
+        assert_eq!(out.stderr_lines, lines as u64);
+        assert!(out.stderr.len() < KEEP_BYTES + 200, "{}", out.stderr.len());
+        assert!(
+            out.stderr.ends_with("and cut 4000 more bytes]\n"),
+            "{}",
+            &out.stderr[out.stderr.len() - 200..]
+        );
+        assert!(out.stdout.is_empty());
+    }
+
+    #[test]
+    fn which_finds_executables_only() {
+        assert!(which("sh").is_some_and(|p| p.is_absolute()));
+        assert!(which("no-such-tool-here").is_none());
+        // A directory of that name is not a program.
+        assert!(which("..").is_none());
     }
 }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::cleanup::{self, find_tool, run_to_end, tool, UndoStack, DISK_DIR_MARKER};
+use crate::cleanup::{self, run_to_end, tool, UndoStack, DISK_DIR_MARKER};
 use crate::cmd::{self, Cancel};
 use crate::error::{BenchError, Result};
 use crate::profile::Profile;
@@ -205,7 +205,7 @@ fn kernel_fs(kind: PeerKind) -> Option<&'static str> {
 /// Fails with `Missing` when a tool this peer needs is absent (mkfs.xfs, fuse-overlayfs, ...).
 pub fn check_tools(kind: PeerKind) -> Result<()> {
     for (tool, package) in tools_needed(kind) {
-        if find_tool(tool).is_none() {
+        if cmd::which(tool).is_none() {
             return Err(BenchError::Missing(format!(
                 "{tool}, which the {} peer needs: install the Debian package {package} \
                  (apt-get install {package})",
@@ -229,7 +229,7 @@ pub fn check_tools(kind: PeerKind) -> Result<()> {
     if let Some(fs) = kernel_fs(kind) {
         if !kernel_knows(fs) {
             // mount(8) would load the module itself; try the same now to answer early.
-            if let Some(modprobe) = find_tool("modprobe") {
+            if let Some(modprobe) = cmd::which("modprobe") {
                 let _ = cmd::run(
                     Command::new(modprobe).args(["-q", fs]),
                     Cancel::global(),
@@ -268,6 +268,21 @@ impl MountCommand {
             program,
             args: args.into_iter().map(Into::into).collect(),
         }
+    }
+
+    /// `mount -t tmpfs -o size=SIZE tmpfs TARGET`.
+    fn tmpfs(size_bytes: u64, target: &Path) -> Self {
+        MountCommand::new(
+            tool("mount"),
+            [
+                OsString::from("-t"),
+                "tmpfs".into(),
+                "-o".into(),
+                format!("size={size_bytes}").into(),
+                "tmpfs".into(),
+                target.into(),
+            ],
+        )
     }
 
     fn command(&self) -> Command {
@@ -394,17 +409,7 @@ impl Peer {
 
     fn build_tmpfs(&mut self, env: &PeerEnv) -> Result<()> {
         let size = env.profile.device_size_bytes();
-        let mount = MountCommand::new(
-            tool("mount"),
-            [
-                OsString::from("-t"),
-                "tmpfs".into(),
-                "-o".into(),
-                format!("size={size}").into(),
-                "tmpfs".into(),
-                self.mnt.clone().into(),
-            ],
-        );
+        let mount = MountCommand::tmpfs(size, &self.mnt);
         let mnt = self.mnt.clone();
         self.mount(mount.clone(), &mnt)?;
         self.set(
@@ -550,17 +555,7 @@ impl Peer {
             .map_err(|e| BenchError::io(format!("creating {}", backing.display()), e))?;
         let backing = std::fs::canonicalize(&backing)
             .map_err(|e| BenchError::io(format!("resolving {}", backing.display()), e))?;
-        let tmpfs_mount = MountCommand::new(
-            tool("mount"),
-            [
-                OsString::from("-t"),
-                "tmpfs".into(),
-                "-o".into(),
-                format!("size={size}").into(),
-                "tmpfs".into(),
-                backing.clone().into(),
-            ],
-        );
+        let tmpfs_mount = MountCommand::tmpfs(size, &backing);
         self.mount(tmpfs_mount.clone(), &backing)?;
         self.backing_tmpfs = Some(backing.clone());
         let dirs = ["lower", "upper", "work"].map(|d| backing.join(d));
@@ -1301,7 +1296,5 @@ mod tests {
         for kind in PeerKind::ALL {
             assert!(!tools_needed(kind).is_empty(), "{}", kind.id());
         }
-        assert!(find_tool("sh").is_some());
-        assert!(find_tool("no-such-tool-here").is_none());
     }
 }

@@ -106,6 +106,25 @@ pub fn run(args: BenchArgs) -> ExitCode {
     match rampart_bench::run(&opts) {
         Ok((results, report)) => {
             println!("report: {}", report.display());
+            let failed: Vec<String> = results
+                .workloads
+                .iter()
+                .flat_map(|w| {
+                    w.cells.iter().filter_map(move |c| match &c.status {
+                        rampart_bench::results::CellStatus::Failed(_) => {
+                            Some(format!("{} on {}", w.id, c.peer.id()))
+                        }
+                        _ => None,
+                    })
+                })
+                .collect();
+            if !failed.is_empty() {
+                eprintln!(
+                    "rampart bench: {} run(s) failed, with the reasons in the report: {}",
+                    failed.len(),
+                    failed.join(", ")
+                );
+            }
             if results.interrupted {
                 eprintln!("rampart bench: interrupted; everything was torn down and the report is partial");
                 return ExitCode::from(130);

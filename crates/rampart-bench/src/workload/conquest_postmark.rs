@@ -10,8 +10,9 @@ mod mt;
 
 use std::time::Duration;
 
+use super::data::io_err;
 use super::{Ctx, Metric, Outcome, PlotKind, Workload};
-use crate::error::{BenchError, Result};
+use crate::error::Result;
 use crate::profile::Profile;
 
 use engine::{Config, Counts, SizeClass};
@@ -230,11 +231,9 @@ impl Workload for ConquestPostmark {
             (ctx.progress)(&format!("{percent} % large files"));
             let cfg = config(&s, percent);
             let dir = ctx.dir.join(format!("large-{percent}pct"));
-            std::fs::create_dir(&dir)
-                .map_err(|e| BenchError::io(format!("creating {}", dir.display()), e))?;
+            std::fs::create_dir(&dir).map_err(io_err("creating", &dir))?;
             let result = engine::run(&cfg, &dir, ctx.cancel);
-            let removed = std::fs::remove_dir_all(&dir)
-                .map_err(|e| BenchError::io(format!("removing {}", dir.display()), e));
+            let removed = std::fs::remove_dir_all(&dir).map_err(io_err("removing", &dir));
             let (counts, times) = result?;
             removed?;
             // Keep one share's write-back from being charged to the next.
@@ -294,97 +293,24 @@ mod tests {
 
     #[test]
     fn tiny_run_leaves_the_directory_empty() {
-        let base = tempfile::tempdir_in("/dev/shm").unwrap();
+        let base = crate::testing::shm_tempdir();
         let dir = base.path().join("work");
         std::fs::create_dir(&dir).unwrap();
-        let mut peer = crate::testing::DirPeer {
-            dir: base.path().to_path_buf(),
-            kind: crate::peer::PeerKind::Tmpfs,
-        };
-        let progress = |_: &str| {};
-        let mut ctx = Ctx {
-            dir: dir.clone(),
-            peer: &mut peer,
-            profile: Profile::Tiny,
-            scratch: base.path().join("scratch"),
-            cancel: Cancel::global(),
-            progress: &progress,
-        };
-        ConquestPostmark.run(&mut ctx).unwrap();
+        crate::testing::run_in(&ConquestPostmark, Profile::Tiny, &dir).unwrap();
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
     }
 
-    /// What postmark's verbose report says (the counts, not the times).
-    #[derive(Debug, Default)]
-    struct Report {
-        created: u64,
-        created_alone: u64,
-        created_mixed: u64,
-        read: u64,
-        appended: u64,
-        deleted: u64,
-        deleted_alone: u64,
-        deleted_mixed: u64,
-        /// As printed (e.g. 5.26 megabytes) and the half-unit of its last digit, in bytes.
-        bytes_read: (f64, f64),
-        bytes_written: (f64, f64),
-    }
-
-    fn first_number(text: &str) -> u64 {
-        let digits: String = text
-            .trim()
-            .chars()
-            .skip_while(|c| !c.is_ascii_digit())
-            .take_while(|c| c.is_ascii_digit())
-            .collect();
-        digits
-            .parse()
-            .unwrap_or_else(|_| panic!("no number in {text:?}"))
-    }
-
-    /// "5.26 megabytes read (...)" → (5.26 MiB in bytes, half of 0.01 MiB).
-    fn data_amount(line: &str) -> (f64, f64) {
-        let mut words = line.split_whitespace();
-        let value: f64 = words.next().unwrap().parse().unwrap();
-        let (unit, decimals) = match words.next().unwrap() {
-            "megabytes" => (1048576.0, 2),
-            "kilobytes" => (1024.0, 2),
-            "bytes" => (1.0, 6),
-            other => panic!("unknown unit {other:?} in {line:?}"),
+    /// How far from the true byte count postmark's printed figure may be: it prints bytes to
+    /// six decimals, kilobytes and megabytes (from 1 KiB and 1 MiB on) to two.
+    fn printed_precision_bytes(printed_bytes: f64) -> f64 {
+        let unit = if printed_bytes >= 1_048_576.0 {
+            1_048_576.0
+        } else if printed_bytes >= 1024.0 {
+            1024.0
+        } else {
+            return 0.5e-6;
         };
-        (value * unit, 0.5 * unit / 10f64.powi(decimals))
-    }
-
-    fn parse_report(out: &str) -> Report {
-        let mut r = Report::default();
-        let mut after_deleted = false;
-        for line in out.lines().map(str::trim) {
-            let mixed = line.starts_with("Mixed with transactions:");
-            if line.contains(" created (") {
-                r.created = first_number(line);
-            } else if line.starts_with("Creation alone:") {
-                r.created_alone = first_number(line);
-            } else if mixed && !after_deleted {
-                r.created_mixed = first_number(line);
-            } else if mixed {
-                r.deleted_mixed = first_number(line);
-            } else if line.contains(" read (") && !line.contains("bytes") {
-                r.read = first_number(line);
-            } else if line.contains(" appended (") {
-                r.appended = first_number(line);
-            } else if line.contains(" deleted (") {
-                r.deleted = first_number(line);
-                after_deleted = true;
-            } else if line.starts_with("Deletion alone:") {
-                r.deleted_alone = first_number(line);
-            } else if line.contains("bytes read (") {
-                r.bytes_read = data_amount(line);
-            } else if line.contains("bytes written (") {
-                r.bytes_written = data_amount(line);
-            }
-        }
-        assert!(r.created > 0, "no report in postmark's output:\n{out}");
-        r
+        0.005 * unit
     }
 
     fn postmark_script(cfg: &Config, location: &Path) -> String {
@@ -471,26 +397,27 @@ mod tests {
             let out = Command::new(postmark).arg(&script).output().unwrap();
             let stdout = String::from_utf8_lossy(&out.stdout);
             assert!(out.status.success(), "postmark failed: {stdout}");
-            let theirs = parse_report(&stdout);
+            let theirs = crate::workload::postmark::parse_report(&stdout)
+                .unwrap_or_else(|e| panic!("{e}:\n{stdout}"));
 
             let (ours, _) = engine::run(cfg, &ours_dir, Cancel::global()).unwrap();
             let context = format!("config {i}: {cfg:?}\npostmark: {theirs:?}\nours: {ours:?}");
             assert_eq!(theirs.created, ours.created, "{context}");
             assert_eq!(theirs.created_alone, ours.created_alone, "{context}");
             assert_eq!(theirs.created_mixed, ours.created_mixed, "{context}");
-            assert_eq!(theirs.read, ours.read, "{context}");
+            assert_eq!(theirs.read_files, ours.read, "{context}");
             assert_eq!(theirs.appended, ours.appended, "{context}");
             assert_eq!(theirs.deleted, ours.deleted, "{context}");
             assert_eq!(theirs.deleted_alone, ours.deleted_alone, "{context}");
             assert_eq!(theirs.deleted_mixed, ours.deleted_mixed, "{context}");
-            for ((printed, half_digit), exact) in [
-                (theirs.bytes_read, ours.bytes_read),
-                (theirs.bytes_written, ours.bytes_written),
+            for (printed, exact) in [
+                (theirs.read_bytes, ours.bytes_read),
+                (theirs.written_bytes, ours.bytes_written),
             ] {
                 // postmark sums bytes in a C float: exact only below 2^24.
                 assert!(exact < 1 << 24, "keep the check's totals below 16 MiB");
                 assert!(
-                    (printed - exact as f64).abs() <= half_digit + 1e-6,
+                    (printed - exact as f64).abs() <= printed_precision_bytes(printed) + 1e-6,
                     "printed {printed} vs exact {exact}: {context}"
                 );
             }

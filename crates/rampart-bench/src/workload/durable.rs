@@ -3,13 +3,13 @@
 //! A memory-first file system pays for durability only here, so this is where group commit
 //! (many writers sharing one flush) shows.
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::Write;
-use std::os::fd::{AsRawFd, IntoRawFd};
 use std::path::{Path, PathBuf};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
+use super::data::{close_checked, group_digits, io_err, sync_and_fsync_dir};
 use super::{Ctx, Metric, Outcome, PlotKind, Workload};
 use crate::cmd::Cancel;
 use crate::error::{BenchError, Result};
@@ -157,8 +157,7 @@ fn measure_point(
         .map(|t| point_dir.join(format!("t{t:02}")))
         .collect();
     for d in &thread_dirs {
-        std::fs::create_dir_all(d)
-            .map_err(|e| BenchError::io(format!("creating {}", d.display()), e))?;
+        std::fs::create_dir_all(d).map_err(io_err("creating", d))?;
     }
     sync_and_fsync_dir(point_dir)?;
     // The cap shared out exactly: the first `max_writes % threads` threads take one more.
@@ -242,11 +241,9 @@ fn write_files(
             .write(true)
             .create_new(true)
             .open(&path)
-            .map_err(|e| BenchError::io(format!("creating {}", path.display()), e))?;
-        file.write_all(&data)
-            .map_err(|e| BenchError::io(format!("writing {}", path.display()), e))?;
-        file.sync_all()
-            .map_err(|e| BenchError::io(format!("fsync of {}", path.display()), e))?;
+            .map_err(io_err("creating", &path))?;
+        file.write_all(&data).map_err(io_err("writing", &path))?;
+        file.sync_all().map_err(io_err("fsync of", &path))?;
         close_checked(file, &path)?;
         latencies_ns.push(write_started.elapsed().as_nanos() as u64);
     }
@@ -261,39 +258,6 @@ fn write_files(
 fn percentile(sorted: &[u64], q: f64) -> u64 {
     let rank = (q * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-/// Closes `file` and reports the error `Drop` would swallow (a FUSE file system reports write
-/// errors at close, in its flush).
-pub(crate) fn close_checked(file: File, path: &Path) -> Result<()> {
-    nix::unistd::close(file.into_raw_fd())
-        .map_err(|e| BenchError::io(format!("closing {}", path.display()), e.into()))
-}
-
-/// Makes what was written under `dir` durable: syncfs(2) of its file system, then fsync(2) of
-/// `dir` itself. The fsync matters on FUSE, where the kernel does not pass syncfs on to the
-/// daemon but does pass fsync (rampart commits its journal on it).
-pub(crate) fn sync_and_fsync_dir(dir: &Path) -> Result<()> {
-    let handle =
-        File::open(dir).map_err(|e| BenchError::io(format!("opening {}", dir.display()), e))?;
-    nix::unistd::syncfs(handle.as_raw_fd())
-        .map_err(|e| BenchError::io(format!("syncfs of {}", dir.display()), e.into()))?;
-    handle
-        .sync_all()
-        .map_err(|e| BenchError::io(format!("fsync of {}", dir.display()), e))
-}
-
-/// 1234567 → "1,234,567" for settings.
-pub(crate) fn group_digits(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 #[cfg(test)]
@@ -324,13 +288,5 @@ mod tests {
         assert_eq!(percentile(&v, 0.5), 50);
         assert_eq!(percentile(&v, 0.99), 99);
         assert_eq!(percentile(&[7], 0.99), 7);
-    }
-
-    #[test]
-    fn digits_are_grouped() {
-        assert_eq!(group_digits(0), "0");
-        assert_eq!(group_digits(999), "999");
-        assert_eq!(group_digits(1_000), "1,000");
-        assert_eq!(group_digits(1_234_567), "1,234,567");
     }
 }

@@ -9,7 +9,6 @@
 //! The files are laid out first (not timed); then, per thread count, one fio run with two
 //! groups: reads, then (stonewall) writes ending in an fsync.
 
-use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
@@ -17,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::data::{io_err, write_random_file, SplitMix64};
 use super::{Ctx, Metric, Outcome, PlotKind, Workload};
 use crate::cmd::{self, Cancel};
 use crate::error::{BenchError, Result};
@@ -151,31 +151,17 @@ fn global_section(dir: &Path, threads: u32, file_bytes: u64) -> String {
     )
 }
 
+/// Seed of the pseudo-random bytes the files are laid out with.
+const LAYOUT_SEED: u64 = 0x9E37_79B9_7F4A_7C15;
+
 /// Writes every thread's file in full (1 MiB writes of pseudo-random bytes, then fsync)
 /// before anything is measured, so reads find data and writes overwrite it. Done here rather
 /// than by fio: fio spends about 0.3 s starting each run, more than a tiny layout takes.
 fn lay_out(dir: &Path, threads: u32, file_bytes: u64, cancel: &Cancel) -> Result<()> {
-    let mut block = vec![0u8; MIB as usize];
-    // xorshift64: fast, and its output does not compress (btrfs zstd gains nothing).
-    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut rng = SplitMix64(LAYOUT_SEED);
     for n in 0..threads {
         cancel.check()?;
-        let path = dir.join(format!("data.{n}"));
-        let io = |e| BenchError::io(format!("laying out {}", path.display()), e);
-        let mut file = std::fs::File::create(&path).map_err(io)?;
-        let mut left = file_bytes;
-        while left > 0 {
-            for word in block.chunks_exact_mut(8) {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                word.copy_from_slice(&state.to_le_bytes());
-            }
-            let len = left.min(MIB) as usize;
-            file.write_all(&block[..len]).map_err(io)?;
-            left -= len as u64;
-        }
-        file.sync_all().map_err(io)?;
+        write_random_file(&dir.join(format!("data.{n}")), file_bytes, &mut rng)?;
     }
     Ok(())
 }
@@ -266,11 +252,13 @@ impl Workload for Fio {
             ),
             (
                 "layout".to_string(),
-                "before any measurement, not timed: rampart bench writes every file in full \
-                 (1 MiB writes of xorshift64 pseudo-random bytes, then fsync), so reads find \
-                 data and writes overwrite it; the bytes do not compress (btrfs zstd gains \
-                 nothing), and fio's own write buffers are pseudo-random too"
-                    .to_string(),
+                format!(
+                    "before any measurement, not timed: rampart bench writes every file in \
+                     full (1 MiB writes of splitmix64 pseudo-random bytes, seed \
+                     {LAYOUT_SEED:#x}, then fsync), so reads find data and writes overwrite it; \
+                     the bytes do not compress (btrfs zstd gains nothing), and fio's own write \
+                     buffers are pseudo-random too"
+                ),
             ),
             (
                 "runtime".to_string(),
@@ -458,8 +446,7 @@ fn run_fio(
 ) -> Result<Vec<Group>> {
     let job_path = scratch.join(format!("fio-{label}.fio"));
     let json_path = scratch.join(format!("fio-{label}.json"));
-    std::fs::write(&job_path, job)
-        .map_err(|e| BenchError::io(format!("writing {}", job_path.display()), e))?;
+    std::fs::write(&job_path, job).map_err(io_err("writing", &job_path))?;
     let mut command = Command::new(fio);
     command
         .arg("--output-format=json")
@@ -468,8 +455,8 @@ fn run_fio(
         .current_dir(scratch);
     let line = cmd::describe(&command);
     cmd::run(&mut command, cancel, timeout)?;
-    let text = std::fs::read_to_string(&json_path)
-        .map_err(|e| BenchError::io(format!("reading fio's report {}", json_path.display()), e))?;
+    let text =
+        std::fs::read_to_string(&json_path).map_err(io_err("reading fio's report", &json_path))?;
     parse_report(&text).map_err(|detail| BenchError::Command {
         command: line,
         detail,
@@ -526,11 +513,7 @@ fn parse_report(text: &str) -> std::result::Result<Vec<Group>, String> {
 }
 
 fn fio_path() -> Result<std::path::PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-    std::env::split_paths(&path)
-        .map(|dir| dir.join("fio"))
-        .find(|p| p.is_file())
-        .ok_or_else(|| BenchError::Missing("fio (apt-get install fio)".into()))
+    cmd::which("fio").ok_or_else(|| BenchError::Missing("fio (apt-get install fio)".into()))
 }
 
 /// `fio --version` ("fio-3.33") and where it is, once.
@@ -664,27 +647,7 @@ mod tests {
     #[test]
     #[ignore]
     fn time_a_profile() {
-        let dir = std::env::var("BENCH_DIR").expect("BENCH_DIR");
-        let profile =
-            Profile::parse(&std::env::var("BENCH_PROFILE").unwrap_or("quick".into())).unwrap();
-        for w in workloads() {
-            let started = std::time::Instant::now();
-            match crate::workload::postmark::tests::run_at(w.as_ref(), profile, Path::new(&dir)) {
-                Ok(o) => println!(
-                    "{} {}: {:.2} s; {}; {}",
-                    w.id(),
-                    profile.name(),
-                    started.elapsed().as_secs_f64(),
-                    o.metrics
-                        .iter()
-                        .map(|m| format!("{}@{} {:.0}", m.name, m.x.unwrap_or_default(), m.value))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    o.notes.join("; ")
-                ),
-                Err(e) => println!("{} {}: FAILED {e}", w.id(), profile.name()),
-            }
-        }
+        crate::testing::time_a_profile_from_env(workloads());
     }
 
     #[test]

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::durable::{close_checked, group_digits, sync_and_fsync_dir};
+use super::data::{
+    close_checked, group_digits, io_err, sync_and_fsync_dir, write_random_file, SplitMix64,
+};
 use super::{Ctx, Metric, Outcome, PlotKind, Workload};
 use crate::cmd::{self, Cancel};
 use crate::error::{BenchError, Result};
@@ -25,11 +27,6 @@ pub fn workloads() -> Vec<Box<dyn Workload>> {
 }
 
 const MIB: f64 = (1u64 << 20) as f64;
-
-fn io_err(what: &str, path: &Path) -> impl FnOnce(std::io::Error) -> BenchError {
-    let context = format!("{what} {}", path.display());
-    move |e| BenchError::io(context, e)
-}
 
 // ---------------------------------------------------------------------------------------------
 // Copy of a 10 MB file.
@@ -69,7 +66,7 @@ impl Workload for LargeCopy {
             (
                 "source file".into(),
                 format!(
-                    "written on the peer before timing, pseudo-random bytes (xorshift64*, seed \
+                    "written on the peer before timing, pseudo-random bytes (splitmix64, seed \
                      {COPY_SEED:#x}: incompressible), fsync'd, then read once so it is in the page \
                      cache (the paper preloaded it into the client cache to remove read traffic)"
                 ),
@@ -107,7 +104,7 @@ impl Workload for LargeCopy {
     fn run(&self, ctx: &mut Ctx) -> Result<Outcome> {
         let source = ctx.dir.join("source-10MiB");
         (ctx.progress)("writing the source file");
-        write_random_file(&source, COPY_SIZE_BYTES, COPY_SEED)?;
+        write_random_file(&source, COPY_SIZE_BYTES, &mut SplitMix64(COPY_SEED))?;
         read_whole_file(&source)?;
         sync_and_fsync_dir(&ctx.dir)?;
         let copies = copies_per_run(ctx.profile);
@@ -143,32 +140,6 @@ impl Workload for LargeCopy {
             notes: vec![format!("mean of {copies} copies")],
         })
     }
-}
-
-/// Writes `size_bytes` of xorshift64* output to a new file and fsyncs it.
-fn write_random_file(path: &Path, size_bytes: u64, seed: u64) -> Result<()> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .map_err(io_err("creating", path))?;
-    let mut state = seed | 1;
-    let mut chunk = vec![0u8; 1 << 20];
-    let mut left = size_bytes;
-    while left > 0 {
-        for word in chunk.chunks_exact_mut(8) {
-            state ^= state >> 12;
-            state ^= state << 25;
-            state ^= state >> 27;
-            word.copy_from_slice(&state.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
-        }
-        let n = left.min(chunk.len() as u64) as usize;
-        file.write_all(&chunk[..n])
-            .map_err(io_err("writing", path))?;
-        left -= n as u64;
-    }
-    file.sync_all().map_err(io_err("fsync of", path))?;
-    close_checked(file, path)
 }
 
 fn read_whole_file(path: &Path) -> Result<u64> {

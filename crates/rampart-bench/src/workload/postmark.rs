@@ -9,15 +9,14 @@
 //! `time()` calls (the method of bench/postmark_peers.py): phase times to well under a
 //! millisecond. postmark's own figures go into the notes.
 
-use std::io::Read;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::process::Command;
+use std::sync::{mpsc, OnceLock};
 use std::time::{Duration, Instant};
 
+use super::data::{group_digits, io_err};
 use super::{Ctx, Metric, Outcome, PlotKind, Workload};
-use crate::cmd::{self, Cancel};
+use crate::cmd::{self, Cancel, WatchOptions};
 use crate::error::{BenchError, Result};
 use crate::profile::Profile;
 
@@ -271,26 +270,14 @@ impl Postmark {
 /// "paper: 200,000; here: 40,000 (why)" or "10,000 (as the paper)".
 fn versus_paper(here: u64, paper: u64, why: &str) -> String {
     if here == paper {
-        format!("{} (as the paper)", thousands(here))
+        format!("{} (as the paper)", group_digits(here))
     } else {
         format!(
             "paper: {}; here: {} ({why})",
-            thousands(paper),
-            thousands(here)
+            group_digits(paper),
+            group_digits(here)
         )
     }
-}
-
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 impl Workload for Postmark {
@@ -313,8 +300,8 @@ impl Workload for Postmark {
             ("postmark".to_string(), postmark_version().to_string()),
             (
                 "command".to_string(),
-                "postmark postmark.cfg (the config below, written to the scratch folder; \
-                 `set location` is the workload's directory on the peer)"
+                "postmark SCRATCH/postmark.cfg, run in the workload's directory on the peer \
+                 with `set location .` (postmark garbles paths longer than ~76 characters)"
                     .to_string(),
             ),
             (
@@ -399,8 +386,8 @@ impl Workload for Postmark {
         let cfg = self.config(ctx.profile);
         (ctx.progress)(&format!(
             "postmark: {} files, {} transactions",
-            thousands(cfg.files),
-            thousands(cfg.transactions)
+            group_digits(cfg.files),
+            group_digits(cfg.transactions)
         ));
         let run = run_postmark(
             &cfg,
@@ -415,15 +402,8 @@ impl Workload for Postmark {
 
 /// Where postmark is, or how to get it.
 fn postmark_path() -> Result<PathBuf> {
-    find_on_path("postmark")
+    cmd::which("postmark")
         .ok_or_else(|| BenchError::Missing("postmark (apt-get install postmark)".into()))
-}
-
-fn find_on_path(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(program))
-        .find(|p| p.is_file())
 }
 
 /// "postmark 1.53-2 (Debian package; prints v1.51 : 8/14/01), /usr/bin/postmark", once.
@@ -488,6 +468,42 @@ const TRANSACT: usize = 1;
 const DELETE: usize = 2;
 const END_SUBDIRS: usize = 3;
 const REPORT: usize = 4;
+
+/// Finds where each of a few markers first appears in a stream read in chunks, a marker split
+/// across two chunks included.
+struct MarkerScan {
+    markers: Vec<Vec<u8>>,
+    found: Vec<bool>,
+    /// The end of the stream so far, as long as the longest marker: with the next chunk it
+    /// holds any marker that straddles the two.
+    window: Vec<u8>,
+}
+
+impl MarkerScan {
+    fn new(markers: &[&str]) -> MarkerScan {
+        MarkerScan {
+            markers: markers.iter().map(|m| m.as_bytes().to_vec()).collect(),
+            found: vec![false; markers.len()],
+            window: Vec::new(),
+        }
+    }
+
+    /// The markers (as indices) that first appear with `chunk`.
+    fn feed(&mut self, chunk: &[u8]) -> Vec<usize> {
+        self.window.extend_from_slice(chunk);
+        let mut new = Vec::new();
+        for (i, marker) in self.markers.iter().enumerate() {
+            if !self.found[i] && self.window.windows(marker.len()).any(|w| w == marker) {
+                self.found[i] = true;
+                new.push(i);
+            }
+        }
+        let longest = self.markers.iter().map(Vec::len).max().unwrap_or(0);
+        let keep_from = self.window.len().saturating_sub(longest);
+        self.window.drain(..keep_from);
+        new
+    }
+}
 
 /// One postmark run: its report and the phase times we measured.
 #[derive(Clone, Debug)]
@@ -588,12 +604,33 @@ pub fn run_postmark(
 ) -> Result<PostmarkRun> {
     let postmark = postmark_path()?;
     let config_path = scratch.join("postmark.cfg");
-    std::fs::write(&config_path, cfg.text(dir))
-        .map_err(|e| BenchError::io(format!("writing {}", config_path.display()), e))?;
+    // postmark garbles file names whose path passes ~76 characters (a fixed buffer), and
+    // peers' paths are long: run it in the workload's directory with a relative location.
+    std::fs::write(&config_path, cfg.text(Path::new(".")))
+        .map_err(io_err("writing", &config_path))?;
     let mut command = Command::new(&postmark);
-    command.arg(&config_path).current_dir(scratch);
+    command.arg(&config_path).current_dir(dir);
     let line = cmd::describe(&command);
-    let out = run_timestamped(&mut command, cancel, timeout, &MARKERS)?;
+    let (found_tx, found_rx) = mpsc::channel();
+    let mut scan = MarkerScan::new(&MARKERS);
+    let out = cmd::run_watching(
+        &mut command,
+        cancel,
+        timeout,
+        move |chunk: &[u8], at: Instant| {
+            for marker in scan.feed(chunk) {
+                let _ = found_tx.send((marker, at));
+            }
+        },
+        WatchOptions {
+            realtime_reader: true,
+        },
+    )?;
+    // run_watching returned Ok, so the watcher has seen all of stdout and sent every marker.
+    let mut marks = [None; MARKERS.len()];
+    for (marker, at) in found_rx.try_iter() {
+        marks[marker] = Some(at);
+    }
 
     let failed = |detail: String| BenchError::Command {
         command: line.clone(),
@@ -629,11 +666,11 @@ pub fn run_postmark(
     report.check(cfg).map_err(failed)?;
 
     let at = |i: usize| {
-        out.marks[i].ok_or_else(|| failed(format!("postmark never printed {:?}", MARKERS[i])))
+        marks[i].ok_or_else(|| failed(format!("postmark never printed {:?}", MARKERS[i])))
     };
     let (create, transact, delete) = (at(CREATE)?, at(TRANSACT)?, at(DELETE)?);
     // Without subdirectories postmark has no "Deleting subdirectories..."; the report follows.
-    let end = out.marks[END_SUBDIRS].map_or_else(|| at(REPORT), Ok)?;
+    let end = marks[END_SUBDIRS].map_or_else(|| at(REPORT), Ok)?;
     let phase = |name: &str, from: Instant, to: Instant| {
         let d = to.saturating_duration_since(from);
         if d.is_zero() {
@@ -824,160 +861,8 @@ fn bytes(amount: &str, unit: &str) -> Option<f64> {
     amount.parse::<f64>().ok().map(|a| a * scale)
 }
 
-/// Makes the calling thread SCHED_FIFO (lowest real-time priority) when allowed (root), so it
-/// reads each marker the moment postmark flushes it even when the cores are busy: a reader
-/// that waits for a time slice can get two markers in one read and lose the phase between.
-/// Without the privilege the thread stays as it is; a lost phase is then an error, never a
-/// guess.
-fn realtime_priority() {
-    let param = libc::sched_param { sched_priority: 1 };
-    // SAFETY: `param` is a fully initialised sched_param that outlives the call; pid 0 names
-    // the calling thread; sched_setscheduler has no other preconditions and only changes
-    // scheduling, which cannot affect memory safety.
-    unsafe {
-        libc::sched_setscheduler(0, libc::SCHED_FIFO, &param);
-    }
-}
-
-/// What a finished child printed, and when each marker first reached us.
-struct Timestamped {
-    stdout: String,
-    /// The first [`STDERR_KEEP_BYTES`] of stderr.
-    stderr: String,
-    stderr_lines: usize,
-    marks: Vec<Option<Instant>>,
-}
-
-/// postmark prints a few KiB; keep at most this much of either stream.
-const STDOUT_KEEP_BYTES: usize = 1 << 20;
-/// A failing postmark prints one error per file (tens of thousands of lines).
-const STDERR_KEEP_BYTES: usize = 64 << 10;
-
-/// Like [`cmd::run`] (own process group, killed on cancel or timeout), but stdout is read as it
-/// arrives and the moment each of `markers` first appears is recorded. `cmd::run` only hands
-/// back the output at the end, which is too late to time postmark's phases.
-fn run_timestamped(
-    command: &mut Command,
-    cancel: &Cancel,
-    timeout: Duration,
-    markers: &[&str],
-) -> Result<Timestamped> {
-    let line = cmd::describe(command);
-    let started = Instant::now();
-    let mut child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => BenchError::Missing(format!(
-                "{} (not found)",
-                command.get_program().to_string_lossy()
-            )),
-            _ => BenchError::io(format!("starting `{line}`"), e),
-        })?;
-    let mut out_pipe = child.stdout.take().expect("piped");
-    let mut err_pipe = child.stderr.take().expect("piped");
-    let wanted: Vec<Vec<u8>> = markers.iter().map(|m| m.as_bytes().to_vec()).collect();
-    let longest = wanted.iter().map(Vec::len).max().unwrap_or(0);
-    let out_reader = std::thread::spawn(move || {
-        realtime_priority();
-        let mut kept = Vec::new();
-        let mut marks = vec![None; wanted.len()];
-        // The end of the previous chunk, so a marker split across two reads is still found.
-        let mut window: Vec<u8> = Vec::new();
-        let mut chunk = vec![0u8; 64 << 10];
-        loop {
-            match out_pipe.read(&mut chunk) {
-                Ok(0) => break,
-                Ok(n) => {
-                    let now = Instant::now();
-                    window.extend_from_slice(&chunk[..n]);
-                    for (mark, marker) in marks.iter_mut().zip(&wanted) {
-                        if mark.is_none()
-                            && window.windows(marker.len()).any(|w| w == marker.as_slice())
-                        {
-                            *mark = Some(now);
-                        }
-                    }
-                    let keep_from = window.len().saturating_sub(longest);
-                    window.drain(..keep_from);
-                    let room = STDOUT_KEEP_BYTES.saturating_sub(kept.len());
-                    kept.extend_from_slice(&chunk[..n.min(room)]);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(_) => break,
-            }
-        }
-        (String::from_utf8_lossy(&kept).into_owned(), marks)
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut kept = Vec::new();
-        let mut lines = 0usize;
-        let mut chunk = vec![0u8; 64 << 10];
-        loop {
-            match err_pipe.read(&mut chunk) {
-                Ok(0) => break,
-                Ok(n) => {
-                    lines += chunk[..n].iter().filter(|&&b| b == b'\n').count();
-                    let room = STDERR_KEEP_BYTES.saturating_sub(kept.len());
-                    kept.extend_from_slice(&chunk[..n.min(room)]);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(_) => break,
-            }
-        }
-        (String::from_utf8_lossy(&kept).into_owned(), lines)
-    });
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) => {}
-            Err(e) => return Err(BenchError::io(format!("waiting for `{line}`"), e)),
-        }
-        let stop = if cancel.is_set() {
-            Some(BenchError::Interrupted)
-        } else if started.elapsed() > timeout {
-            Some(BenchError::Command {
-                command: line.clone(),
-                detail: format!("timed out after {:.0} s", timeout.as_secs_f64()),
-            })
-        } else {
-            None
-        };
-        if let Some(err) = stop {
-            // The child leads its own process group (process_group(0) above).
-            let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
-            let _ = child.wait();
-            return Err(err);
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let (stdout, marks) = out_reader.join().unwrap_or_default();
-    let (stderr, stderr_lines) = err_reader.join().unwrap_or_default();
-    if !status.success() {
-        let text = if stderr.trim().is_empty() {
-            &stdout
-        } else {
-            &stderr
-        };
-        return Err(BenchError::Command {
-            command: line,
-            detail: format!("{status}: {}", tail(text)),
-        });
-    }
-    Ok(Timestamped {
-        stdout,
-        stderr,
-        stderr_lines,
-        marks,
-    })
-}
-
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
     use crate::testing::run_tiny;
 
@@ -1047,6 +932,28 @@ pub(crate) mod tests {
                 ..cfg
             })
             .is_err());
+    }
+
+    #[test]
+    fn markers_are_found_once_even_split_across_chunks() {
+        let mut scan = MarkerScan::new(&MARKERS);
+        assert_eq!(
+            scan.feed(b"PostMark v1.51\nCreating fi"),
+            Vec::<usize>::new()
+        );
+        assert_eq!(
+            scan.feed(b"les...Done\nPerforming transactions"),
+            [CREATE, TRANSACT]
+        );
+        assert_eq!(
+            scan.feed(b"....Done\nCreating files..."),
+            Vec::<usize>::new()
+        );
+        assert_eq!(
+            scan.feed(b"Deleting files...Done\nTime:\n"),
+            [DELETE, REPORT]
+        );
+        assert!(scan.window.len() <= MARKERS.iter().map(|m| m.len()).max().unwrap());
     }
 
     #[test]
@@ -1167,15 +1074,6 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn thousands_separators() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1_000), "1,000");
-        assert_eq!(thousands(200_000), "200,000");
-        assert_eq!(thousands(1_234_567), "1,234,567");
-    }
-
-    #[test]
     fn every_configuration_runs_at_the_tiny_profile() {
         if postmark_path().is_err() {
             println!("skipped: postmark is not installed (apt-get install postmark)");
@@ -1217,56 +1115,15 @@ pub(crate) mod tests {
         }
     }
 
-    /// Runs `w` once at `profile` in a fresh folder under `base` (a mounted peer, say).
-    pub(crate) fn run_at(w: &dyn Workload, profile: Profile, base: &Path) -> Result<Outcome> {
-        let top = tempfile::tempdir_in(base).unwrap();
-        let scratch = tempfile::tempdir_in("/dev/shm").unwrap();
-        let dir = top.path().join("work");
-        std::fs::create_dir(&dir).unwrap();
-        let mut peer = crate::testing::DirPeer {
-            dir: top.path().to_path_buf(),
-            kind: crate::peer::PeerKind::Tmpfs,
-        };
-        let progress = |_: &str| {};
-        let mut ctx = Ctx {
-            dir,
-            peer: &mut peer,
-            profile,
-            scratch: scratch.path().to_path_buf(),
-            cancel: Cancel::global(),
-            progress: &progress,
-        };
-        w.run(&mut ctx)
-    }
-
     /// Times every PostMark workload at `BENCH_PROFILE` (quick or full) on the folder
-    /// `BENCH_DIR` (e.g. a rampart or fuse-overlayfs mount):
+    /// `BENCH_DIR` (e.g. a rampart or fuse-overlayfs mount), optionally only those whose id
+    /// contains `BENCH_ONLY`:
     /// `BENCH_DIR=/mnt BENCH_PROFILE=quick cargo test -p rampart-bench --lib
     /// postmark::tests::time_a_profile -- --ignored --nocapture`
     #[test]
     #[ignore]
     fn time_a_profile() {
-        let dir = std::env::var("BENCH_DIR").expect("BENCH_DIR");
-        let profile =
-            Profile::parse(&std::env::var("BENCH_PROFILE").unwrap_or("quick".into())).unwrap();
-        let only = std::env::var("BENCH_ONLY").unwrap_or_default();
-        for w in workloads().iter().filter(|w| w.id().contains(&only)) {
-            let started = Instant::now();
-            match run_at(w.as_ref(), profile, Path::new(&dir)) {
-                Ok(o) => println!(
-                    "{} {}: {:.2} s; {}",
-                    w.id(),
-                    profile.name(),
-                    started.elapsed().as_secs_f64(),
-                    o.metrics
-                        .iter()
-                        .map(|m| format!("{} {:.0} {}", m.name, m.value, m.unit))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-                Err(e) => println!("{} {}: FAILED {e}", w.id(), profile.name()),
-            }
-        }
+        crate::testing::time_a_profile_from_env(workloads());
     }
 
     #[test]
@@ -1275,7 +1132,7 @@ pub(crate) mod tests {
             println!("skipped: postmark is not installed (apt-get install postmark)");
             return;
         }
-        let scratch = tempfile::tempdir_in("/dev/shm").unwrap();
+        let scratch = crate::testing::shm_tempdir();
         let cfg = PostmarkConfig {
             files: 20,
             transactions: 20,

@@ -7,7 +7,7 @@ use std::fs::OpenOptions;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::durable::{close_checked, group_digits, sync_and_fsync_dir};
+use super::data::{close_checked, group_digits, io_err, sync_and_fsync_dir};
 use super::{Ctx, Metric, Outcome, PlotKind, Workload};
 use crate::cmd::Cancel;
 use crate::error::{BenchError, Result};
@@ -232,8 +232,7 @@ impl FileTree {
     fn make_dirs(&self) -> Result<()> {
         for d in 0..self.dirs {
             let path = self.dir_path(d);
-            std::fs::create_dir(&path)
-                .map_err(|e| BenchError::io(format!("creating {}", path.display()), e))?;
+            std::fs::create_dir(&path).map_err(io_err("creating", &path))?;
         }
         Ok(())
     }
@@ -256,9 +255,7 @@ impl FileTree {
                                     .write(true)
                                     .create_new(true)
                                     .open(&path)
-                                    .map_err(|e| {
-                                        BenchError::io(format!("creating {}", path.display()), e)
-                                    })?;
+                                    .map_err(io_err("creating", &path))?;
                                 close_checked(file, &path)?;
                             }
                         }
@@ -341,9 +338,7 @@ mod tests {
 
     #[test]
     fn created_files_verify_and_a_missing_one_is_caught() {
-        let base = tempfile::tempdir_in("/dev/shm")
-            .or_else(|_| tempfile::tempdir())
-            .unwrap();
+        let base = crate::testing::shm_tempdir();
         let tree = tree_in(base.path(), 7, 30);
         tree.make_dirs().unwrap();
         let elapsed = tree.create_files(3, Cancel::global()).unwrap();
@@ -358,9 +353,7 @@ mod tests {
 
     #[test]
     fn a_short_directory_is_caught() {
-        let base = tempfile::tempdir_in("/dev/shm")
-            .or_else(|_| tempfile::tempdir())
-            .unwrap();
+        let base = crate::testing::shm_tempdir();
         let tree = tree_in(base.path(), 3, 20);
         tree.make_dirs().unwrap();
         tree.create_files(2, Cancel::global()).unwrap();

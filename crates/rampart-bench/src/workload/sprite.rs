@@ -18,6 +18,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::data::{io_err, SplitMix64};
 use super::{Ctx, Metric, Outcome, PlotKind, Workload};
 use crate::error::{BenchError, Result};
 use crate::profile::Profile;
@@ -39,7 +40,9 @@ const PAPER_LARGE_FILE_BYTES: u64 = 100 << 20;
 /// Neither paper states the I/O size; 8 KiB is the buffer `performance.large.c` declares
 /// (`SIZE 8192`), the largest block it can move.
 const LARGE_IO_BYTES: usize = 8 << 10;
-/// Seed of the random offsets and of the data (splitmix64).
+/// Seed of the random offsets and of the data (splitmix64). The data is incompressible, so a
+/// compressing peer (btrfs zstd) gets no free ride from the zero-filled buffer the original
+/// programs wrote.
 const SEED: u64 = 42;
 
 fn small_files(profile: Profile) -> u32 {
@@ -56,56 +59,6 @@ fn scaled(here: u64, paper: u64, unit: &str) -> String {
     } else {
         format!("{here} {unit} (paper: {paper}; scaled so a run fits the time budget)")
     }
-}
-
-/// splitmix64 (Steele, Lea and Flood, 2014): tiny, seedable and the same everywhere, so every
-/// peer gets the same offsets and the same data.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (n > 0), without modulo bias (Lemire's multiply-shift, with the
-    /// rejection step).
-    fn below(&mut self, n: u64) -> u64 {
-        loop {
-            let product = (self.next_u64() as u128) * (n as u128);
-            let low = product as u64;
-            if low >= n.wrapping_neg() % n {
-                return (product >> 64) as u64;
-            }
-        }
-    }
-
-    /// `0..n` in a random order (Fisher–Yates).
-    fn permutation(&mut self, n: u64) -> Vec<u64> {
-        let mut order: Vec<u64> = (0..n).collect();
-        for i in (1..order.len()).rev() {
-            let j = self.below(i as u64 + 1) as usize;
-            order.swap(i, j);
-        }
-        order
-    }
-
-    /// Incompressible bytes, so a compressing peer (btrfs zstd) gets no free ride from the
-    /// zero-filled buffer the original programs wrote.
-    fn fill(&mut self, buf: &mut [u8]) {
-        for chunk in buf.chunks_mut(8) {
-            let word = self.next_u64().to_le_bytes();
-            chunk.copy_from_slice(&word[..chunk.len()]);
-        }
-    }
-}
-
-fn io_err(what: &str, path: &Path) -> impl FnOnce(std::io::Error) -> BenchError {
-    let context = format!("{what} {}", path.display());
-    move |e| BenchError::io(context, e)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -424,23 +377,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn permutation_is_a_permutation_and_seeded() {
-        let a = SplitMix64(SEED).permutation(1000);
-        let b = SplitMix64(SEED).permutation(1000);
-        assert_eq!(a, b);
-        let mut sorted = a.clone();
-        sorted.sort_unstable();
-        assert_eq!(sorted, (0..1000).collect::<Vec<_>>());
-        assert_ne!(a, sorted, "shuffled");
-    }
-
-    #[test]
-    fn splitmix64_reference_output() {
-        // First output for seed 0 (the published splitmix64 reference value).
-        assert_eq!(SplitMix64(0).next_u64(), 0xe220_a839_7b1d_cdaf);
-    }
-
-    #[test]
     fn tiny_runs_measure_every_phase() {
         for (w, phases) in [
             (
@@ -460,24 +396,11 @@ mod tests {
 
     #[test]
     fn runs_leave_the_directory_empty() {
-        let base = tempfile::tempdir_in("/dev/shm").unwrap();
+        let base = crate::testing::shm_tempdir();
         let dir = base.path().join("work");
         std::fs::create_dir(&dir).unwrap();
-        let mut peer = crate::testing::DirPeer {
-            dir: base.path().to_path_buf(),
-            kind: crate::peer::PeerKind::Tmpfs,
-        };
-        let progress = |_: &str| {};
         for w in workloads() {
-            let mut ctx = Ctx {
-                dir: dir.clone(),
-                peer: &mut peer,
-                profile: Profile::Tiny,
-                scratch: base.path().join("scratch"),
-                cancel: crate::cmd::Cancel::global(),
-                progress: &progress,
-            };
-            w.run(&mut ctx).unwrap();
+            crate::testing::run_in(w.as_ref(), Profile::Tiny, &dir).unwrap();
             assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "{}", w.id());
         }
     }

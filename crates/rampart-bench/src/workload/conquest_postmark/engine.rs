@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 use super::mt::Mt19937;
 use crate::cmd::Cancel;
 use crate::error::{BenchError, Result};
+use crate::workload::data::io_err;
 
 /// File sizes drawn uniformly from `low_bytes..high_bytes` (PostMark's `set size low high`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -180,8 +181,7 @@ pub fn run(cfg: &Config, dir: &Path, cancel: &Cancel) -> Result<(Counts, RunTime
     if cfg.subdirectories > 1 {
         for i in 0..cfg.subdirectories {
             let sub = dir.join(format!("s{i}"));
-            std::fs::create_dir(&sub)
-                .map_err(|e| BenchError::io(format!("creating {}", sub.display()), e))?;
+            std::fs::create_dir(&sub).map_err(io_err("creating", &sub))?;
         }
     }
     let outcome = d.phases();
@@ -327,7 +327,7 @@ impl Driver<'_> {
             .truncate(false)
             .mode(0o644)
             .open(&self.path)
-            .map_err(|e| BenchError::io(format!("creating {}", self.path.display()), e))?;
+            .map_err(io_err("creating", &self.path))?;
         self.write_blocks(file, size_bytes)
     }
 
@@ -355,8 +355,7 @@ impl Driver<'_> {
 
     fn read_file(&mut self, slot: usize) -> Result<()> {
         self.set_path(slot);
-        let mut file = File::open(&self.path)
-            .map_err(|e| BenchError::io(format!("opening {}", self.path.display()), e))?;
+        let mut file = File::open(&self.path).map_err(io_err("opening", &self.path))?;
         let size = self.table[slot].size_bytes as usize;
         let block = self.read_buffer.len();
         let err = |e| BenchError::io("PostMark driver: reading", e);
@@ -400,8 +399,7 @@ impl Driver<'_> {
             return Ok(());
         }
         self.set_path(slot);
-        std::fs::remove_file(&self.path)
-            .map_err(|e| BenchError::io(format!("deleting {}", self.path.display()), e))?;
+        std::fs::remove_file(&self.path).map_err(io_err("deleting", &self.path))?;
         self.table[slot].size_bytes = 0;
         self.counts.deleted += 1;
         Ok(())
