@@ -19,6 +19,8 @@ pub struct RunResults {
     pub repetitions: usize,
     /// How the benchmark was invoked, for reproducing it.
     pub command_line: String,
+    /// How the runs were made: schedule, peer freshness, cache drops (what, how) pairs.
+    pub procedure: Vec<(String, String)>,
     pub machine: Machine,
     pub peers: Vec<PeerResult>,
     pub workloads: Vec<WorkloadResult>,

@@ -131,6 +131,7 @@ pub fn run(opts: &BenchOptions) -> Result<(RunResults, PathBuf)> {
         profile: opts.profile,
         repetitions,
         command_line: opts.command_line.clone(),
+        procedure: procedure(opts.profile, repetitions),
         machine: machine_before,
         peers: peers
             .iter()
@@ -426,6 +427,42 @@ fn say(bar: &ProgressBar, line: String) {
     } else {
         bar.println(line);
     }
+}
+
+/// How the runs are made, in words, for the report.
+fn procedure(profile: Profile, repetitions: usize) -> Vec<(String, String)> {
+    let freshness = if profile.fresh_peer_per_workload() {
+        "every run gets a peer made anew (mkfs / mount), torn down after the run".to_string()
+    } else {
+        "each peer is made once per repetition; every workload runs in a fresh directory on it, \
+         removed afterwards"
+            .to_string()
+    };
+    vec![
+        (
+            "schedule".into(),
+            format!(
+                "{repetitions} repetition(s); in each, workload by workload, every peer in turn, \
+                 the peer order rotated by one for every repetition and workload so drift and \
+                 noise do not favour one peer"
+            ),
+        ),
+        ("peers".into(), freshness),
+        (
+            "caches".into(),
+            "`sync; echo 3 > /proc/sys/vm/drop_caches` before every run".into(),
+        ),
+        (
+            "figures".into(),
+            "median over the repetitions that succeeded; spread = (max − min) / median".into(),
+        ),
+        (
+            "timing".into(),
+            "each workload times its own phases (see its settings); setup and teardown are \
+             never timed"
+                .into(),
+        ),
+    ]
 }
 
 /// 0..n starting at `start % n`.

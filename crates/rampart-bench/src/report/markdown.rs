@@ -72,6 +72,13 @@ fn header(out: &mut String, results: &RunResults, views: &[View], plots: &PlotSe
         "\nCommand line:\n\n```text\n{}\n```\n",
         results.command_line.replace("```", "` ` `")
     );
+    if !results.procedure.is_empty() {
+        out.push_str("How the runs were made:\n\n| what | how |\n|---|---|\n");
+        for (what, how) in &results.procedure {
+            let _ = writeln!(out, "| {} | {} |", format::cell(what), format::cell(how));
+        }
+        out.push('\n');
+    }
     let reference = reference_name(results);
     let _ = writeln!(
         out,

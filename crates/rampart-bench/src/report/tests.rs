@@ -149,6 +149,7 @@ fn synthetic(interrupted: bool) -> RunResults {
         profile: Profile::Full,
         repetitions: 3,
         command_line: "rampart bench --full --out /tmp/x".into(),
+        procedure: vec![("caches".into(), "dropped before every run".into())],
         machine: Machine {
             facts: vec![("CPU".into(), "synthetic test CPU (2 vCPUs)".into())],
         },
@@ -212,6 +213,10 @@ fn report_has_every_section_figure_ratio_reason_and_plot() {
         assert!(report.contains(heading), "missing {heading:?}");
     }
     assert!(report.contains("rampart bench --full --out /tmp/x"));
+    assert!(
+        report.contains("| caches | dropped before every run |"),
+        "the procedure is missing"
+    );
     assert!(report.contains("2 min 31 s"));
     assert!(report.contains("synthetic test CPU (2 vCPUs)"));
     assert!(report.contains("**Setup failed:** fusermount: permission denied"));
