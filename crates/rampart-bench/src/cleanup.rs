@@ -11,6 +11,7 @@
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -100,12 +101,26 @@ pub fn run_to_end(cmd: &mut Command, timeout: Duration) -> Result<Output> {
     crate::cmd::run(cmd, crate::cmd::Cancel::never(), timeout)
 }
 
-/// Removes a file or a folder tree; gone already is fine.
+/// Removes a file or a folder tree; gone already is fine. Refuses a folder with anything
+/// mounted inside it: removing through a live mount would destroy that file system's files.
 pub fn remove_path(path: &Path) -> Result<()> {
     let result = match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => Err(e),
-        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
+        Ok(meta) if meta.is_dir() => {
+            let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+            if let Some(busy) = current_mount_points()
+                .into_iter()
+                .find(|m| m.starts_with(&real))
+            {
+                return Err(BenchError::Other(format!(
+                    "left {} in place: {} is still mounted inside it",
+                    path.display(),
+                    busy.display()
+                )));
+            }
+            std::fs::remove_dir_all(path)
+        }
         Ok(_) => std::fs::remove_file(path),
     };
     match result {
@@ -177,9 +192,9 @@ pub fn unmount(mnt: &Path, lazy_last_resort: bool, timeout: Duration) -> Result<
         if attempt > 0 {
             std::thread::sleep(Duration::from_millis(100 << (attempt - 1).min(3)));
         }
-        match run_to_end(Command::new(tool("umount")).arg(mnt), timeout) {
-            Ok(_) => return Ok(()),
-            Err(e) => last_error = Some(e),
+        // On success the loop checks again: mounts may be stacked on the same point.
+        if let Err(e) = run_to_end(Command::new(tool("umount")).arg(mnt), timeout) {
+            last_error = Some(e);
         }
     }
     if !is_mounted(mnt) {
@@ -298,13 +313,27 @@ pub const RUN_DIR_PREFIX: &str = "rampart-bench-";
 /// sweep after `kill -9` can find that one too.
 pub const DISK_DIR_MARKER: &str = "disk-dir";
 
-/// The pid in a run folder's name (`rampart-bench-1234` → 1234).
+/// The pid in a run folder's name (`rampart-bench-1234` → 1234); None past the kernel's
+/// largest pid (such a name was not made by a run).
 pub fn run_dir_pid(name: &str) -> Option<u32> {
     let digits = name.strip_prefix(RUN_DIR_PREFIX)?;
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    digits.parse().ok()
+    let pid: u32 = digits.parse().ok()?;
+    let pid_max: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(4_194_304);
+    (pid > 0 && pid <= pid_max).then_some(pid)
+}
+
+/// Whether `dir` is a folder a run made: a real directory (not a symlink), owned by root,
+/// mode 0700. Nobody but root can make such a folder, so a sweep never acts on a folder or a
+/// marker planted by another user in a world-writable place like /dev/shm.
+pub fn is_run_dir(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir)
+        .is_ok_and(|m| m.file_type().is_dir() && m.uid() == 0 && m.mode() & 0o7777 == 0o700)
 }
 
 /// The run folder a path lies in (the last `rampart-bench-<pid>` component) and its pid.
@@ -339,7 +368,7 @@ pub fn sweep_stale() -> Vec<String> {
         let Some((dir, pid)) = run_dir_of(&mnt) else {
             continue;
         };
-        if !dead(pid) {
+        if !dead(pid) || !is_run_dir(&dir) {
             continue;
         }
         note_dir(&mut dirs, dir);
@@ -352,7 +381,7 @@ pub fn sweep_stale() -> Vec<String> {
         let Some((dir, pid)) = run_dir_of(&backing) else {
             continue;
         };
-        if !dead(pid) {
+        if !dead(pid) || !is_run_dir(&dir) {
             continue;
         }
         note_dir(&mut dirs, dir);
@@ -367,7 +396,7 @@ pub fn sweep_stale() -> Vec<String> {
             let Some(pid) = name.to_str().and_then(run_dir_pid) else {
                 continue;
             };
-            if !dead(pid) {
+            if !dead(pid) || !is_run_dir(&entry.path()) {
                 continue;
             }
             // The peers' markers name the run's folder on the real disk.
@@ -381,7 +410,10 @@ pub fn sweep_stale() -> Vec<String> {
                     continue;
                 };
                 let disk_dir = PathBuf::from(text.trim_end_matches('\n'));
-                if disk_dir.is_absolute() && disk_dir.file_name() == Some(name.as_os_str()) {
+                if disk_dir.is_absolute()
+                    && disk_dir.file_name() == Some(name.as_os_str())
+                    && is_run_dir(&disk_dir)
+                {
                     note_dir(&mut dirs, disk_dir);
                 }
             }
@@ -412,6 +444,7 @@ pub fn sweep_stale() -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
     use std::sync::{Arc, Mutex};
 
     #[test]
@@ -515,11 +548,60 @@ mod tests {
         assert_eq!(run_dir_pid("rampart-bench-12x"), None);
         assert_eq!(run_dir_pid("rampart-bench-"), None);
         assert_eq!(run_dir_pid("other-1234"), None);
+        // A report folder named by a Unix time is not a run folder (no pid is that large).
+        assert_eq!(run_dir_pid("rampart-bench-1712345678"), None);
+        assert_eq!(run_dir_pid("rampart-bench-0"), None);
         assert_eq!(
             run_dir_of(Path::new("/var/tmp/rampart-bench-55/ext4-disk-2/image")),
             Some((PathBuf::from("/var/tmp/rampart-bench-55"), 55))
         );
         assert_eq!(run_dir_of(Path::new("/dev/shm/mine/image")), None);
+    }
+
+    #[test]
+    fn only_private_root_folders_are_run_folders() {
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join("rampart-bench-77");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(!is_run_dir(&dir), "a folder others may enter is not ours");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        // Tests run as root (the peers need it); as anyone else the folder is not root's.
+        // SAFETY: geteuid(2) has no preconditions.
+        assert_eq!(is_run_dir(&dir), unsafe { libc::geteuid() } == 0);
+        let link = base.path().join("rampart-bench-78");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        assert!(!is_run_dir(&link), "a symlink is never a run folder");
+    }
+
+    #[test]
+    fn remove_path_refuses_a_folder_with_a_mount_inside() {
+        // SAFETY: geteuid(2) has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: mounting needs root");
+            return;
+        }
+        let base = tempfile::tempdir_in("/dev/shm").unwrap();
+        let mnt = base.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        run_to_end(
+            Command::new(tool("mount"))
+                .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+                .arg(&mnt),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        std::fs::write(mnt.join("precious"), b"keep").unwrap();
+        let refused = remove_path(base.path());
+        let survived = std::fs::read(mnt.join("precious")).ok();
+        unmount(&mnt, true, Duration::from_secs(10)).unwrap();
+        assert!(
+            refused.is_err(),
+            "removed a folder with a live mount inside"
+        );
+        assert_eq!(survived.as_deref(), Some(&b"keep"[..]));
+        remove_path(base.path()).unwrap();
+        assert!(!base.path().exists());
     }
 
     #[test]

@@ -34,6 +34,9 @@ impl Cancel {
                 unsafe {
                     let mut action: libc::sigaction = std::mem::zeroed();
                     action.sa_sigaction = on_signal as *const () as usize;
+                    // Restart interrupted system calls: a workload's read or write must not
+                    // fail with EINTR; it sees the flag at its next check instead.
+                    action.sa_flags = libc::SA_RESTART;
                     libc::sigemptyset(&mut action.sa_mask);
                     libc::sigaction(signal, &action, std::ptr::null_mut());
                 }

@@ -13,6 +13,7 @@
 //! with their defaults, and the only option added is btrfs' `compress=zstd` (issue 4).
 
 use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -636,10 +637,15 @@ impl Peer {
         ];
         args.extend(env.rampart_args.iter().map(OsString::from));
         let mount = MountCommand::new(bin.clone(), args);
-        let (owned_bin, mnt) = (bin.clone(), self.mnt.clone());
+        let (owned_bin, mnt, owned_store) = (bin.clone(), self.mnt.clone(), store.clone());
         self.undo
             .push(format!("rampart umount {}", mnt.display()), move || {
-                rampart_unmount(&owned_bin, &mnt, true)
+                // A mount interrupted by Ctrl-C may have left its daemon starting (it runs in
+                // its own session, out of reach of the process-group kill): stop it before
+                // its store is removed, then unmount whatever it managed to mount.
+                let stopped = stop_daemons_of(&owned_store);
+                rampart_unmount(&owned_bin, &mnt, true)?;
+                stopped
             });
         self.run(&mut mount.command(), MOUNT_TIMEOUT)?;
         self.mount_again = Some(mount.clone());
@@ -970,6 +976,60 @@ impl Mounted for Peer {
 
     fn teardown(mut self: Box<Self>) -> Result<()> {
         self.undo.undo()
+    }
+}
+
+/// Stops (SIGTERM, then SIGKILL after 10 s) every rampart daemon not yet serving a mount whose
+/// command line names `store`, so that no daemon is left behind a removed store. A daemon
+/// that is serving a mount is left to `rampart umount`.
+fn stop_daemons_of(store: &Path) -> Result<()> {
+    let store = store.as_os_str().as_encoded_bytes();
+    let mut stubborn = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        if !(args.contains(&&b"--daemon-child"[..]) && args.contains(&store)) {
+            continue;
+        }
+        // The mount point follows the store in the daemon's arguments; a mounted daemon is
+        // stopped by unmounting, which lets it write its clean checkpoint.
+        let mounted = args
+            .iter()
+            .position(|a| *a == store)
+            .and_then(|i| args.get(i + 1))
+            .map(|m| Path::new(std::ffi::OsStr::from_bytes(m)))
+            .is_some_and(cleanup::is_mounted);
+        if mounted {
+            continue;
+        }
+        let Ok(raw) = libc::pid_t::try_from(pid) else {
+            continue;
+        };
+        // SAFETY: kill(2) sends a signal; it has no memory-safety preconditions.
+        unsafe { libc::kill(raw, libc::SIGTERM) };
+        if !cleanup::wait_for_exit(pid, Duration::from_secs(10)) {
+            // SAFETY: as above.
+            unsafe { libc::kill(raw, libc::SIGKILL) };
+            if !cleanup::wait_for_exit(pid, Duration::from_secs(5)) {
+                stubborn.push(pid);
+            }
+        }
+    }
+    if stubborn.is_empty() {
+        Ok(())
+    } else {
+        Err(BenchError::Other(format!(
+            "rampart daemon(s) {stubborn:?} of a store being removed did not exit"
+        )))
     }
 }
 

@@ -121,8 +121,17 @@ pub fn run(opts: &BenchOptions) -> Result<(RunResults, PathBuf)> {
         profile: opts.profile,
         cancel,
     };
-    for dir in [&shm_dir, &disk_dir] {
-        make_private_dir(dir)?;
+    // The report folder first: a mistyped --out must not cost a whole run's results.
+    std::fs::create_dir_all(&opts.out).map_err(|e| {
+        BenchError::io(
+            format!("creating the report folder {}", opts.out.display()),
+            e,
+        )
+    })?;
+    make_private_dir(&shm_dir)?;
+    if let Err(e) = make_private_dir(&disk_dir) {
+        let _ = std::fs::remove_dir(&shm_dir);
+        return Err(e);
     }
 
     let mut results = RunResults {
@@ -399,6 +408,9 @@ impl Schedule<'_> {
                 cell.run_seconds.push(seconds);
                 cell.status = CellStatus::Measured;
             }
+            // A system call cut short by Ctrl-C may fail with EINTR or worse: after a cancel,
+            // every error is the interruption, not a result.
+            Err(_) if self.cancel.is_set() => return Err(BenchError::Interrupted),
             Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
             Err(e) => {
                 say(
@@ -480,41 +492,49 @@ fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
+/// Makes the run's own folder: new (an existing one, perhaps planted by another user in a
+/// world-writable place, is refused), root's, mode 0700. Everything root later writes and
+/// runs (configs, job files, tarballs) lives below it.
 fn make_private_dir(dir: &Path) -> Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| BenchError::io(format!("creating {}", parent.display()), e))?;
+    }
     std::fs::DirBuilder::new()
-        .recursive(true)
         .mode(0o700)
         .create(dir)
-        .map_err(|e| BenchError::io(format!("creating {}", dir.display()), e))
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => BenchError::Other(format!(
+                "{} already exists and was not made by this run; remove it if no benchmark \
+                 is running",
+                dir.display()
+            )),
+            _ => BenchError::io(format!("creating {}", dir.display()), e),
+        })?;
+    // The umask may have narrowed the mode; set it exactly.
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| BenchError::io(format!("setting the mode of {}", dir.display()), e))?;
+    if !crate::cleanup::is_run_dir(dir) {
+        return Err(BenchError::Other(format!(
+            "{} is not a private folder of root's after creating it",
+            dir.display()
+        )));
+    }
+    Ok(())
 }
 
-/// Removes the run's folders unless something is still mounted inside them (then says so:
-/// removing files under a live mount would destroy that file system's contents).
+/// Removes the run's folders; `cleanup::remove_path` refuses one with a mount still inside
+/// (removing files under a live mount would destroy that file system's contents).
 fn remove_run_dirs(dirs: &[&Path]) -> Option<String> {
-    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-    let mut problems = Vec::new();
-    for dir in dirs {
-        let prefix = format!("{}/", dir.display());
-        let busy: Vec<&str> = mounts
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(1))
-            .filter(|m| m.starts_with(&prefix))
-            .collect();
-        if !busy.is_empty() {
-            problems.push(format!(
-                "left {} in place: still mounted: {}",
-                dir.display(),
-                busy.join(", ")
-            ));
-            continue;
-        }
-        if let Err(e) = std::fs::remove_dir_all(dir) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                problems.push(format!("removing {}: {e}", dir.display()));
-            }
-        }
-    }
+    let problems: Vec<String> = dirs
+        .iter()
+        .filter_map(|dir| {
+            crate::cleanup::remove_path(dir)
+                .err()
+                .map(|e| e.to_string())
+        })
+        .collect();
     (!problems.is_empty()).then(|| problems.join("; "))
 }
 

@@ -291,6 +291,21 @@ fn sweep_removes_what_a_killed_run_left() {
         format!("{}\n", disk.display()),
     )
     .unwrap();
+    // As a run makes them: root's, 0700 (the sweep touches nothing else).
+    for dir in [&shm, &disk] {
+        std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    }
+    // A look-alike anyone could have made (mode 0755) is left alone.
+    let mut other = std::process::Command::new("true").spawn().unwrap();
+    let other_dead = other.id();
+    other.wait().unwrap();
+    let look_alike = Path::new("/dev/shm").join(format!("rampart-bench-{other_dead}"));
+    std::fs::create_dir_all(&look_alike).unwrap();
+    std::fs::set_permissions(
+        &look_alike,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let image = disk.join("ext4-disk-2/image");
     std::fs::File::create(&image)
         .unwrap()
@@ -326,6 +341,11 @@ fn sweep_removes_what_a_killed_run_left() {
         "{log:?}"
     );
     assert!(!shm.exists(), "{log:?}");
+    assert!(
+        look_alike.exists(),
+        "the sweep removed a folder a run did not make: {log:?}"
+    );
+    std::fs::remove_dir(&look_alike).unwrap();
     assert!(!disk.exists(), "{log:?}");
     assert!(loop_devices().iter().all(|(d, _)| d != device));
 }

@@ -24,7 +24,7 @@ pub struct BenchArgs {
     /// ext4-disk, fuse-overlayfs.
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,
-    /// Where the report goes [default: ./rampart-bench-<date>-<time>].
+    /// Where the report goes [default: ./rampart-bench-report-<unix time>].
     #[arg(long)]
     out: Option<PathBuf>,
     /// Repetitions of every run [default: 1 for tiny and quick, 3 for full].
@@ -147,5 +147,5 @@ fn default_out() -> PathBuf {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    PathBuf::from(format!("rampart-bench-{now}"))
+    PathBuf::from(format!("rampart-bench-report-{now}"))
 }

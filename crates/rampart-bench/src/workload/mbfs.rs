@@ -378,6 +378,31 @@ fn locked_version<'a>(lock: &'a str, name: &str) -> Option<&'a str> {
     None
 }
 
+/// The sha256 Cargo.lock records for the first package named `name`.
+fn locked_checksum<'a>(lock: &'a str, name: &str) -> Option<&'a str> {
+    let wanted = format!("name = \"{name}\"");
+    let mut lines = lock.lines().skip_while(|l| l.trim() != wanted).skip(1);
+    lines
+        .by_ref()
+        .take_while(|l| !l.trim().is_empty() && !l.starts_with("[["))
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("checksum = \"")
+                .and_then(|c| c.strip_suffix('"'))
+        })
+}
+
+/// Whether `path` has the sha256 `expected`: the bench extracts it as root, and the cargo
+/// cache may belong to another user, so only the exact crate Cargo.lock pins is used.
+fn has_checksum(path: &Path, expected: &str) -> bool {
+    cmd::run(
+        Command::new("sha256sum").arg(path),
+        Cancel::global(),
+        Duration::from_secs(60),
+    )
+    .is_ok_and(|out| out.stdout.split_whitespace().next() == Some(expected))
+}
+
 fn cargo_homes() -> Vec<PathBuf> {
     let mut homes = Vec::new();
     if let Some(h) = std::env::var_os("CARGO_HOME") {
@@ -408,7 +433,8 @@ fn locate_tarball() -> Result<TarSource> {
             registries.sort();
             for registry in registries {
                 let path = registry.join(format!("{name}.crate"));
-                if path.is_file() {
+                let checksum = locked_checksum(CARGO_LOCK, TARBALL_CRATE);
+                if path.is_file() && checksum.is_some_and(|c| has_checksum(&path, c)) {
                     return Ok(TarSource::Crate { path, name });
                 }
             }
@@ -728,6 +754,22 @@ mod tests {
         assert_eq!(locked_version(lock, "libc"), Some("0.2.191"));
         assert_eq!(locked_version(lock, "nix"), None);
         assert!(locked_version(CARGO_LOCK, TARBALL_CRATE).is_some());
+    }
+
+    #[test]
+    fn the_tarball_must_match_the_lock_files_checksum() {
+        let lock = "[[package]]\nname = \"libc\"\nversion = \"1\"\nchecksum = \"ab\"\n\n\
+                    [[package]]\nname = \"nix\"\nversion = \"2\"\nchecksum = \"cd\"\n";
+        assert_eq!(locked_checksum(lock, "libc"), Some("ab"));
+        assert_eq!(locked_checksum(lock, "nix"), Some("cd"));
+        assert_eq!(locked_checksum(lock, "zstd"), None);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("t.crate");
+        std::fs::write(&file, b"abc").unwrap();
+        // sha256("abc")
+        let abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+        assert!(has_checksum(&file, abc));
+        assert!(!has_checksum(&file, &abc.replace('b', "c")));
     }
 
     #[test]

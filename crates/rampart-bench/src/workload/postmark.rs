@@ -1146,10 +1146,15 @@ mod tests {
             bias_create: 5,
             seed: 42,
         };
-        let missing = scratch.path().join("does-not-exist");
+        // Files where postmark wants its subdirectories: it cannot create its files there.
+        let blocked = scratch.path().join("blocked");
+        std::fs::create_dir(&blocked).unwrap();
+        for sub in ["s0", "s1"] {
+            std::fs::write(blocked.join(sub), b"in the way").unwrap();
+        }
         let err = run_postmark(
             &cfg,
-            &missing,
+            &blocked,
             scratch.path(),
             Cancel::global(),
             Duration::from_secs(30),
