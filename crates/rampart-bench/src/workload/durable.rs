@@ -99,6 +99,14 @@ impl Workload for DurableSmallWrites {
                  still pending"
                     .into(),
             ),
+            (
+                "order".into(),
+                "the thread counts run in ascending order on one peer, so later points carry \
+                 what earlier ones wrote: on rampart the journal passes its checkpoint \
+                 threshold (256 MiB) after about 60,000 writes, and the point in which that \
+                 happens pays for the checkpoint, as sustained durable writing would"
+                    .into(),
+            ),
         ]
     }
 
