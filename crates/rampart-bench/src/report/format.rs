@@ -46,18 +46,12 @@ fn round_to(value: f64, decimals: usize) -> f64 {
 
 /// `1234567` → `1,234,567`.
 fn grouped_integer(value: f64) -> String {
-    let digits = format!("{:.0}", value.abs());
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
+    let digits = crate::workload::data::group_digits(value.abs().round() as u64);
     if value < 0.0 {
-        out.push('-');
+        format!("-{digits}")
+    } else {
+        digits
     }
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// An axis tick: like `number`, without trailing zeros (`0.0900` → `0.09`, `1.00` → `1`).

@@ -13,7 +13,7 @@ use crate::peer::{Mounted, PeerKind};
 use crate::profile::Profile;
 
 pub mod conquest_postmark;
-mod data;
+pub(crate) mod data;
 pub mod durable;
 pub mod fio;
 pub mod mbfs;

@@ -149,7 +149,7 @@ impl Workload for Recovery {
 
         ctx.cancel.check()?;
         (ctx.progress)("remounting");
-        crate::peer::drop_caches()?;
+        // remount() drops the caches itself, between its unmount and its mount.
         let mount_time = ctx.peer.remount()?;
         let remounted = ctx.peer.usage()?;
 
