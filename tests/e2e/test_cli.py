@@ -414,6 +414,18 @@ def test_bad_memory_cap_value(test_base, rampart_env):
     assert not in_mount_table(mp)
 
 
+@pytest.mark.parametrize("value", ["1K", "50%", "2T", "banana"])
+def test_bad_checkpoint_after_value(test_base, rampart_env, value):
+    store = os.path.join(test_base, "store")
+    assert cli("mkfs", store, env=rampart_env).returncode == 0
+    mp = os.path.join(test_base, "mp")
+    os.mkdir(mp)
+    r = cli("mount", store, mp, "--checkpoint-after", value, env=rampart_env)
+    assert r.returncode in (1, 2), f"exit {r.returncode}"
+    assert value in r.stderr, r.stderr
+    assert not in_mount_table(mp)
+
+
 def test_store_files_while_mounted_and_after(mnt):
     """docs/FORMAT.md: `lock` holds the daemon's pid; control.sock goes away on exit."""
     st = mnt.status()

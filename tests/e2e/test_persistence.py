@@ -381,9 +381,14 @@ except OSError as e:
 """
 
 
-@pytest.mark.parametrize("writeback", ["on", "off"], ids=["writeback-cache", "no-writeback-cache"])
-def test_kill9_under_load_keeps_every_fsynced_file(test_base, rampart_env, cleanup_mounts, writeback):
-    m = new_mount(test_base, rampart_env, f"load-{writeback}", cleanup_mounts, opts=("--writeback-cache", writeback))
+@pytest.mark.parametrize("writeback,checkpoint_after", [("on", "256M"), ("off", "256M"), ("on", "64K")],
+                         ids=["writeback-cache", "no-writeback-cache", "background-checkpoints"])
+def test_kill9_under_load_keeps_every_fsynced_file(test_base, rampart_env, cleanup_mounts, writeback,
+                                                   checkpoint_after):
+    # With --checkpoint-after 64K a checkpoint runs in the background every few commits, so the
+    # kill lands before, during or after one.
+    m = new_mount(test_base, rampart_env, f"load-{writeback}-{checkpoint_after}", cleanup_mounts,
+                  opts=("--writeback-cache", writeback, "--checkpoint-after", checkpoint_after))
     root = os.path.join(m.path, "pm")
     os.mkdir(root)
     for i in range(4):
@@ -399,6 +404,12 @@ def test_kill9_under_load_keeps_every_fsynced_file(test_base, rampart_env, clean
             return sum(sum(1 for line in open(p) if '"sha"' in line) for p in logs if os.path.exists(p))
         time.sleep(1.5)
         wait_until(lambda: synced() >= 20, timeout=20, interval=0.1)
+        if checkpoint_after == "64K":
+            def checkpoints():
+                r = cli("status", "--json", m.path, env=m.env)
+                return json.loads(r.stdout)["persistence"]["checkpoints"] if r.returncode == 0 else 0
+            assert wait_until(lambda: checkpoints() >= 3, timeout=20, interval=0.1), \
+                "no background checkpoints ran under the load"
         crash(m)
         for w in workers:
             w.wait(timeout=EXIT_WAIT)

@@ -32,6 +32,8 @@ pub struct Persistence {
     pub checkpoints: u64,
     /// How long writers waited while the last checkpoint was encoded.
     pub last_checkpoint_pause_ms: f64,
+    /// How long the last checkpoint held commits (and so fsyncs) while it switched journals.
+    pub last_checkpoint_switch_ms: f64,
     /// The I/O error that stopped persistence, if any.
     pub error: Option<String>,
 }
@@ -84,6 +86,7 @@ pub fn status_of(
                 commits: p.commits,
                 checkpoints: p.checkpoints,
                 last_checkpoint_pause_ms: p.last_checkpoint_pause.as_secs_f64() * 1e3,
+                last_checkpoint_switch_ms: p.last_checkpoint_switch.as_secs_f64() * 1e3,
                 error: p.error,
             }
         },

@@ -27,6 +27,8 @@ pub struct ServeConfig {
     pub writeback_cache: bool,
     pub no_open: bool,
     pub commit_interval: std::time::Duration,
+    /// A checkpoint is taken when the journal grows past this.
+    pub checkpoint_after_bytes: u64,
 }
 
 /// How often, and how far apart, a busy unmount is retried before detaching lazily.
@@ -84,6 +86,7 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     let device: Arc<dyn Device> = Arc::new(DirDevice::new(store_path.clone()));
     let persist_config = PersistConfig {
         commit_interval: config.commit_interval,
+        checkpoint_journal_bytes: config.checkpoint_after_bytes,
         ..PersistConfig::default()
     };
     let (engine, persister, report) =

@@ -78,8 +78,8 @@ fn volatile_files_dropped_at_recovery_do_not_break_the_next_one() {
     assert!(r.is_ok(), "second recovery refused: {}", r.err().unwrap());
 }
 
-/// Fails `write("journal.tmp")` while armed: a checkpoint whose rename succeeded but whose
-/// empty journal could not be written (ENOSPC), or equivalently a crash at that instant.
+/// Fails `rename("journal.tmp", _)` while armed: a checkpoint whose image was renamed into
+/// place but whose new journal was not (EIO), or equivalently a crash at that instant.
 #[derive(Debug)]
 struct FailJournalTmp {
     inner: SimDevice,
@@ -96,9 +96,6 @@ impl Device for FailJournalTmp {
         self.inner.append(n, d)
     }
     fn write(&self, n: &str, d: &[u8]) -> std::io::Result<()> {
-        if n == "journal.tmp" && self.armed.load(Ordering::SeqCst) {
-            return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
-        }
         self.inner.write(n, d)
     }
     fn truncate(&self, n: &str, l: u64) -> std::io::Result<()> {
@@ -108,6 +105,9 @@ impl Device for FailJournalTmp {
         self.inner.sync(n)
     }
     fn rename(&self, a: &str, b: &str) -> std::io::Result<()> {
+        if a == "journal.tmp" && self.armed.load(Ordering::SeqCst) {
+            return Err(std::io::Error::from_raw_os_error(libc::EIO));
+        }
         self.inner.rename(a, b)
     }
     fn remove(&self, n: &str) -> std::io::Result<()> {
@@ -312,4 +312,48 @@ fn a_torn_batch_holding_a_journal_image_is_a_torn_tail() {
         "{:?}",
         scan.tail
     );
+}
+
+/// Persistence stopped on an I/O error; a checkpoint restarts it. Ops made while that
+/// checkpoint runs (between its steps) were once skipped and lost, and an op that depended on
+/// them broke the next recovery.
+#[test]
+fn a_checkpoint_restarting_persistence_keeps_the_ops_made_during_it() {
+    let device = Arc::new(SimDevice::new(5));
+    let ec = EngineConfig::default();
+    let (e, p) = mount(device.clone(), &ec).unwrap();
+    let c = Ctx::library(0, 0);
+    e.mknod(&c, ROOT_INO, b"a", FILE, 0).unwrap();
+    e.sync().unwrap();
+    device.set_fail_writes(true);
+    e.mknod(&c, ROOT_INO, b"b", FILE, 0).unwrap();
+    assert!(e.sync().is_err(), "the failed append is reported");
+    device.set_fail_writes(false);
+    e.mknod(&c, ROOT_INO, b"c", FILE, 0).unwrap();
+    assert!(
+        e.sync().is_err(),
+        "persistence stays stopped until a checkpoint"
+    );
+    let mut job = p.checkpoint_begin(&e).unwrap();
+    let during = e.mknod(&c, ROOT_INO, b"during", FILE, 0).unwrap().ino;
+    job.write_image().unwrap();
+    e.write(&c, during, 0, b"written while the image was written", false)
+        .unwrap();
+    job.copy_tail().unwrap();
+    e.mknod(&c, ROOT_INO, b"during2", FILE, 0).unwrap();
+    job.finish().unwrap();
+    assert_eq!(p.stats().error, None);
+    e.mknod(&c, ROOT_INO, b"after", FILE, 0).unwrap();
+    e.sync().unwrap();
+
+    let image: Arc<dyn Device> = Arc::new(device.crash(CrashMode::LoseUnsynced));
+    let (e2, _p2) = mount(image, &ec).unwrap();
+    for name in ["/a", "/b", "/c", "/during", "/during2", "/after"] {
+        assert!(e2.lookup_path(name.as_bytes()).is_ok(), "{name} lost");
+    }
+    assert_eq!(
+        content(&e2, b"/during"),
+        b"written while the image was written"
+    );
+    assert!(e2.check().is_empty());
 }

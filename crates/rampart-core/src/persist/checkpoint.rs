@@ -126,6 +126,19 @@ fn kind_tag(kind: FileKind) -> u8 {
 
 /// Encodes `state` as a checkpoint holding every op before `seq`.
 pub fn encode(state: &State, store_id: [u8; 16], seq: u64, created_ns: TimeNs) -> Vec<u8> {
+    let mut image = Vec::new();
+    encode_body(state, created_ns, &mut image);
+    seal(&mut image, store_id, seq, created_ns);
+    image
+}
+
+/// The part of [`encode`] that reads the state: replaces `image` with room for the header
+/// and the body after it. Keeping the state locked only for this (and handing in a buffer
+/// whose pages are already touched) keeps the writers' pause short; [`seal`] finishes.
+pub fn encode_body(state: &State, created_ns: TimeNs, image: &mut Vec<u8>) {
+    let mut body = std::mem::take(image);
+    body.clear();
+    body.resize(HEADER_BYTES, 0);
     let mut owners: HashMap<(u32, u32, u32, u8), u64> = HashMap::new();
     let mut owner_list = Vec::new();
     let durable: Vec<(Ino, &Inode)> = state.inodes().filter(|(_, i)| i.nlink > 0).collect();
@@ -136,7 +149,6 @@ pub fn encode(state: &State, store_id: [u8; 16], seq: u64, created_ns: TimeNs) -
             owner_list.push(key);
         }
     }
-    let mut body = Vec::new();
     put_varint(&mut body, u64::from(state.next_generation()));
     put_varint(&mut body, owner_list.len() as u64);
     for (mode, uid, gid, durability) in &owner_list {
@@ -207,17 +219,22 @@ pub fn encode(state: &State, store_id: [u8; 16], seq: u64, created_ns: TimeNs) -
             put_bytes(&mut body, value);
         }
     }
+    *image = body;
+}
+
+/// Completes an image made by [`encode_body`] with the same `created_ns`: the header in front,
+/// the body's checksum behind.
+pub fn seal(image: &mut Vec<u8>, store_id: [u8; 16], seq: u64, created_ns: TimeNs) {
+    debug_assert!(image.len() >= HEADER_BYTES);
     let header = Header {
         store_id,
         seq,
         created_ns,
-        body_len: body.len() as u64,
+        body_len: (image.len() - HEADER_BYTES) as u64,
     };
-    let mut out = Vec::with_capacity(HEADER_BYTES + body.len() + 4);
-    out.extend_from_slice(&header.encode());
-    out.extend_from_slice(&body);
-    out.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
-    out
+    image[..HEADER_BYTES].copy_from_slice(&header.encode());
+    let crc = crc32c::crc32c(&image[HEADER_BYTES..]);
+    image.extend_from_slice(&crc.to_le_bytes());
 }
 
 fn varint_u32(input: &mut &[u8], what: &str) -> Result<u32, CheckpointError> {

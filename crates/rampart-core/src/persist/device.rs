@@ -81,6 +81,21 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     fn rename(&self, from: &str, to: &str) -> io::Result<()>;
     /// Removes a file (durably: fsync of the folder). Absent is not an error.
     fn remove(&self, name: &str) -> io::Result<()>;
+    /// Closes the files that `rename` replaced. A device may keep them open so that a rename
+    /// does not pay for freeing a large file; the caller calls this where waiting is harmless.
+    fn release_replaced(&self) {}
+    /// Reads up to `buf.len()` bytes of a file from `offset`; returns how many (0 past the
+    /// end). ENOENT if it does not exist. The default reads the whole file; devices whose
+    /// files are large override it.
+    fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let data = self.read(name)?.ok_or_else(|| os_error(libc::ENOENT))?;
+        let start = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(data.len());
+        let n = buf.len().min(data.len() - start);
+        buf[..n].copy_from_slice(&data[start..start + n]);
+        Ok(n)
+    }
 }
 
 /// The longest file name a device accepts, in bytes (NAME_MAX of Linux file systems).
@@ -144,7 +159,12 @@ struct DirCache {
     files: HashMap<String, Arc<File>>,
     /// Files this device created whose folder entry may not be durable yet.
     new_entries: HashSet<String>,
+    /// Files replaced by a rename, still open (see `Device::release_replaced`).
+    replaced: Vec<Arc<File>>,
 }
+
+/// At most this many replaced files are kept open for `release_replaced`.
+const REPLACED_KEPT_MAX: usize = 4;
 
 impl DirDevice {
     /// A device over the files of the folder `dir`, which must exist (errors surface on use).
@@ -236,6 +256,19 @@ impl Device for DirDevice {
         Ok(Some(data))
     }
 
+    fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let file = self.open_existing(name)?;
+        if i64::try_from(offset).is_err() {
+            return Ok(0); // past any file's end (pread would say EINVAL)
+        }
+        loop {
+            match file.read_at(buf, offset) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                result => return result,
+            }
+        }
+    }
+
     fn len(&self, name: &str) -> io::Result<Option<u64>> {
         match self.open(name, false)? {
             Some(file) => Ok(Some(file.metadata()?.len())),
@@ -283,8 +316,20 @@ impl Device for DirDevice {
         }
         {
             let mut cache = self.cache.lock();
+            // Keep the file being replaced open: the rename (and the folder fsync after it)
+            // then only drops a name, and freeing a large file's blocks and pages waits for
+            // `release_replaced`, outside the caller's critical section.
+            let replaced = match cache.files.remove(to) {
+                Some(file) => Some(file),
+                None => File::open(self.dir.join(to)).ok().map(Arc::new),
+            };
             fs::rename(self.dir.join(from), self.dir.join(to))?;
-            cache.files.remove(to);
+            if let Some(file) = replaced {
+                if cache.replaced.len() >= REPLACED_KEPT_MAX {
+                    cache.replaced.remove(0);
+                }
+                cache.replaced.push(file);
+            }
             if let Some(file) = cache.files.remove(from) {
                 cache.files.insert(to.to_owned(), file);
             }
@@ -297,6 +342,12 @@ impl Device for DirDevice {
             return Err(e);
         }
         Ok(())
+    }
+
+    fn release_replaced(&self) {
+        let replaced = std::mem::take(&mut self.cache.lock().replaced);
+        // Closing the last descriptor frees the file, outside the cache lock.
+        drop(replaced);
     }
 
     fn remove(&self, name: &str) -> io::Result<()> {
@@ -608,6 +659,22 @@ impl Device for SimDevice {
             .map(|f| f.volatile.clone()))
     }
 
+    fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        validate_name(name)?;
+        let state = self.state.lock();
+        let data = &state
+            .files
+            .get(name)
+            .ok_or_else(|| os_error(libc::ENOENT))?
+            .volatile;
+        let start = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(data.len());
+        let n = buf.len().min(data.len() - start);
+        buf[..n].copy_from_slice(&data[start..start + n]);
+        Ok(n)
+    }
+
     fn len(&self, name: &str) -> io::Result<Option<u64>> {
         validate_name(name)?;
         Ok(self
@@ -755,6 +822,21 @@ mod tests {
         );
         assert_eq!(dev.read("c").unwrap().as_deref(), Some(&b"newer"[..]));
 
+        // read_at: a window of the file, short at the end, empty past it; ENOENT if absent.
+        let mut buf = [0u8; 4];
+        assert_eq!(dev.read_at("c", 1, &mut buf).unwrap(), 4);
+        assert_eq!(&buf, b"ewer");
+        assert_eq!(dev.read_at("c", 3, &mut buf).unwrap(), 2);
+        assert_eq!(&buf[..2], b"er");
+        assert_eq!(dev.read_at("c", 5, &mut buf).unwrap(), 0);
+        assert_eq!(dev.read_at("c", u64::MAX, &mut buf).unwrap(), 0);
+        assert_eq!(
+            dev.read_at("absent", 0, &mut buf).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+        dev.release_replaced();
+        assert_eq!(dev.read("c").unwrap().as_deref(), Some(&b"newer"[..]));
+
         // remove; absent is fine.
         dev.remove("c").unwrap();
         assert_eq!(dev.read("c").unwrap(), None);
@@ -838,6 +920,32 @@ mod tests {
         dev.remove("a").unwrap();
         dev.write("a", b"x").unwrap();
         assert_eq!(dev.read("a").unwrap().as_deref(), Some(&b"x"[..]));
+    }
+
+    #[test]
+    fn dir_device_keeps_replaced_files_open_until_released() {
+        let (_dir, dev) = dir_device();
+        for round in 0..REPLACED_KEPT_MAX + 2 {
+            dev.write("tmp", format!("v{round}").as_bytes()).unwrap();
+            if round % 2 == 0 {
+                // Not cached: the rename opens the old file to keep it.
+                dev.cache.lock().files.remove("final");
+            }
+            let had_final = dev.len("final").unwrap().is_some();
+            dev.rename("tmp", "final").unwrap();
+            let kept = dev.cache.lock().replaced.len();
+            assert_eq!(
+                kept,
+                (round).min(REPLACED_KEPT_MAX),
+                "round {round} ({had_final})"
+            );
+        }
+        dev.release_replaced();
+        assert!(dev.cache.lock().replaced.is_empty());
+        assert_eq!(
+            dev.read("final").unwrap().as_deref(),
+            Some(format!("v{}", REPLACED_KEPT_MAX + 1).as_bytes())
+        );
     }
 
     #[test]

@@ -303,6 +303,8 @@ fn find_next_valid(bytes: &[u8], from: usize, expected_seq: u64) -> Option<usize
 #[derive(Debug)]
 pub struct BatchBuilder {
     next_seq: u64,
+    /// The first op of what the next `take_batch` returns (every op before it was taken).
+    taken_to: u64,
     first_seq: u64,
     op_count: u32,
     base_time_ns: i64,
@@ -315,6 +317,7 @@ impl BatchBuilder {
     pub fn new(next_seq: u64) -> BatchBuilder {
         BatchBuilder {
             next_seq,
+            taken_to: next_seq,
             first_seq: next_seq,
             op_count: 0,
             base_time_ns: 0,
@@ -332,6 +335,11 @@ impl BatchBuilder {
     /// Sequence number the next op gets.
     pub fn next_seq(&self) -> u64 {
         self.next_seq
+    }
+
+    /// The first op of the next batch `take_batch` returns: ops before it were taken.
+    pub fn taken_to(&self) -> u64 {
+        self.taken_to
     }
 
     pub fn is_empty(&self) -> bool {
@@ -388,6 +396,7 @@ impl BatchBuilder {
         if self.sealed.is_empty() {
             return None;
         }
+        self.taken_to = self.next_seq;
         Some(std::mem::take(&mut self.sealed))
     }
 }

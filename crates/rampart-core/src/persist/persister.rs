@@ -8,11 +8,23 @@
 //!   concurrent askers share one fdatasync;
 //! - at a checkpoint, which writes the whole state and starts an empty journal.
 //!
-//! Checkpoints: the image is encoded under the engine's shared lock (writers wait for that
-//! long; `last_checkpoint_pause` reports it), written to `checkpoint.tmp`, synced, and renamed
-//! over `checkpoint`; then a new, empty journal replaces the old one the same way. A crash
-//! anywhere in between leaves either the old checkpoint and the old journal, or the new
-//! checkpoint and a journal whose ops it already holds (recovery skips them).
+//! Checkpoints run on a thread of their own, in four steps (`CheckpointJob`), so that commits
+//! go on meanwhile:
+//! 1. `begin`: the image is encoded under the engine's shared lock (writers wait for that
+//!    long; `last_checkpoint_pause` reports it). It holds every op before `seq`.
+//! 2. `write_image`: the image goes to `checkpoint.tmp` and is synced. Commits keep appending
+//!    to the old journal.
+//! 3. `copy_tail`: the batches committed since step 1 are copied from the old journal into
+//!    `journal.tmp`, behind a header whose `base_seq` is the first op of those batches.
+//! 4. `finish`, holding the commit lock (no fsync is answered meanwhile;
+//!    `last_checkpoint_switch` reports it): the few batches committed since step 3 are
+//!    copied too, `journal.tmp` is synced, `checkpoint.tmp` is renamed over `checkpoint`, and
+//!    `journal.tmp` over `journal`.
+//!
+//! A crash anywhere leaves a valid pair: before the first rename, the old checkpoint and the
+//! old journal (which holds every commit); between the renames, the new checkpoint and the old
+//! journal (recovery skips the ops before `seq`); after them, the new checkpoint and a journal
+//! holding every commit since step 1 (again skipping the ops the image holds).
 //!
 //! An I/O error is sticky: the persister stops writing, every later `sync` fails with it, and
 //! `status` reports it; the mount keeps serving from memory so nothing is lost that was not
@@ -64,7 +76,10 @@ pub struct PersistStats {
     pub pending_bytes: u64,
     pub commits: u64,
     pub checkpoints: u64,
+    /// How long the last checkpoint made writers wait (encoding the image).
     pub last_checkpoint_pause: Duration,
+    /// How long the last checkpoint held commits, and so fsyncs (switching journals).
+    pub last_checkpoint_switch: Duration,
     pub error: Option<String>,
 }
 
@@ -91,6 +106,7 @@ struct Durable {
     commits: u64,
     checkpoints: u64,
     last_checkpoint_pause: Duration,
+    last_checkpoint_switch: Duration,
     error: Option<String>,
 }
 
@@ -104,8 +120,14 @@ pub struct Persister {
     /// Signalled when the committer has taken what was gathered (back-pressure).
     drained: Condvar,
     durable: Mutex<Durable>,
-    /// Serialises journal appends and checkpoints.
+    /// Serialises journal appends and the steps of a checkpoint that touch the journal.
     writing: Mutex<()>,
+    /// True while a checkpoint runs (one at a time); `checkpoint_ended` signals its end.
+    checkpointing: Mutex<bool>,
+    checkpoint_ended: Condvar,
+    /// The committer has started a background checkpoint that has not ended yet.
+    checkpoint_requested: AtomicBool,
+    committer: Mutex<Option<std::thread::JoinHandle<()>>>,
     engine: Mutex<Weak<Engine>>,
     stop: AtomicBool,
     /// Mirrors `durable.error.is_some()`, read on every op without a lock.
@@ -168,15 +190,20 @@ impl Persister {
                 ..Durable::default()
             }),
             writing: Mutex::new(()),
+            checkpointing: Mutex::new(false),
+            checkpoint_ended: Condvar::new(),
+            checkpoint_requested: AtomicBool::new(false),
+            committer: Mutex::new(None),
             engine: Mutex::new(Weak::new()),
             stop: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             pending_bytes: AtomicUsize::new(0),
         });
         let worker = Arc::downgrade(&persister);
-        std::thread::Builder::new()
+        let committer = std::thread::Builder::new()
             .name("committer".into())
             .spawn(move || commit_loop(worker))?;
+        *lock(&persister.committer) = Some(committer);
         Ok(persister)
     }
 
@@ -203,6 +230,7 @@ impl Persister {
             commits: d.commits,
             checkpoints: d.checkpoints,
             last_checkpoint_pause: d.last_checkpoint_pause,
+            last_checkpoint_switch: d.last_checkpoint_switch,
             error: d.error.clone(),
         }
     }
@@ -265,47 +293,94 @@ impl Persister {
         self.commit_locked()
     }
 
-    /// Writes a checkpoint of `engine` and starts an empty journal. It does not depend on the
-    /// journal, so it is tried even after an I/O error, and its success clears that error.
+    /// Writes a checkpoint of `engine` and replaces the journal with what was committed since
+    /// (all four steps of [`CheckpointJob`]). Waits for a checkpoint already running. It does
+    /// not depend on the journal, so it is tried even after an I/O error, and its success
+    /// clears that error.
     pub fn checkpoint(&self, engine: &Engine) -> std::io::Result<()> {
+        let mut job = self.checkpoint_begin(engine)?;
+        job.write_image()?;
+        job.copy_tail()?;
+        job.finish()
+    }
+
+    /// Step 1 of a checkpoint: encodes the image. Waits for a checkpoint already running.
+    pub fn checkpoint_begin(&self, engine: &Engine) -> std::io::Result<CheckpointJob<'_>> {
+        {
+            let mut running = lock(&self.checkpointing);
+            while *running {
+                running = self
+                    .checkpoint_ended
+                    .wait(running)
+                    .unwrap_or_else(|e| e.into_inner());
+            }
+            *running = true;
+        }
+        let mut job = CheckpointJob {
+            persister: self,
+            image: Vec::new(),
+            image_bytes: 0,
+            seq: 0,
+            base_seq: 0,
+            tail_from: 0,
+            copied_to: 0,
+            restarting: false,
+            pause: Duration::ZERO,
+            finished: false,
+        };
+        // The image is about as large as the memory the engine uses. Touching that many pages
+        // now, before any lock, keeps page faults out of the writers' pause.
+        let estimate_bytes = usize::try_from(engine.stats().memory_used_bytes)
+            .unwrap_or(0)
+            .min(IMAGE_PREFAULT_BYTES_MAX);
+        // Not `vec![0; n]`: calloc hands out untouched pages, which would fault in the pause.
+        #[allow(clippy::slow_vector_initialization)]
+        let mut image = {
+            let mut image = Vec::new();
+            image.resize(estimate_bytes, 0u8);
+            image
+        };
+        let created_ns = now_ns();
         let _writing = lock(&self.writing);
         let paused = Instant::now();
         // Under the engine's shared lock no op is being applied, so the image and the
-        // sequence number agree; the ops gathered but not written are in the image.
-        let (image, seq) = engine.with_state(|state| {
+        // sequence number agree. Ops gathered but not yet committed are in the image; they
+        // still go to the old journal (its batches must stay contiguous), and recovery skips
+        // them.
+        let (seq, base_seq, restarting) = engine.with_state(|state| {
             let mut p = lock(&self.pending);
             let seq = p.builder.next_seq();
-            p.builder = BatchBuilder::new(seq);
-            self.pending_bytes.store(0, Ordering::Release);
-            (checkpoint::encode(state, self.store_id, seq, now_ns()), seq)
+            let restarting = self.failed.load(Ordering::Acquire);
+            if restarting {
+                // Persistence had stopped on an I/O error and the old journal may end in a
+                // failed write: the new journal starts empty at `seq`, and the ops from here
+                // on are gathered for it (no longer skipped) until `finish` writes them.
+                p.builder = BatchBuilder::new(seq);
+                self.pending_bytes.store(0, Ordering::Release);
+                self.failed.store(false, Ordering::Release);
+            }
+            // The next batch committed starts here (under `writing`, none is in flight);
+            // the new journal will hold it and the ones after.
+            let base_seq = p.builder.taken_to();
+            drop(p);
+            checkpoint::encode_body(state, created_ns, &mut image);
+            (seq, base_seq, restarting)
         });
-        let pause = paused.elapsed();
-        let result = (|| {
-            self.device.write(CHECKPOINT_TMP, &image)?;
-            self.device.sync(CHECKPOINT_TMP)?;
-            self.device.rename(CHECKPOINT_TMP, CHECKPOINT_FILE)?;
-            let header = journal_header(self.store_id, seq);
-            self.device.write(JOURNAL_TMP, &header)?;
-            self.device.sync(JOURNAL_TMP)?;
-            self.device.rename(JOURNAL_TMP, JOURNAL_FILE)?;
-            Ok::<u64, std::io::Error>(header.len() as u64)
-        })();
-        let journal_bytes = result.map_err(|e| self.fail("writing a checkpoint", &e))?;
-        let mut d = lock(&self.durable);
-        d.seq = d.seq.max(seq);
-        d.journal_bytes = journal_bytes;
-        d.checkpoints += 1;
-        self.failed.store(false, Ordering::Release);
-        if let Some(e) = d.error.take() {
-            tracing::info!("persistence resumed after a checkpoint (it had stopped: {e})");
-        }
-        d.last_checkpoint_pause = pause;
-        tracing::info!(
-            "checkpoint of {} bytes at op {seq}; writers paused {:.1} ms",
-            image.len(),
-            pause.as_secs_f64() * 1e3
-        );
-        Ok(())
+        job.pause = paused.elapsed();
+        // Every byte below `journal_bytes` is a whole, synced batch; the commit lock keeps it
+        // from moving until here.
+        let journal_bytes = lock(&self.durable).journal_bytes;
+        drop(_writing);
+        checkpoint::seal(&mut image, self.store_id, seq, created_ns);
+        job.image_bytes = image.len() as u64;
+        job.image = image;
+        job.seq = seq;
+        job.restarting = restarting;
+        job.base_seq = base_seq;
+        job.tail_from = journal_bytes;
+        job.copied_to = journal_bytes;
+        debug_assert!(job.base_seq <= seq);
+        Ok(job)
     }
 
     /// Clean shutdown: stops the committer and writes a final checkpoint, so that the next
@@ -317,6 +392,14 @@ impl Persister {
             let _pending = lock(&self.pending);
             self.stop.store(true, Ordering::Release);
             self.wake.notify_all();
+        }
+        // Its last commit must be in the journal before the final checkpoint starts, so that
+        // the new journal's base is the checkpoint's own sequence number.
+        let committer = lock(&self.committer).take();
+        if let Some(committer) = committer {
+            if committer.thread().id() != std::thread::current().id() {
+                let _ = committer.join();
+            }
         }
         let result = self.checkpoint(engine);
         self.answer_waiters();
@@ -417,6 +500,190 @@ impl Persister {
     }
 }
 
+/// At most this much of a checkpoint image's buffer is touched before the writers' pause.
+const IMAGE_PREFAULT_BYTES_MAX: usize = 16 << 30;
+
+/// `copy_tail` copies in rounds until at most this much is left for `finish`...
+const TAIL_LEFT_FOR_FINISH_BYTES: u64 = 1 << 20;
+/// ... or until it has made this many rounds.
+const TAIL_ROUNDS_MAX: usize = 8;
+
+/// Bytes copied from the old journal to the new one per read.
+const TAIL_CHUNK_BYTES: usize = 4 << 20;
+
+/// A checkpoint in progress: made by [`Persister::checkpoint_begin`], then `write_image`,
+/// `copy_tail` and `finish`, in that order (the module documentation says why). Commits may
+/// run between the steps. Dropping it unfinished abandons the checkpoint: the old checkpoint
+/// and journal stay in force.
+pub struct CheckpointJob<'a> {
+    persister: &'a Persister,
+    image: Vec<u8>,
+    image_bytes: u64,
+    /// The first op not in the image.
+    seq: u64,
+    /// The first op of the new journal: of the first batch committed after step 1.
+    base_seq: u64,
+    /// Length of the old journal at step 1: its batches from here on go to the new one.
+    tail_from: u64,
+    /// Old journal bytes copied so far.
+    copied_to: u64,
+    /// Persistence had stopped; this checkpoint restarts it (see `checkpoint_begin`).
+    restarting: bool,
+    pause: Duration,
+    finished: bool,
+}
+
+impl CheckpointJob<'_> {
+    /// The first op not in the image.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Step 2: writes and syncs `checkpoint.tmp`.
+    pub fn write_image(&mut self) -> std::io::Result<()> {
+        let p = self.persister;
+        let image = std::mem::take(&mut self.image);
+        let result = p
+            .device
+            .write(CHECKPOINT_TMP, &image)
+            .and_then(|()| p.device.sync(CHECKPOINT_TMP));
+        drop(image);
+        result.map_err(|e| p.fail("writing a checkpoint", &e))
+    }
+
+    /// Appends the old journal's bytes `[copied_to, end)` to `journal.tmp`.
+    fn copy_old_journal(&mut self, end: u64) -> std::io::Result<()> {
+        let device = &self.persister.device;
+        let mut chunk = vec![0u8; TAIL_CHUNK_BYTES.min((end - self.copied_to) as usize)];
+        while self.copied_to < end {
+            let want = chunk.len().min((end - self.copied_to) as usize);
+            let n = device.read_at(JOURNAL_FILE, self.copied_to, &mut chunk[..want])?;
+            if n == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "the journal ends at byte {} but {end} bytes were committed",
+                        self.copied_to
+                    ),
+                ));
+            }
+            device.append(JOURNAL_TMP, &chunk[..n])?;
+            self.copied_to += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Step 3: starts `journal.tmp` with what has been committed since step 1, and syncs it.
+    pub fn copy_tail(&mut self) -> std::io::Result<()> {
+        let p = self.persister;
+        let result = (|| {
+            p.device
+                .write(JOURNAL_TMP, &journal_header(p.store_id, self.base_seq))?;
+            if self.restarting {
+                return p.device.sync(JOURNAL_TMP);
+            }
+            // Commits go on meanwhile: copy and sync in rounds until what is left for
+            // `finish`, which holds commits, is small.
+            for _ in 0..TAIL_ROUNDS_MAX {
+                // Every byte below `journal_bytes` is a whole, synced batch.
+                let end = lock(&p.durable).journal_bytes;
+                self.copy_old_journal(end)?;
+                p.device.sync(JOURNAL_TMP)?;
+                if lock(&p.durable).journal_bytes - self.copied_to <= TAIL_LEFT_FOR_FINISH_BYTES {
+                    break;
+                }
+            }
+            Ok(())
+        })();
+        result.map_err(|e| p.fail("writing a checkpoint's journal", &e))
+    }
+
+    /// Step 4: copies the last batches, and puts the new checkpoint and journal in place.
+    pub fn finish(mut self) -> std::io::Result<()> {
+        let p = self.persister;
+        let _writing = lock(&p.writing);
+        let switching = Instant::now();
+        let mut restarted_seq = self.seq;
+        let result = (|| {
+            if self.restarting {
+                let (batch, next_seq) = {
+                    let mut pending = lock(&p.pending);
+                    let taken = (pending.builder.take_batch(), pending.builder.next_seq());
+                    p.pending_bytes.store(0, Ordering::Release);
+                    p.drained.notify_all();
+                    taken
+                };
+                if let Some(batch) = batch {
+                    p.device.append(JOURNAL_TMP, &batch)?;
+                }
+                restarted_seq = next_seq;
+            } else {
+                let end = lock(&p.durable).journal_bytes;
+                self.copy_old_journal(end)?;
+            }
+            p.device.sync(JOURNAL_TMP)?;
+            p.device.rename(CHECKPOINT_TMP, CHECKPOINT_FILE)?;
+            p.device.rename(JOURNAL_TMP, JOURNAL_FILE)?;
+            p.device.len(JOURNAL_FILE)?.ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::NotFound, "the new journal vanished")
+            })
+        })();
+        let journal_bytes = match result {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                let e = p.fail("writing a checkpoint", &e);
+                drop(_writing);
+                p.device.release_replaced();
+                return Err(e);
+            }
+        };
+        self.finished = true;
+        let switch = switching.elapsed();
+        {
+            // Still under the commit lock: the next commit counts from this length.
+            let mut d = lock(&p.durable);
+            d.seq = d.seq.max(self.seq).max(restarted_seq);
+            d.journal_bytes = journal_bytes;
+            d.checkpoints += 1;
+            if let Some(e) = d.error.take() {
+                tracing::info!("persistence resumed after a checkpoint (it had stopped: {e})");
+            }
+            d.last_checkpoint_pause = self.pause;
+            d.last_checkpoint_switch = switch;
+        }
+        drop(_writing);
+        // The old checkpoint and journal are freed here, with commits running again.
+        p.device.release_replaced();
+        tracing::info!(
+            "checkpoint of {} bytes at op {}; writers paused {:.1} ms, commits {:.1} ms; \
+             the new journal holds {} bytes",
+            self.image_bytes,
+            self.seq,
+            self.pause.as_secs_f64() * 1e3,
+            switch.as_secs_f64() * 1e3,
+            journal_bytes
+        );
+        Ok(())
+    }
+}
+
+impl Drop for CheckpointJob<'_> {
+    fn drop(&mut self) {
+        let p = self.persister;
+        if !self.finished && self.restarting {
+            // The ops gathered for the new journal cannot be written: persistence stays
+            // stopped (`fail` has set it so) and the next checkpoint starts afresh.
+            let mut pending = lock(&p.pending);
+            let next_seq = pending.builder.next_seq();
+            pending.builder = BatchBuilder::new(next_seq);
+            p.pending_bytes.store(0, Ordering::Release);
+            p.failed.store(true, Ordering::Release);
+        }
+        *lock(&p.checkpointing) = false;
+        p.checkpoint_ended.notify_all();
+    }
+}
+
 /// Longest wait for more fsyncs to join a commit.
 const GATHER_MAX: Duration = Duration::from_millis(2);
 
@@ -473,10 +740,33 @@ fn commit_loop(persister: Weak<Persister>) {
         }
         let journal_bytes = lock(&p.durable).journal_bytes;
         if journal_bytes > p.config.checkpoint_journal_bytes {
-            let engine = lock(&p.engine).upgrade();
-            if let Some(engine) = engine {
-                let _ = p.checkpoint(&engine);
-            }
+            start_background_checkpoint(&p);
         }
+    }
+}
+
+/// Starts a checkpoint on a thread of its own, unless one is under way; commits go on.
+fn start_background_checkpoint(p: &Arc<Persister>) {
+    let Some(engine) = lock(&p.engine).upgrade() else {
+        return;
+    };
+    if p.checkpoint_requested.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let persister = Arc::clone(p);
+    let spawned = std::thread::Builder::new()
+        .name("checkpointer".into())
+        .spawn(move || {
+            if !persister.stop.load(Ordering::Acquire) {
+                // A failure is logged and sticky (`fail`); the mount serves on from memory.
+                let _ = persister.checkpoint(&engine);
+            }
+            persister
+                .checkpoint_requested
+                .store(false, Ordering::Release);
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("could not start a checkpoint thread: {e}");
+        p.checkpoint_requested.store(false, Ordering::Release);
     }
 }
