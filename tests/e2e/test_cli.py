@@ -426,6 +426,28 @@ def test_bad_checkpoint_after_value(test_base, rampart_env, value):
     assert not in_mount_table(mp)
 
 
+def _rss_bytes(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def test_memory_goes_back_to_the_system_after_deletes(mnt):
+    """The daemon gives freed memory back (malloc_trim) once the file system has shrunk."""
+    pid = mnt.status()["pid"]
+    chunk = os.urandom(1 << 20)
+    for i in range(256):  # 256 MiB of file data in memory
+        with open(os.path.join(mnt.path, f"big{i}"), "wb") as f:
+            f.write(chunk)
+    full = _rss_bytes(pid)
+    assert full > 256 << 20, f"the daemon holds only {full} bytes with 256 MiB of files"
+    for i in range(256):
+        os.unlink(os.path.join(mnt.path, f"big{i}"))
+    assert wait_until(lambda: _rss_bytes(pid) < full - (192 << 20), timeout=30, interval=0.5), \
+        f"resident memory stayed at {_rss_bytes(pid)} bytes (was {full}) after every file was deleted"
+
+
 def test_store_files_while_mounted_and_after(mnt):
     """docs/FORMAT.md: `lock` holds the daemon's pid; control.sock goes away on exit."""
     st = mnt.status()

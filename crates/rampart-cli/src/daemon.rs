@@ -106,6 +106,9 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     let mut mounted = rampart_fuse::mount(engine.clone(), &mountpoint, &options)
         .map_err(|e| format!("cannot mount at {}: {e}", mountpoint.display()))?;
 
+    if let Err(e) = crate::memory_trim::start() {
+        tracing::warn!("cannot start the memory trimmer: {e}");
+    }
     let mut unmounter = mounted.unmounter();
     let signal_mountpoint = mountpoint.clone();
     std::thread::Builder::new()

@@ -4,6 +4,7 @@ mod bench;
 mod control;
 mod daemon;
 mod fsck;
+mod memory_trim;
 mod mounts;
 mod size;
 
@@ -93,8 +94,8 @@ struct MountArgs {
     /// Longest time a change waits before it is durable (group commit): e.g. 5s, 500ms, 1m.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     commit_interval: std::time::Duration,
-    /// Take a checkpoint in the background when the journal grows past this size (bytes or
-    /// K/M/G/T; 64K to 1T). Smaller: faster mounts after a crash, more checkpoint writing.
+    /// Take a checkpoint in the background each time the journal has grown by this much (bytes
+    /// or K/M/G/T; 64K to 1T). Smaller: faster mounts after a crash, more checkpoint writing.
     #[arg(long, default_value = "256M")]
     checkpoint_after: String,
     /// Log level: error, warn, info, debug, trace.

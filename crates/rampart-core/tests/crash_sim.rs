@@ -66,6 +66,9 @@ impl Device for CrashBeforeSync {
     fn remove(&self, name: &str) -> std::io::Result<()> {
         self.inner.remove(name)
     }
+    fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.inner.read_at(name, offset, buf)
+    }
 }
 
 /// Everything durable about a file system, by path (atime is not journaled).

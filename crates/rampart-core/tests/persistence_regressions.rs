@@ -1,6 +1,7 @@
 //! Regression tests from the review of the persistence layer: each of these once failed.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -113,6 +114,9 @@ impl Device for FailJournalTmp {
     fn remove(&self, n: &str) -> std::io::Result<()> {
         self.inner.remove(n)
     }
+    fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.inner.read_at(name, offset, buf)
+    }
 }
 
 fn checkpoint_ahead_of_journal(new_batches: usize) -> Result<(), String> {
@@ -190,6 +194,9 @@ impl Device for SlowAppend {
     }
     fn remove(&self, n: &str) -> std::io::Result<()> {
         self.inner.remove(n)
+    }
+    fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.inner.read_at(name, offset, buf)
     }
 }
 
@@ -356,4 +363,52 @@ fn a_checkpoint_restarting_persistence_keeps_the_ops_made_during_it() {
         b"written while the image was written"
     );
     assert!(e2.check().is_empty());
+}
+
+/// A commit fails (ENOSPC/EIO on the journal) between `checkpoint_begin` and `finish` of a
+/// checkpoint that started with persistence healthy. `finish` once cleared the sticky error
+/// but left `failed` set: every later op was skipped, yet `sync` answered Ok (nothing written)
+/// and `sync_async` waiters were never answered. (Found in review.)
+#[test]
+fn a_commit_failing_during_a_checkpoint_is_not_acknowledged_later() {
+    let device = Arc::new(SimDevice::new(21));
+    let ec = EngineConfig::default();
+    let (e, p) = mount(device.clone(), &ec).unwrap();
+    let c = Ctx::library(0, 0);
+    e.mknod(&c, ROOT_INO, b"a", FILE, 0).unwrap();
+    e.sync().unwrap();
+
+    let mut job = p.checkpoint_begin(&e).unwrap();
+    job.write_image().unwrap();
+    // A commit on the old journal fails while the checkpoint runs.
+    device.set_fail_writes(true);
+    e.mknod(&c, ROOT_INO, b"b", FILE, 0).unwrap();
+    assert!(e.sync().is_err(), "the failed append is reported");
+    device.set_fail_writes(false);
+    job.copy_tail().unwrap();
+    job.finish().unwrap();
+    eprintln!("after finish: {:?}", p.stats());
+
+    e.mknod(&c, ROOT_INO, b"c", FILE, 0).unwrap();
+    let synced = e.sync();
+    eprintln!("sync after the checkpoint: {synced:?}; {:?}", p.stats());
+
+    // sync_async (the FUSE fsync path) must be answered one way or the other.
+    let (tx, rx) = mpsc::channel();
+    e.sync_async(Box::new(move |r| {
+        let _ = tx.send(r.map_err(|e| e.to_string()));
+    }));
+    let answered = rx.recv_timeout(Duration::from_secs(3));
+    eprintln!("sync_async: {answered:?}");
+
+    if synced.is_ok() {
+        // Acknowledged: it must survive a power cut.
+        let image: Arc<dyn Device> = Arc::new(device.crash(CrashMode::LoseUnsynced));
+        let (e2, _p2) = mount(image, &ec).unwrap();
+        assert!(
+            e2.lookup_path(b"/c").is_ok(),
+            "/c was acknowledged as durable by sync() but is lost after a crash"
+        );
+    }
+    assert!(answered.is_ok(), "a sync_async waiter was never answered");
 }

@@ -314,6 +314,7 @@ impl Device for DirDevice {
             // POSIX: renaming a file to itself does nothing; it must exist.
             return self.open_existing(from).map(drop);
         }
+        let mut evicted = None;
         {
             let mut cache = self.cache.lock();
             // Keep the file being replaced open: the rename (and the folder fsync after it)
@@ -326,7 +327,8 @@ impl Device for DirDevice {
             fs::rename(self.dir.join(from), self.dir.join(to))?;
             if let Some(file) = replaced {
                 if cache.replaced.len() >= REPLACED_KEPT_MAX {
-                    cache.replaced.remove(0);
+                    // Closed (and so freed) below, outside the cache lock.
+                    evicted = Some(cache.replaced.remove(0));
                 }
                 cache.replaced.push(file);
             }
@@ -336,6 +338,7 @@ impl Device for DirDevice {
             cache.new_entries.remove(from);
             cache.new_entries.remove(to);
         }
+        drop(evicted);
         if let Err(e) = self.sync_dir() {
             // The folder is not known durable: the next sync of `to` retries.
             self.cache.lock().new_entries.insert(to.to_owned());

@@ -6,7 +6,8 @@
 //! - within `commit_interval` (default 5 s, like ext4's commit interval) in any case;
 //! - at once when someone asks (`sync`: fsync, fdatasync, O_SYNC/O_DSYNC writes, fsyncdir);
 //!   concurrent askers share one fdatasync;
-//! - at a checkpoint, which writes the whole state and starts an empty journal.
+//! - at a checkpoint, which writes the whole state; the new journal holds only what was
+//!   committed after the image was taken.
 //!
 //! Checkpoints run on a thread of their own, in four steps (`CheckpointJob`), so that commits
 //! go on meanwhile:
@@ -50,7 +51,7 @@ const JOURNAL_TMP: &str = "journal.tmp";
 pub struct PersistConfig {
     /// Longest time an op may wait to become durable.
     pub commit_interval: Duration,
-    /// A checkpoint is taken when the journal grows past this.
+    /// A checkpoint is taken each time the journal has grown by this much since the last one.
     pub checkpoint_journal_bytes: u64,
     /// Writers wait while more than this is gathered and not yet written (back-pressure).
     pub pending_bytes_max: usize,
@@ -107,6 +108,9 @@ struct Durable {
     checkpoints: u64,
     last_checkpoint_pause: Duration,
     last_checkpoint_switch: Duration,
+    /// The journal's length right after the last checkpoint (the tail it copied): the next
+    /// checkpoint is due once the journal has grown past this by the configured amount.
+    journal_bytes_at_checkpoint: u64,
     error: Option<String>,
 }
 
@@ -128,6 +132,8 @@ pub struct Persister {
     /// The committer has started a background checkpoint that has not ended yet.
     checkpoint_requested: AtomicBool,
     committer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The last background checkpoint thread (joined at shutdown).
+    checkpointer: Mutex<Option<std::thread::JoinHandle<()>>>,
     engine: Mutex<Weak<Engine>>,
     stop: AtomicBool,
     /// Mirrors `durable.error.is_some()`, read on every op without a lock.
@@ -194,6 +200,7 @@ impl Persister {
             checkpoint_ended: Condvar::new(),
             checkpoint_requested: AtomicBool::new(false),
             committer: Mutex::new(None),
+            checkpointer: Mutex::new(None),
             engine: Mutex::new(Weak::new()),
             stop: AtomicBool::new(false),
             failed: AtomicBool::new(false),
@@ -295,8 +302,8 @@ impl Persister {
 
     /// Writes a checkpoint of `engine` and replaces the journal with what was committed since
     /// (all four steps of [`CheckpointJob`]). Waits for a checkpoint already running. It does
-    /// not depend on the journal, so it is tried even after an I/O error, and its success
-    /// clears that error.
+    /// not depend on the journal, so it is tried even after an I/O error; when it starts
+    /// after one, its success clears that error and persistence resumes.
     pub fn checkpoint(&self, engine: &Engine) -> std::io::Result<()> {
         let mut job = self.checkpoint_begin(engine)?;
         job.write_image()?;
@@ -328,18 +335,25 @@ impl Persister {
             pause: Duration::ZERO,
             finished: false,
         };
-        // The image is about as large as the memory the engine uses. Touching that many pages
-        // now, before any lock, keeps page faults out of the writers' pause.
-        let estimate_bytes = usize::try_from(engine.stats().memory_used_bytes)
-            .unwrap_or(0)
+        // The image is at most the last one plus what the journal has added since (and at
+        // most the memory the engine uses). Touching that many pages now, before any lock,
+        // keeps page faults out of the writers' pause; if the memory is not there, the image
+        // grows as it is encoded instead.
+        let last_image_bytes = self.device.len(CHECKPOINT_FILE).ok().flatten().unwrap_or(0);
+        let journal_bytes = lock(&self.durable).journal_bytes;
+        let estimate_bytes = last_image_bytes
+            .saturating_add(journal_bytes)
+            .min(engine.stats().memory_used_bytes)
             .min(IMAGE_PREFAULT_BYTES_MAX);
-        // Not `vec![0; n]`: calloc hands out untouched pages, which would fault in the pause.
-        #[allow(clippy::slow_vector_initialization)]
-        let mut image = {
-            let mut image = Vec::new();
-            image.resize(estimate_bytes, 0u8);
-            image
-        };
+        let mut image = Vec::new();
+        if image
+            .try_reserve_exact(usize::try_from(estimate_bytes).unwrap_or(0))
+            .is_ok()
+        {
+            // Not `vec![0; n]`: calloc hands out untouched pages, which would fault in the
+            // pause. Within the reserved capacity, so no allocation here.
+            image.resize(image.capacity(), 0u8);
+        }
         let created_ns = now_ns();
         let _writing = lock(&self.writing);
         let paused = Instant::now();
@@ -394,11 +408,19 @@ impl Persister {
             self.wake.notify_all();
         }
         // Its last commit must be in the journal before the final checkpoint starts, so that
-        // the new journal's base is the checkpoint's own sequence number.
+        // (no op being applied after it) the new journal has nothing to replay.
         let committer = lock(&self.committer).take();
         if let Some(committer) = committer {
             if committer.thread().id() != std::thread::current().id() {
                 let _ = committer.join();
+            }
+        }
+        // The committer started the last background checkpoint, if any; it must not run
+        // after the final one.
+        let checkpointer = lock(&self.checkpointer).take();
+        if let Some(checkpointer) = checkpointer {
+            if checkpointer.thread().id() != std::thread::current().id() {
+                let _ = checkpointer.join();
             }
         }
         let result = self.checkpoint(engine);
@@ -501,7 +523,7 @@ impl Persister {
 }
 
 /// At most this much of a checkpoint image's buffer is touched before the writers' pause.
-const IMAGE_PREFAULT_BYTES_MAX: usize = 16 << 30;
+const IMAGE_PREFAULT_BYTES_MAX: u64 = 16 << 30;
 
 /// `copy_tail` copies in rounds until at most this much is left for `finish`...
 const TAIL_LEFT_FOR_FINISH_BYTES: u64 = 1 << 20;
@@ -579,6 +601,7 @@ impl CheckpointJob<'_> {
         let result = (|| {
             p.device
                 .write(JOURNAL_TMP, &journal_header(p.store_id, self.base_seq))?;
+            self.copied_to = self.tail_from;
             if self.restarting {
                 return p.device.sync(JOURNAL_TMP);
             }
@@ -645,9 +668,14 @@ impl CheckpointJob<'_> {
             d.seq = d.seq.max(self.seq).max(restarted_seq);
             d.journal_bytes = journal_bytes;
             d.checkpoints += 1;
-            if let Some(e) = d.error.take() {
-                tracing::info!("persistence resumed after a checkpoint (it had stopped: {e})");
+            // Only a restarting checkpoint resumes persistence: a commit that failed while
+            // this one ran left ops that neither its image nor its journal holds.
+            if self.restarting {
+                if let Some(e) = d.error.take() {
+                    tracing::info!("persistence resumed after a checkpoint (it had stopped: {e})");
+                }
             }
+            d.journal_bytes_at_checkpoint = journal_bytes;
             d.last_checkpoint_pause = self.pause;
             d.last_checkpoint_switch = switch;
         }
@@ -738,8 +766,12 @@ fn commit_loop(persister: Weak<Persister>) {
                 continue;
             }
         }
-        let journal_bytes = lock(&p.durable).journal_bytes;
-        if journal_bytes > p.config.checkpoint_journal_bytes {
+        let grown_bytes = {
+            let d = lock(&p.durable);
+            d.journal_bytes
+                .saturating_sub(d.journal_bytes_at_checkpoint)
+        };
+        if grown_bytes > p.config.checkpoint_journal_bytes {
             start_background_checkpoint(&p);
         }
     }
@@ -765,8 +797,13 @@ fn start_background_checkpoint(p: &Arc<Persister>) {
                 .checkpoint_requested
                 .store(false, Ordering::Release);
         });
-    if let Err(e) = spawned {
-        tracing::warn!("could not start a checkpoint thread: {e}");
-        p.checkpoint_requested.store(false, Ordering::Release);
+    match spawned {
+        // The one before has ended (`checkpoint_requested` was clear): dropping its handle
+        // detaches nothing that still runs.
+        Ok(handle) => *lock(&p.checkpointer) = Some(handle),
+        Err(e) => {
+            tracing::warn!("could not start a checkpoint thread: {e}");
+            p.checkpoint_requested.store(false, Ordering::Release);
+        }
     }
 }
