@@ -22,6 +22,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 
 RAMPART_BIN = os.environ.get("RAMPART_BIN") or str(REPO / "target" / "release" / "rampart")
+# Options added to every `rampart mount` of the suite, e.g. RAMPART_E2E_MOUNT_OPTS="--fuse-io-uring on"
+# to run it over FUSE-over-io_uring (scripts/test does both).
+EXTRA_MOUNT_OPTS = tuple(os.environ.get("RAMPART_E2E_MOUNT_OPTS", "").split())
 TARGET = os.environ.get("RAMPART_E2E_TARGET", "rampart").strip().lower() or "rampart"
 if TARGET not in ("rampart", "tmpfs"):
     raise RuntimeError(f"RAMPART_E2E_TARGET must be 'rampart' or 'tmpfs', not {TARGET!r}")
@@ -337,7 +340,7 @@ class Mount:
         else:
             if mkfs and not self.store.exists():
                 self.mkfs()
-            r = self.cli("mount", self.store, self.path, *self.opts)
+            r = self.cli("mount", self.store, self.path, *EXTRA_MOUNT_OPTS, *self.opts)
             assert r.returncode == 0, (
                 f"rampart mount {self.store} {self.path} {' '.join(self.opts)} exited {r.returncode}: {r.stderr}"
             )

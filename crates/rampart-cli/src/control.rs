@@ -52,6 +52,8 @@ pub struct Status {
     pub memory_used_bytes: u64,
     pub memory_cap_bytes: u64,
     pub persistence: Persistence,
+    /// How requests reach the daemon: "io_uring" (a queue per CPU) or "/dev/fuse".
+    pub fuse_transport: String,
     /// FUSE requests served since the mount, by kind (round trips with the kernel).
     pub fuse_requests: std::collections::BTreeMap<String, u64>,
 }
@@ -62,6 +64,7 @@ pub fn status_of(
     counters: &RequestCounters,
     store: &Path,
     mountpoint: &Path,
+    fuse_transport: &str,
 ) -> Status {
     let s = engine.stats();
     Status {
@@ -90,6 +93,7 @@ pub fn status_of(
                 error: p.error,
             }
         },
+        fuse_transport: fuse_transport.to_string(),
         fuse_requests: counters
             .snapshot()
             .into_iter()
@@ -105,6 +109,7 @@ pub fn serve(
     counters: Arc<RequestCounters>,
     store: PathBuf,
     mountpoint: PathBuf,
+    fuse_transport: &'static str,
 ) -> std::io::Result<PathBuf> {
     let path = store.join(SOCKET_FILE);
     // A socket left by a daemon that died: we hold the store lock, so it is stale.
@@ -115,8 +120,13 @@ pub fn serve(
         .spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
-                if let Err(e) = answer(stream, &engine, &persister, &counters, &store, &mountpoint)
-                {
+                if let Err(e) = answer(
+                    stream,
+                    &engine,
+                    &persister,
+                    &counters,
+                    (&store, &mountpoint, fuse_transport),
+                ) {
                     tracing::debug!("control request failed: {e}");
                 }
             }
@@ -129,17 +139,21 @@ fn answer(
     engine: &Engine,
     persister: &Persister,
     counters: &RequestCounters,
-    store: &Path,
-    mountpoint: &Path,
+    (store, mountpoint, fuse_transport): (&Path, &Path, &str),
 ) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut line = String::new();
     BufReader::new((&stream).take_limit()).read_line(&mut line)?;
     let reply = match line.trim() {
-        "status" => {
-            serde_json::to_string(&status_of(engine, persister, counters, store, mountpoint))
-                .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
-        }
+        "status" => serde_json::to_string(&status_of(
+            engine,
+            persister,
+            counters,
+            store,
+            mountpoint,
+            fuse_transport,
+        ))
+        .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")),
         other => serde_json::json!({ "error": format!("unknown command {other:?}") }).to_string(),
     };
     (&stream).write_all(format!("{reply}\n").as_bytes())

@@ -26,6 +26,8 @@ pub struct ServeConfig {
     pub allow_other: bool,
     pub writeback_cache: bool,
     pub no_open: bool,
+    /// FUSE over io_uring when the kernel offers it.
+    pub io_uring: bool,
     pub commit_interval: std::time::Duration,
     /// A checkpoint is taken when the journal grows past this.
     pub checkpoint_after_bytes: u64,
@@ -102,6 +104,7 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
             no_open: config.no_open,
             ..CachePolicy::default()
         },
+        io_uring: config.io_uring,
     };
     let mut mounted = rampart_fuse::mount(engine.clone(), &mountpoint, &options)
         .map_err(|e| format!("cannot mount at {}: {e}", mountpoint.display()))?;
@@ -142,6 +145,11 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
         mounted.counters(),
         store_path.clone(),
         mountpoint.clone(),
+        if mounted.uses_io_uring() {
+            "io_uring"
+        } else {
+            "/dev/fuse"
+        },
     )
     .map_err(|e| {
         format!(
@@ -151,10 +159,15 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     })?;
 
     tracing::info!(
-        "mounted {} at {} (memory cap {} bytes)",
+        "mounted {} at {} (memory cap {} bytes; requests through {})",
         store_path.display(),
         mountpoint.display(),
-        config.memory_cap_bytes
+        config.memory_cap_bytes,
+        if mounted.uses_io_uring() {
+            "FUSE over io_uring"
+        } else {
+            "/dev/fuse"
+        }
     );
     on_ready();
     let result = mounted.run();

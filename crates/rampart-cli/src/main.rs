@@ -91,6 +91,10 @@ struct MountArgs {
     /// Skip FUSE OPEN/RELEASE round trips (the kernel opens files itself).
     #[arg(long, value_parser = ["on", "off"], default_value = "on")]
     no_open: String,
+    /// Serve requests through FUSE over io_uring, one queue per CPU, when the kernel offers it
+    /// (Linux 6.14+ with /sys/module/fuse/parameters/enable_uring set to Y); else /dev/fuse.
+    #[arg(long, value_parser = ["on", "off"], default_value = "on")]
+    fuse_io_uring: String,
     /// Longest time a change waits before it is durable (group commit): e.g. 5s, 500ms, 1m.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     commit_interval: std::time::Duration,
@@ -237,6 +241,7 @@ fn cmd_mount(args: MountArgs) -> Result<(), String> {
         allow_other: !args.private && nix::unistd::geteuid().is_root(),
         writeback_cache: args.writeback_cache == "on",
         no_open: args.no_open == "on",
+        io_uring: args.fuse_io_uring == "on",
         commit_interval: args.commit_interval,
         checkpoint_after_bytes,
     };
@@ -270,6 +275,8 @@ fn cmd_mount(args: MountArgs) -> Result<(), String> {
         args.writeback_cache.clone().into(),
         "--no-open".into(),
         args.no_open.clone().into(),
+        "--fuse-io-uring".into(),
+        args.fuse_io_uring.clone().into(),
         "--log-level".into(),
         args.log_level.clone().into(),
         "--commit-interval".into(),
@@ -400,5 +407,6 @@ fn cmd_status(mountpoint: &Path, json: bool) -> Result<(), String> {
     if let Some(e) = &p.error {
         println!("persistence error: {e}");
     }
+    println!("fuse_transport: {}", status.fuse_transport);
     Ok(())
 }
