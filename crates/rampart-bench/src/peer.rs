@@ -693,6 +693,18 @@ impl Peer {
             "FUSE worker threads",
             named("--threads", "twice the cores, at least 4, at most 16"),
         );
+        let transport = match &status {
+            Ok(s) => format!(
+                "{} (reported by `rampart status`; --fuse-io-uring {})",
+                s["fuse_transport"].as_str().unwrap_or("not reported"),
+                named("--fuse-io-uring", "on")
+            ),
+            Err(_) => named("--fuse-io-uring", "on"),
+        };
+        self.set(
+            "FUSE transport (io_uring: a queue per CPU, when the kernel offers it)",
+            transport,
+        );
         let cap = match &status {
             Ok(s) => format!(
                 "{} ({})",

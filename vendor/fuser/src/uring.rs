@@ -358,6 +358,20 @@ fn serve_queue<FS: Filesystem>(
     fuse_fd: RawFd,
     event_loop: SessionEventLoop<FS>,
 ) -> io::Result<()> {
+    let result = run_queue(&mut queue, fuse_fd, &event_loop);
+    if result.is_err() {
+        // Entries may still be registered with the kernel, which could write a request into
+        // them: leak the ring and the buffers rather than free memory the kernel may use.
+        std::mem::forget(queue);
+    }
+    result
+}
+
+fn run_queue<FS: Filesystem>(
+    queue: &mut PreparedQueue,
+    fuse_fd: RawFd,
+    event_loop: &SessionEventLoop<FS>,
+) -> io::Result<()> {
     pin_to_cpu(usize::from(queue.qid));
     *queue.shared.owner.lock() = Some(thread::current().id());
     let qid = queue.qid;
@@ -377,7 +391,9 @@ fn serve_queue<FS: Filesystem>(
             ]
         })
         .collect();
-    let mut wake_counter = [0u8; 8];
+    // The eventfd read stays armed until the ring is gone, so its target must outlive the
+    // ring: 8 bytes leaked once per queue.
+    let wake_counter: &'static mut [u8; 8] = Box::leak(Box::new([0u8; 8]));
     let wake_read = opcode::Read::new(
         types::Fd(queue.shared.wake_fd),
         wake_counter.as_mut_ptr(),
@@ -430,7 +446,7 @@ fn serve_queue<FS: Filesystem>(
                 }
                 continue;
             }
-            serve_request(&queue, index, &event_loop);
+            serve_request(queue, index, event_loop);
         }
         if live_entries == 0 {
             debug!("queue {qid}: connection ended");
@@ -438,7 +454,7 @@ fn serve_queue<FS: Filesystem>(
         }
         let replies = std::mem::take(&mut *queue.shared.pending.lock());
         for reply in replies {
-            commit(&mut queue, fuse_fd, reply)?;
+            commit(queue, fuse_fd, reply)?;
         }
     }
 }
