@@ -142,6 +142,10 @@ pub struct Session<FS: Filesystem> {
     /// FUSE-over-io_uring rings, made during the handshake when offered (rampart's addition).
     #[cfg(target_os = "linux")]
     pub(crate) uring: Option<crate::uring::Prepared>,
+    /// Where it is mounted (None for `from_fd`): the io_uring queues abort this connection if
+    /// they cannot go on.
+    #[cfg(target_os = "linux")]
+    pub(crate) mountpoint: Option<std::path::PathBuf>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -191,6 +195,8 @@ impl<FS: Filesystem> Session<FS> {
             config: options.clone(),
             #[cfg(target_os = "linux")]
             uring: None,
+            #[cfg(target_os = "linux")]
+            mountpoint: Some(mountpoint.to_path_buf()),
         };
 
         session.handshake()?;
@@ -221,6 +227,8 @@ impl<FS: Filesystem> Session<FS> {
             config,
             #[cfg(target_os = "linux")]
             uring: None,
+            #[cfg(target_os = "linux")]
+            mountpoint: None,
         };
 
         session.handshake()?;
@@ -261,6 +269,8 @@ impl<FS: Filesystem> Session<FS> {
             config,
             #[cfg(target_os = "linux")]
             uring,
+            #[cfg(target_os = "linux")]
+            mountpoint,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -322,7 +332,7 @@ impl<FS: Filesystem> Session<FS> {
         if let Some(prepared) = uring {
             use std::os::fd::AsRawFd;
             let fuse_fd = uring_channel.as_fd().as_raw_fd();
-            let queues = prepared.start(fuse_fd, |thread_name| SessionEventLoop {
+            let queues = prepared.start(fuse_fd, mountpoint, |thread_name| SessionEventLoop {
                 thread_name,
                 filesystem: filesystem.clone(),
                 ch: uring_channel.clone(),

@@ -24,6 +24,7 @@
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::io::{self, IoSlice};
 use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle, ThreadId};
 
@@ -54,7 +55,7 @@ const ENTRIES_BYTES_MAX: usize = 64 << 20;
 /// user_data of the eventfd read; entries use their index.
 const WAKE_USER_DATA: u64 = u64::MAX;
 
-/// One registered entry's memory: the header and `[pad | payload]`, both page-aligned.
+/// One registered entry's memory: the header and `[pad | payload]`.
 struct EntryMemory {
     header: *mut u8,
     buf: *mut u8,
@@ -66,15 +67,17 @@ struct EntryMemory {
 // entry is registered and not handed to us, and the queue thread alone reads and writes them
 // in between (replies from other threads go through `Pending`, never to these buffers).
 unsafe impl Send for EntryMemory {}
-unsafe impl Sync for EntryMemory {}
 
 impl EntryMemory {
+    // 16-byte alignment: the allocator then zeroes through calloc, whose large blocks are
+    // fresh pages that cost memory only once the kernel writes a request into them (the kernel
+    // copies with copy_to_user and needs no particular alignment; fuser's parser needs 8).
     fn header_layout() -> Layout {
-        Layout::from_size_align(4096, 4096).expect("valid layout")
+        Layout::from_size_align(HEADER_BYTES, 16).expect("valid layout")
     }
 
     fn buf_layout(payload_bytes: usize) -> Layout {
-        Layout::from_size_align(PAD_BYTES + payload_bytes, 4096).expect("valid layout")
+        Layout::from_size_align(PAD_BYTES + payload_bytes, 16).expect("valid layout")
     }
 
     fn new(payload_bytes: usize) -> io::Result<EntryMemory> {
@@ -272,17 +275,26 @@ impl Prepared {
     pub(crate) fn start<FS: Filesystem + 'static>(
         self,
         fuse_fd: RawFd,
+        mountpoint: Option<PathBuf>,
         make_loop: impl Fn(String) -> SessionEventLoop<FS>,
     ) -> io::Result<Vec<JoinHandle<io::Result<()>>>> {
+        let mountpoint = Arc::new(mountpoint);
         let mut threads = Vec::with_capacity(self.queues.len());
         for queue in self.queues {
             let name = format!("fuser-q{}", queue.qid);
             let event_loop = make_loop(name.clone());
-            threads.push(
-                thread::Builder::new()
-                    .name(name)
-                    .spawn(move || serve_queue(queue, fuse_fd, event_loop))?,
-            );
+            let for_thread = mountpoint.clone();
+            let spawned = thread::Builder::new()
+                .name(name)
+                .spawn(move || serve_queue(queue, fuse_fd, event_loop, &for_thread));
+            match spawned {
+                Ok(thread) => threads.push(thread),
+                Err(e) => {
+                    // The kernel waits for every queue: without this one nothing is served.
+                    fail_connection(&mountpoint, &format!("cannot start a queue thread: {e}"));
+                    return Err(e);
+                }
+            }
         }
         Ok(threads)
     }
@@ -357,14 +369,62 @@ fn serve_queue<FS: Filesystem>(
     mut queue: PreparedQueue,
     fuse_fd: RawFd,
     event_loop: SessionEventLoop<FS>,
+    mountpoint: &Option<PathBuf>,
 ) -> io::Result<()> {
-    let result = run_queue(&mut queue, fuse_fd, &event_loop);
-    if result.is_err() {
+    let qid = queue.qid;
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_queue(&mut queue, fuse_fd, &event_loop)
+    }))
+    .unwrap_or_else(|_| Err(io::Error::other("a queue thread panicked")));
+    if let Err(e) = &result {
         // Entries may still be registered with the kernel, which could write a request into
         // them: leak the ring and the buffers rather than free memory the kernel may use.
         std::mem::forget(queue);
+        // Requests made on this CPU would now wait forever: end the connection instead.
+        fail_connection(mountpoint, &format!("queue {qid}: {e}"));
     }
     result
+}
+
+/// The transport cannot go on. Aborts the FUSE connection through fusectl, so that callers
+/// get ENOTCONN and the session ends (the file system then shuts down as on unmount); without
+/// fusectl, aborts the process, which ends the connection too (what was made durable stays).
+fn fail_connection(mountpoint: &Option<PathBuf>, why: &str) {
+    error!("FUSE over io_uring failed: {why}; ending the connection");
+    if let Some(abort) = mountpoint.as_deref().and_then(fusectl_abort_file) {
+        if std::fs::write(&abort, b"1").is_ok() {
+            return;
+        }
+    }
+    error!("no fusectl abort file for the mount; aborting the process");
+    std::process::abort();
+}
+
+/// `/sys/fs/fuse/connections/<minor>/abort` of the FUSE mount at `mountpoint`, found through
+/// /proc/self/mountinfo (a stat of the mount could itself wait on the broken queue).
+fn fusectl_abort_file(mountpoint: &Path) -> Option<PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let wanted = mountpoint.to_str()?;
+    for line in mountinfo.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let (Some(dev), Some(point)) = (fields.get(2), fields.get(4)) else {
+            continue;
+        };
+        let point = point
+            .replace("\\040", " ")
+            .replace("\\011", "\t")
+            .replace("\\012", "\n")
+            .replace("\\134", "\\");
+        if point != wanted {
+            continue;
+        }
+        let minor = dev.split(':').nth(1)?;
+        let abort = PathBuf::from(format!("/sys/fs/fuse/connections/{minor}/abort"));
+        if abort.exists() {
+            return Some(abort);
+        }
+    }
+    None
 }
 
 fn run_queue<FS: Filesystem>(
@@ -407,6 +467,8 @@ fn run_queue<FS: Filesystem>(
     }
     push(&mut queue.ring, &wake_read)?;
     let mut live_entries = queue.entries.len();
+    // Whether an entry's command in flight is a REGISTER (else a COMMIT_AND_FETCH).
+    let mut registering = vec![true; queue.entries.len()];
     loop {
         match queue.ring.submit_and_wait(1) {
             Ok(_) => {}
@@ -429,8 +491,9 @@ fn run_queue<FS: Filesystem>(
             let index = user_data as usize;
             if result < 0 {
                 match -result {
-                    libc::EAGAIN | libc::EINTR => {
-                        // Not ready yet (INIT not processed): register again.
+                    libc::EAGAIN | libc::EINTR if registering[index] => {
+                        // Not ready yet (INIT not processed): register again, after a pause.
+                        thread::sleep(std::time::Duration::from_millis(1));
                         push(&mut queue.ring, &register_sqe(fuse_fd, qid, index, &iovecs[index]))?;
                     }
                     libc::ENOTCONN | libc::ECANCELED | libc::ECONNABORTED | libc::ENODEV => {
@@ -454,6 +517,7 @@ fn run_queue<FS: Filesystem>(
         }
         let replies = std::mem::take(&mut *queue.shared.pending.lock());
         for reply in replies {
+            registering[reply.entry] = false;
             commit(queue, fuse_fd, reply)?;
         }
     }
