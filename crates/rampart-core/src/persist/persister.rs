@@ -612,7 +612,10 @@ impl CheckpointJob<'_> {
                 let end = lock(&p.durable).journal_bytes;
                 self.copy_old_journal(end)?;
                 p.device.sync(JOURNAL_TMP)?;
-                if lock(&p.durable).journal_bytes - self.copied_to <= TAIL_LEFT_FOR_FINISH_BYTES {
+                let left = lock(&p.durable)
+                    .journal_bytes
+                    .saturating_sub(self.copied_to);
+                if left <= TAIL_LEFT_FOR_FINISH_BYTES {
                     break;
                 }
             }
