@@ -412,3 +412,48 @@ fn a_commit_failing_during_a_checkpoint_is_not_acknowledged_later() {
     }
     assert!(answered.is_ok(), "a sync_async waiter was never answered");
 }
+
+/// A failing disk stops persistence (fsync fails, nothing acknowledged is lost); once it
+/// works again, the committer restarts persistence with a checkpoint by itself, without an
+/// unmount, and everything made meanwhile becomes durable.
+#[test]
+fn persistence_restarts_by_itself_once_the_disk_works_again() {
+    let device = Arc::new(SimDevice::new(31));
+    let engine = Arc::new(Engine::new(EngineConfig::default()));
+    let config = PersistConfig {
+        commit_interval: Duration::from_millis(20),
+        checkpoint_journal_bytes: u64::MAX,
+        restart_retry_interval: Duration::from_millis(50),
+        ..PersistConfig::default()
+    };
+    let p = Persister::start(device.clone(), ID, 0, 0, config).unwrap();
+    p.attach(&engine);
+    engine.set_sink(Some(p.clone()));
+    let c = Ctx::library(0, 0);
+    engine.mknod(&c, ROOT_INO, b"a", FILE, 0).unwrap();
+    engine.sync().unwrap();
+    device.set_fail_writes(true);
+    engine.mknod(&c, ROOT_INO, b"b", FILE, 0).unwrap();
+    assert!(engine.sync().is_err(), "the failing disk is reported");
+    // Restart attempts fail while the disk does.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(p.stats().error.is_some());
+    device.set_fail_writes(false);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while p.stats().error.is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "persistence did not restart: {:?}",
+            p.stats()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    engine.mknod(&c, ROOT_INO, b"c", FILE, 0).unwrap();
+    engine.sync().unwrap();
+    let image: Arc<dyn Device> = Arc::new(device.crash(CrashMode::LoseUnsynced));
+    let (e2, _p2) = mount(image, &EngineConfig::default()).unwrap();
+    for name in ["/a", "/b", "/c"] {
+        assert!(e2.lookup_path(name.as_bytes()).is_ok(), "{name} lost");
+    }
+    assert!(e2.check().is_empty());
+}

@@ -357,11 +357,11 @@ fn push(ring: &mut IoUring<squeue::Entry128, cqueue::Entry>, sqe: &squeue::Entry
     }
 }
 
-fn le_u32(b: &[u8], at: usize) -> u32 {
+fn ne_u32(b: &[u8], at: usize) -> u32 {
     u32::from_ne_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
 
-fn le_u64(b: &[u8], at: usize) -> u64 {
+fn ne_u64(b: &[u8], at: usize) -> u64 {
     u64::from_ne_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
@@ -529,9 +529,9 @@ fn serve_request<FS: Filesystem>(queue: &PreparedQueue, index: usize, event_loop
     // SAFETY: the kernel has handed this entry to us (its CQE arrived): it does not touch
     // the buffers until we commit, and only this thread uses them meanwhile.
     let header = unsafe { std::slice::from_raw_parts(entry.header, HEADER_BYTES) };
-    let request_len = le_u32(header, 0) as usize;
-    let commit_id = le_u64(header, ENT_AT + 8);
-    let payload_len = le_u32(header, ENT_AT + 16) as usize;
+    let request_len = ne_u32(header, 0) as usize;
+    let commit_id = ne_u64(header, ENT_AT + 8);
+    let payload_len = ne_u32(header, ENT_AT + 16) as usize;
     let sender = crate::uring::UringSender {
         queue: queue.shared.clone(),
         entry: index,

@@ -55,6 +55,8 @@ pub struct PersistConfig {
     pub checkpoint_journal_bytes: u64,
     /// Writers wait while more than this is gathered and not yet written (back-pressure).
     pub pending_bytes_max: usize,
+    /// After an I/O error stopped persistence, how often a checkpoint is tried to restart it.
+    pub restart_retry_interval: Duration,
 }
 
 impl Default for PersistConfig {
@@ -63,6 +65,7 @@ impl Default for PersistConfig {
             commit_interval: Duration::from_secs(5),
             checkpoint_journal_bytes: 256 << 20,
             pending_bytes_max: 128 << 20,
+            restart_retry_interval: Duration::from_secs(30),
         }
     }
 }
@@ -724,6 +727,7 @@ fn commit_loop(persister: Weak<Persister>) {
     // first alone and leaving the rest to the one after.
     let mut last_waiters = 0usize;
     let mut commit_time = Duration::from_micros(500);
+    let mut last_restart: Option<Instant> = None;
     loop {
         let Some(p) = persister.upgrade() else { return };
         if p.stop.load(Ordering::Acquire) {
@@ -766,6 +770,14 @@ fn commit_loop(persister: Weak<Persister>) {
             commit_time = (commit_time * 7 + started.elapsed()) / 8;
             p.answer_waiters();
             if committed.is_err() {
+                // Persistence has stopped on an I/O error (a full or failing disk): a
+                // checkpoint, which does not depend on the journal, restarts it. Try one now
+                // and then, not after every failed commit.
+                let retry = p.config.restart_retry_interval;
+                if last_restart.is_none_or(|at| at.elapsed() >= retry) {
+                    last_restart = Some(Instant::now());
+                    start_background_checkpoint(&p);
+                }
                 continue;
             }
         }
