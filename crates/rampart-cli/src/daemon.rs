@@ -29,7 +29,7 @@ pub struct ServeConfig {
     /// FUSE over io_uring when the kernel offers it.
     pub io_uring: bool,
     pub commit_interval: std::time::Duration,
-    /// A checkpoint is taken when the journal grows past this.
+    /// A checkpoint is taken each time the journal has grown by this much.
     pub checkpoint_after_bytes: u64,
 }
 
