@@ -109,6 +109,11 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     let mut mounted = rampart_fuse::mount(engine.clone(), &mountpoint, &options)
         .map_err(|e| format!("cannot mount at {}: {e}", mountpoint.display()))?;
 
+    let fuse_transport = if mounted.uses_io_uring() {
+        "io_uring"
+    } else {
+        "/dev/fuse"
+    };
     if let Err(e) = crate::memory_trim::start() {
         tracing::warn!("cannot start the memory trimmer: {e}");
     }
@@ -145,11 +150,7 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
         mounted.counters(),
         store_path.clone(),
         mountpoint.clone(),
-        if mounted.uses_io_uring() {
-            "io_uring"
-        } else {
-            "/dev/fuse"
-        },
+        fuse_transport,
     )
     .map_err(|e| {
         format!(
@@ -163,11 +164,7 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
         store_path.display(),
         mountpoint.display(),
         config.memory_cap_bytes,
-        if mounted.uses_io_uring() {
-            "FUSE over io_uring"
-        } else {
-            "/dev/fuse"
-        }
+        fuse_transport
     );
     on_ready();
     let result = mounted.run();

@@ -545,7 +545,7 @@ fn serve_request<FS: Filesystem>(queue: &PreparedQueue, index: usize, event_loop
             "queue {}: malformed request (len {request_len}, payload {payload_len})",
             queue.qid
         );
-        let _ = reply_errno(&sender, commit_id, libc::EIO);
+        let _ = reply_errno(&sender, libc::EIO);
         return;
     };
     let prefix = IN_HEADER_BYTES + op_len;
@@ -571,16 +571,16 @@ fn serve_request<FS: Filesystem>(queue: &PreparedQueue, index: usize, event_loop
             }
         }
         None => {
-            let _ = reply_errno(&sender, commit_id, libc::EIO);
+            let _ = reply_errno(&sender, libc::EIO);
         }
     }
 }
 
-fn reply_errno(sender: &UringSender, commit_id: u64, errno: i32) -> io::Result<()> {
+fn reply_errno(sender: &UringSender, errno: i32) -> io::Result<()> {
     let mut header = [0u8; OUT_HEADER_BYTES];
     header[0..4].copy_from_slice(&(OUT_HEADER_BYTES as u32).to_ne_bytes());
     header[4..8].copy_from_slice(&(-errno).to_ne_bytes());
-    header[8..16].copy_from_slice(&commit_id.to_ne_bytes());
+    header[8..16].copy_from_slice(&sender.commit_id.to_ne_bytes());
     sender.send(&[IoSlice::new(&header)])
 }
 

@@ -89,13 +89,18 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     /// files are large override it.
     fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
         let data = self.read(name)?.ok_or_else(|| os_error(libc::ENOENT))?;
-        let start = usize::try_from(offset)
-            .unwrap_or(usize::MAX)
-            .min(data.len());
-        let n = buf.len().min(data.len() - start);
-        buf[..n].copy_from_slice(&data[start..start + n]);
-        Ok(n)
+        Ok(copy_window(&data, offset, buf))
     }
+}
+
+/// Copies `data[offset..]` into `buf` as far as both go; returns how many bytes (0 past the end).
+fn copy_window(data: &[u8], offset: u64, buf: &mut [u8]) -> usize {
+    let start = usize::try_from(offset)
+        .unwrap_or(usize::MAX)
+        .min(data.len());
+    let n = buf.len().min(data.len() - start);
+    buf[..n].copy_from_slice(&data[start..start + n]);
+    n
 }
 
 /// The longest file name a device accepts, in bytes (NAME_MAX of Linux file systems).
@@ -670,12 +675,7 @@ impl Device for SimDevice {
             .get(name)
             .ok_or_else(|| os_error(libc::ENOENT))?
             .volatile;
-        let start = usize::try_from(offset)
-            .unwrap_or(usize::MAX)
-            .min(data.len());
-        let n = buf.len().min(data.len() - start);
-        buf[..n].copy_from_slice(&data[start..start + n]);
-        Ok(n)
+        Ok(copy_window(data, offset, buf))
     }
 
     fn len(&self, name: &str) -> io::Result<Option<u64>> {

@@ -261,18 +261,22 @@ impl Persister {
             .map(|m| std::io::Error::other(m.clone()))
     }
 
+    /// Takes every op gathered so far as framed batches (None if there are none), with the
+    /// sequence number after them, and lets writers held back by `throttle` go on.
+    fn take_gathered(&self) -> (Option<Vec<u8>>, u64) {
+        let mut p = lock(&self.pending);
+        let taken = (p.builder.take_batch(), p.builder.next_seq());
+        self.pending_bytes.store(0, Ordering::Release);
+        self.drained.notify_all();
+        taken
+    }
+
     /// Writes and syncs the open batch. The caller holds `writing`.
     fn commit_locked(&self) -> std::io::Result<()> {
         if let Some(e) = self.sticky_error() {
             return Err(e);
         }
-        let (batch, next_seq) = {
-            let mut p = lock(&self.pending);
-            let taken = (p.builder.take_batch(), p.builder.next_seq());
-            self.pending_bytes.store(0, Ordering::Release);
-            self.drained.notify_all();
-            taken
-        };
+        let (batch, next_seq) = self.take_gathered();
         let Some(batch) = batch else {
             return Ok(());
         };
@@ -635,13 +639,7 @@ impl CheckpointJob<'_> {
         let mut restarted_seq = self.seq;
         let result = (|| {
             if self.restarting {
-                let (batch, next_seq) = {
-                    let mut pending = lock(&p.pending);
-                    let taken = (pending.builder.take_batch(), pending.builder.next_seq());
-                    p.pending_bytes.store(0, Ordering::Release);
-                    p.drained.notify_all();
-                    taken
-                };
+                let (batch, next_seq) = p.take_gathered();
                 if let Some(batch) = batch {
                     p.device.append(JOURNAL_TMP, &batch)?;
                 }
