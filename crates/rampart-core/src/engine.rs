@@ -27,7 +27,7 @@ use crate::op::{
     Op, OpSink, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE, RENAME_EXCHANGE,
     RENAME_NOREPLACE,
 };
-use crate::time::{now_ns, TimeNs};
+use crate::time::{file_time_ns, TimeNs};
 use crate::xattr::{self, Xattrs};
 
 /// Most links to one inode (and subdirectories of one directory).
@@ -231,7 +231,7 @@ impl State {
             budget: Budget::new(config.memory_cap_bytes),
             counts: Counts::default(),
         };
-        let now = now_ns();
+        let now = file_time_ns();
         let root = Inode {
             mode: libc::S_IFDIR | (config.root_mode & 0o7777),
             uid: config.root_uid,
@@ -1039,7 +1039,7 @@ impl State {
                     gid: 0,
                     rdev: 0,
                     target: b"",
-                    time_ns: now_ns(),
+                    time_ns: file_time_ns(),
                 };
                 self.apply(&op).expect("creating lost+found");
                 ino
@@ -1444,7 +1444,7 @@ impl Engine {
     /// Sets how soon changes to `ino` must reach the store. A volatile file made durable has
     /// its whole current content journaled at once (its changes were not).
     pub fn set_durability(&self, ctx: &Ctx, ino: Ino, durability: Durability) -> FsResult<()> {
-        let time_ns = now_ns();
+        let time_ns = file_time_ns();
         let mut state = self.state.write();
         let before = state.inode(ino)?.durability();
         let op = Op::SetDurability {
@@ -1588,7 +1588,7 @@ impl Engine {
     }
 
     pub fn setattr(&self, ctx: &Ctx, ino: Ino, set: &SetAttr) -> FsResult<Attr> {
-        let now = now_ns();
+        let now = file_time_ns();
         let mut state = self.state.write();
         let op = Op::SetAttr {
             ino,
@@ -1651,7 +1651,7 @@ impl Engine {
         rdev: u32,
         target: &[u8],
     ) -> FsResult<Attr> {
-        let now = now_ns();
+        let now = file_time_ns();
         let mut state = self.state.write();
         let parent_inode = state.live_dir(parent)?;
         let mut gid = ctx.gid;
@@ -1694,7 +1694,7 @@ impl Engine {
     }
 
     pub fn link(&self, ctx: &Ctx, ino: Ino, new_parent: Ino, new_name: &[u8]) -> FsResult<Attr> {
-        let now = now_ns();
+        let now = file_time_ns();
         let mut state = self.state.write();
         let op = Op::Link {
             ino,
@@ -1730,7 +1730,7 @@ impl Engine {
     }
 
     fn remove_entry(&self, ctx: &Ctx, parent: Ino, name: &[u8], dir: bool) -> FsResult<()> {
-        let time_ns = now_ns();
+        let time_ns = file_time_ns();
         let mut state = self.state.write();
         let op = if dir {
             Op::Rmdir {
@@ -1766,7 +1766,7 @@ impl Engine {
         new_name: &[u8],
         flags: u32,
     ) -> FsResult<()> {
-        let time_ns = now_ns();
+        let time_ns = file_time_ns();
         let mut state = self.state.write();
         let op = Op::Rename {
             parent,
@@ -1804,7 +1804,7 @@ impl Engine {
             .read(inode.size_bytes, offset, size, out);
         // relatime: refresh the access time only when it is older than the last change or a day.
         let atime = inode.atime();
-        let now = now_ns();
+        let now = file_time_ns();
         if atime <= inode.mtime_ns || atime <= inode.ctime_ns || now - atime > RELATIME_INTERVAL_NS
         {
             inode.set_atime(now);
@@ -1823,7 +1823,7 @@ impl Engine {
         kill_suidgid: bool,
     ) -> FsResult<u32> {
         u32::try_from(data.len()).map_err(|_| Errno::EINVAL)?;
-        let time_ns = now_ns();
+        let time_ns = file_time_ns();
         let mut state = self.state.write();
         // One op per WRITE_LEN_MAX bytes: a journal record holds at most that much.
         let mut done = 0usize;
@@ -1863,7 +1863,7 @@ impl Engine {
         length: u64,
         mode: i32,
     ) -> FsResult<()> {
-        let time_ns = now_ns();
+        let time_ns = file_time_ns();
         let mut state = self.state.write();
         let op = Op::Fallocate {
             ino,
@@ -1902,7 +1902,7 @@ impl Engine {
         });
         let atime = inode.atime();
         if atime <= inode.mtime_ns || atime <= inode.ctime_ns {
-            inode.set_atime(now_ns());
+            inode.set_atime(file_time_ns());
         }
         Ok(())
     }
@@ -1915,7 +1915,7 @@ impl Engine {
         value: &[u8],
         flags: i32,
     ) -> FsResult<()> {
-        let time_ns = now_ns();
+        let time_ns = file_time_ns();
         let mut state = self.state.write();
         let op = Op::SetXattr {
             ino,
@@ -1954,7 +1954,7 @@ impl Engine {
     }
 
     pub fn removexattr(&self, ctx: &Ctx, ino: Ino, name: &[u8]) -> FsResult<()> {
-        let time_ns = now_ns();
+        let time_ns = file_time_ns();
         let mut state = self.state.write();
         let op = Op::RemoveXattr { ino, name, time_ns };
         let honour = self.execute(&mut state, &op)?;

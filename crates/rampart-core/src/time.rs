@@ -11,6 +11,26 @@ pub fn now_ns() -> TimeNs {
     to_ns(SystemTime::now())
 }
 
+/// The time stamped on inodes: the kernel's coarse clock (`CLOCK_REALTIME_COARSE`, one tick
+/// granular), the clock the kernel itself stamps FUSE inodes with under the writeback cache.
+/// Creating a file and writing it within one tick then leaves the kernel nothing to update, so
+/// it sends no SETATTR of the times at fsync or close (docs/decisions/0020).
+pub fn file_time_ns() -> TimeNs {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the valid, exclusively borrowed `ts`;
+    // the result is checked.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    if rc != 0 {
+        return now_ns();
+    }
+    (ts.tv_sec as i64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as i64)
+}
+
 /// Converts a `SystemTime`, saturating outside the representable range.
 pub fn to_ns(t: SystemTime) -> TimeNs {
     match t.duration_since(UNIX_EPOCH) {
