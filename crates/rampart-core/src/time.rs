@@ -26,9 +26,9 @@ pub fn file_time_ns() -> TimeNs {
     if rc != 0 {
         return now_ns();
     }
-    (ts.tv_sec as i64)
+    ts.tv_sec
         .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as i64)
+        .saturating_add(ts.tv_nsec)
 }
 
 /// Converts a `SystemTime`, saturating outside the representable range.
@@ -53,6 +53,19 @@ pub fn to_system_time(ns: TimeNs) -> SystemTime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn file_time_is_the_coarse_clock_at_most_a_tick_behind() {
+        let before = now_ns();
+        let coarse = file_time_ns();
+        let after = now_ns();
+        // The coarse clock lags the precise one by up to a tick (10 ms at HZ=100).
+        assert!(coarse <= after, "coarse {coarse} after precise {after}");
+        assert!(
+            coarse > before - 20_000_000,
+            "coarse {coarse} far behind {before}"
+        );
+    }
 
     #[test]
     fn round_trips_both_sides_of_the_epoch() {
