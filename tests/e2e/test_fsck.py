@@ -23,7 +23,7 @@ REPORT_KEYS = {"store", "clean", "repaired", "superblock", "checkpoint", "journa
 SECTION_KEYS = {
     "superblock": {"ok", "format_version", "store_id", "error"},
     "checkpoint": {"present", "ok", "bytes", "seq", "error", "problems"},
-    "journal": {"present", "ok", "bytes", "base_seq", "batches", "ops", "valid_bytes", "next_seq", "tail", "error"},
+    "journal": {"present", "ok", "bytes", "base_seq", "batches", "ops", "valid_bytes", "reserved_bytes", "next_seq", "tail", "error"},
     "replay": {"done", "batches", "ops_applied", "ops_skipped", "failed", "ops_not_replayed", "volatile_dropped"},
     "invariants": {"checked", "problems"},
     "filesystem": {"inodes", "files", "directories", "symlinks", "other", "data_bytes"},
@@ -206,13 +206,14 @@ def test_fsck_torn_tail_is_reported_but_clean(test_base, rampart_env, cleanup_mo
 
 
 def _damage_middle_batch(m, files):
-    """Flips a bit in the batch of files[1] (valid batches follow); returns its offset."""
+    """Flips a bit in the batch of files[1] (valid batches follow); returns its offset and
+    where the journal's batches end (reserved zeros follow, and are not counted as dropped)."""
     journal = m.store / "journal"
     data = bytearray(journal.read_bytes())
     start, end, _, _ = batch_ending_at(data, files[1][2])
     data[start + BATCH_HEADER_BYTES + 3] ^= 0x01
     journal.write_bytes(bytes(data))
-    return start, len(data)
+    return start, files[-1][2]
 
 
 def test_fsck_repairs_a_damaged_journal(test_base, rampart_env, cleanup_mounts):
@@ -266,7 +267,9 @@ def test_fsck_stops_the_replay_at_an_op_that_does_not_apply(test_base, rampart_e
             break
         extra += _renumbered(data[start:end], next_seq)
         next_seq += op_count
-    journal.write_bytes(data + extra)
+    # written where the daemon would have: at the end of the batches, over the reserved zeros
+    end = files[-1][2]
+    journal.write_bytes(data[:end] + extra + data[end + len(extra):])
     r, rep = fsck_json(m)
     assert r.returncode == 1, json.dumps(rep, indent=1)
     failed = rep["replay"]["failed"]

@@ -171,7 +171,13 @@ def assert_fsck_clean_after_crash(m):
 
 
 def journal_len(m):
-    return os.path.getsize(m.store / "journal")
+    """The journal's committed length: where its last batch ends (zeros reserved ahead of the
+    writer may follow it, docs/FORMAT.md)."""
+    data = read_file(m.store / "journal")
+    batches = journal_batches(data)
+    end = batches[-1][1] if batches else HEADER_BYTES
+    assert not any(data[end:]), "the journal's bytes after its last batch are not all zeros"
+    return end
 
 
 def files_by_batch(test_base, env, cleanup, name, n=3):
@@ -589,6 +595,41 @@ def test_torn_journal_tail_mounts_with_earlier_batches(test_base, rampart_env, c
     remount(m)
     assert read_file(os.path.join(m.path, "after")) == b"after the torn tail"
     assert read_file(files[0][0]) == files[0][1]
+    unmount(m)
+    assert_no_panic(m)
+
+
+def test_journal_reserves_zeros_ahead_and_a_write_torn_into_them_recovers(test_base, rampart_env, cleanup_mounts):
+    """Commits write over zeros reserved after the journal's last batch (docs/FORMAT.md): the
+    zeros are a clean end, and a batch torn into them is a torn tail like any other."""
+    m, files = files_by_batch(test_base, rampart_env, cleanup_mounts, "reserve", n=3)
+    journal = m.store / "journal"
+    data = journal.read_bytes()
+    end = files[-1][2]
+    assert len(data) - end >= MiB, f"no zeros reserved after the last batch: {len(data)} bytes, batches end at {end}"
+    r, rep = fsck_json(m)
+    assert r.returncode == 0 and rep["clean"], rep
+    j = rep["journal"]
+    assert j["tail"] == {"state": "clean"} and j["valid_bytes"] == end and j["reserved_bytes"] == len(data) - end, j
+    assert "reserved ahead" in fsck(m).stdout
+    # A fourth batch cut by a crash, its first half written over the zeros.
+    start, _, _, _ = batch_ending_at(data, end)
+    torn = data[start:start + (end - start) // 2]
+    with open(journal, "r+b") as f:
+        f.seek(end)
+        f.write(torn)
+    r, rep = fsck_json(m)
+    assert r.returncode == 0 and rep["journal"]["tail"]["state"] == "torn", rep["journal"]
+    remount(m)
+    for p, content, _ in files:
+        assert read_file(p) == content
+    # The mount cut the journal back to its batches; what it writes next is followed by zeros.
+    write_synced(os.path.join(m.path, "after"), b"after")
+    assert journal_len(m) > end
+    crash(m)
+    assert_fsck_clean_after_crash(m)
+    remount(m)
+    assert read_file(os.path.join(m.path, "after")) == b"after"
     unmount(m)
     assert_no_panic(m)
 

@@ -99,6 +99,8 @@ pub struct JournalReport {
     pub batches: u64,
     pub ops: u64,
     pub valid_bytes: u64,
+    /// Zeros after the valid prefix: space reserved ahead by the writer (docs/FORMAT.md).
+    pub reserved_bytes: u64,
     /// The sequence number the next op would get.
     pub next_seq: Option<u64>,
     /// How the valid prefix ends (null when there is no readable journal).
@@ -414,13 +416,15 @@ fn describe_op(op: &Op<'_>) -> String {
 }
 
 /// What lies after the damage of a journal: (valid batches, their ops, the sequence number
-/// after the last of them). Looks past at most `DAMAGE_SCAN_MAX` damaged regions.
-fn count_after_damage(bytes: &[u8], store_id: [u8; 16], mut at: usize) -> (u64, u64, u64) {
+/// after the last of them, the offset where the last of them ends). Looks past at most
+/// `DAMAGE_SCAN_MAX` damaged regions.
+fn count_after_damage(bytes: &[u8], store_id: [u8; 16], mut at: usize) -> (u64, u64, u64, u64) {
     // Each valid batch found after damage is scanned as the start of a journal of its own: a
     // header naming its first op is written just before it (in a copy; what was there has
     // been scanned already).
     let mut work = bytes.to_vec();
     let (mut batches, mut ops, mut next_seq) = (0u64, 0u64, 0u64);
+    let mut end = at as u64;
     for _ in 0..DAMAGE_SCAN_MAX {
         if at < journal::HEADER_BYTES || at + journal::BATCH_HEADER_BYTES > work.len() {
             break;
@@ -439,6 +443,7 @@ fn count_after_damage(bytes: &[u8], store_id: [u8; 16], mut at: usize) -> (u64, 
         batches += scan.batches.len() as u64;
         ops += scan.op_count();
         next_seq = next_seq.max(scan.next_seq());
+        end = end.max((start as u64) + scan.valid_len);
         match scan.tail {
             Tail::Damaged {
                 next_valid_offset, ..
@@ -448,7 +453,7 @@ fn count_after_damage(bytes: &[u8], store_id: [u8; 16], mut at: usize) -> (u64, 
             _ => break,
         }
     }
-    (batches, ops, next_seq)
+    (batches, ops, next_seq, end)
 }
 
 /// Checks the store at `path` (and repairs it with `repair`). Err: the store could not be
@@ -616,6 +621,7 @@ pub fn fsck(path: &Path, repair: bool, progress: &Progress) -> Result<Report, St
                 r.journal.batches = scan.batches.len() as u64;
                 r.journal.ops = scan.op_count();
                 r.journal.valid_bytes = scan.valid_len;
+                r.journal.reserved_bytes = scan.reserved_bytes;
                 r.journal.next_seq = Some(scan.next_seq());
                 next_seq = next_seq.max(scan.next_seq());
                 let mut usable = true;
@@ -677,10 +683,12 @@ pub fn fsck(path: &Path, repair: bool, progress: &Progress) -> Result<Report, St
                         reason,
                         next_valid_offset,
                     } => {
-                        let (batches, ops, after_seq) =
+                        let (batches, ops, after_seq, valid_end) =
                             count_after_damage(bytes, sb.store_id, *next_valid_offset as usize);
                         next_seq = next_seq.max(after_seq);
-                        let dropped_bytes = bytes.len() as u64 - offset;
+                        // Up to the end of the last valid batch: reserved zeros after it
+                        // held nothing.
+                        let dropped_bytes = valid_end.max(*offset) - offset;
                         r.problems.push(format!(
                             "journal {journal_path} is damaged at byte {offset} ({reason}) \
                              with valid data after it (from byte {next_valid_offset}): the \
@@ -975,6 +983,10 @@ pub fn render(r: &Report, repair: bool) -> String {
                 _ => String::new(),
             };
             let tail = match &j.tail {
+                None | Some(TailReport::Clean) if j.reserved_bytes > 0 => format!(
+                    "tail clean, then {} bytes of zeros reserved ahead",
+                    j.reserved_bytes
+                ),
                 None | Some(TailReport::Clean) => "tail clean".into(),
                 Some(TailReport::Torn {
                     offset,
@@ -998,8 +1010,16 @@ pub fn render(r: &Report, repair: bool) -> String {
                      {dropped_ops} ops) after the damage cannot be replayed"
                 ),
             };
-            if j.batches == 0 && j.bytes == j.valid_bytes {
-                format!("empty ({} bytes: its header); nothing to replay", j.bytes)
+            if j.batches == 0 && j.bytes == j.valid_bytes + j.reserved_bytes {
+                format!(
+                    "empty ({} bytes: its header{}); nothing to replay",
+                    j.bytes,
+                    if j.reserved_bytes > 0 {
+                        " and reserved zeros"
+                    } else {
+                        ""
+                    }
+                )
             } else {
                 format!(
                     "{}, {}, {} of {} bytes valid{ops}; {tail}",
@@ -1160,7 +1180,7 @@ mod tests {
                 .expect("mknod");
             engine.write(&c, f.ino, 0, data, false).expect("write");
             persister.sync().expect("sync");
-            ends.push(device.len(JOURNAL_FILE).unwrap().unwrap());
+            ends.push(persister.stats().journal_bytes);
         }
         if unmount {
             persister.shutdown(&engine).expect("checkpoint");
@@ -1284,7 +1304,7 @@ mod tests {
             panic!("{:?}", scan.tail)
         };
         assert_eq!(next_valid_offset as usize, starts[2]);
-        let (batches, ops, next_seq) = count_after_damage(&bytes, id, starts[2]);
+        let (batches, ops, next_seq, _) = count_after_damage(&bytes, id, starts[2]);
         assert_eq!((batches, ops, next_seq), (2, 8, 10 + 15));
     }
 

@@ -45,6 +45,9 @@ impl Device for CrashBeforeSync {
     fn write(&self, name: &str, data: &[u8]) -> std::io::Result<()> {
         self.inner.write(name, data)
     }
+    fn write_at(&self, name: &str, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.inner.write_at(name, offset, data)
+    }
     fn truncate(&self, name: &str, len: u64) -> std::io::Result<()> {
         self.inner.truncate(name, len)
     }

@@ -21,8 +21,10 @@ pub use adapter::CachePolicy;
 pub use counters::RequestCounters;
 
 /// Requests one CPU's io_uring queue can hold at once (fsyncs waiting for a commit hold one
-/// each); each costs a payload buffer of max_write (1 MiB).
-const IO_URING_QUEUE_DEPTH: u16 = 8;
+/// each, so 8 stalled a CPU's other requests under 16 writers); each costs a payload buffer of
+/// max_write (1 MiB), touched only when a request fills it, and fuser keeps all of them under
+/// 64 MiB (fewer per queue on machines with many CPUs).
+const IO_URING_QUEUE_DEPTH: u16 = 32;
 
 /// How to mount.
 #[derive(Clone, Debug)]

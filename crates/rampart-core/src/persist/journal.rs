@@ -14,6 +14,10 @@
 //! `op_count ≥ 1`; `body_len ≤ BATCH_BODY_MAX_BYTES`. A batch is written with one append and
 //! made durable by one fdatasync shared by every op in it (group commit).
 //!
+//! The writer keeps zeros reserved after the last batch (`RESERVE_BYTES`): a commit then
+//! overwrites blocks the file system has already allocated and written, and its fdatasync
+//! has no file-system metadata to write. A remainder of nothing but zeros is the clean end.
+//!
 //! Scanning stops at the first batch that is incomplete or fails its checksum. If nothing
 //! valid follows it, it is a torn tail: the last write was cut by a crash before its sync,
 //! so it was never acknowledged as durable, and recovery drops it. If a valid batch does
@@ -28,6 +32,9 @@ pub const VERSION: u32 = 1;
 pub const HEADER_BYTES: usize = 64;
 const BATCH_MAGIC: u32 = u32::from_le_bytes(*b"RPJB");
 pub const BATCH_HEADER_BYTES: usize = 32;
+/// Zeros the writer keeps reserved ahead of the journal's end: when a commit would run past
+/// them, it writes this many more after its batch (one commit in about 500 of 4 KiB writes).
+pub const RESERVE_BYTES: usize = 2 << 20;
 /// Largest batch body; a batch holding more ops is cut in two by the writer.
 pub const BATCH_BODY_MAX_BYTES: usize = 64 << 20;
 
@@ -168,6 +175,8 @@ pub struct Scan<'a> {
     /// Bytes of the valid prefix (header and whole batches).
     pub valid_len: u64,
     pub tail: Tail,
+    /// Zero bytes after the valid prefix: space the writer reserved ahead (see `RESERVE_BYTES`).
+    pub reserved_bytes: u64,
 }
 
 impl Scan<'_> {
@@ -249,6 +258,15 @@ pub fn scan(bytes: &[u8]) -> Result<Scan<'_>, JournalError> {
                 at += BATCH_HEADER_BYTES + batch.body.len();
                 batches.push(batch);
             }
+            Err(_) if bytes[at..].iter().all(|&b| b == 0) => {
+                return Ok(Scan {
+                    header,
+                    batches,
+                    valid_len: at as u64,
+                    tail: Tail::Clean,
+                    reserved_bytes: (bytes.len() - at) as u64,
+                });
+            }
             Err(reason) => {
                 let tail = match find_next_valid(bytes, at + 1, next_seq) {
                     Some(next_valid_offset) => Tail::Damaged {
@@ -267,6 +285,7 @@ pub fn scan(bytes: &[u8]) -> Result<Scan<'_>, JournalError> {
                     batches,
                     valid_len: at as u64,
                     tail,
+                    reserved_bytes: 0,
                 });
             }
         }
@@ -276,6 +295,7 @@ pub fn scan(bytes: &[u8]) -> Result<Scan<'_>, JournalError> {
         batches,
         valid_len: at as u64,
         tail: Tail::Clean,
+        reserved_bytes: 0,
     })
 }
 
@@ -494,6 +514,47 @@ mod tests {
                 Tail::Clean => assert!(len == HEADER_BYTES || ends.contains(&(len as u64))),
                 Tail::Torn { .. } => {}
                 Tail::Damaged { .. } => panic!("truncation at {len} seen as damage"),
+            }
+        }
+    }
+
+    #[test]
+    fn reserved_zeros_are_a_clean_end_and_a_torn_write_into_them_is_torn() {
+        let j = journal_with(&[&[(b"a", 5)], &[(b"b", 6)]]);
+        let full = scan(&j).unwrap();
+        let mut reserved = j.clone();
+        reserved.resize(j.len() + 4096, 0);
+        let s = scan(&reserved).unwrap();
+        assert_eq!(s.tail, Tail::Clean);
+        assert_eq!((s.valid_len, s.reserved_bytes), (j.len() as u64, 4096));
+        assert_eq!(s.next_seq(), full.next_seq());
+        // A third batch cut anywhere inside the reserve (the rest still zeros) is torn, and
+        // so is one whose first bytes never landed (zeros, then some of its later bytes).
+        let three = journal_with(&[&[(b"a", 5)], &[(b"b", 6)], &[(b"c", 7)]]);
+        for cut in j.len() + 1..three.len() {
+            let mut torn = three[..cut].to_vec();
+            torn.resize(three.len() + 4096, 0);
+            let s = scan(&torn).unwrap();
+            if three[cut..].iter().all(|&b| b == 0) {
+                // What the cut lost was zeros anyway: the batch is whole.
+                assert_eq!((s.batches.len(), s.tail.clone()), (3, Tail::Clean));
+            } else {
+                assert!(
+                    matches!(s.tail, Tail::Torn { .. }),
+                    "cut {cut}: {:?}",
+                    s.tail
+                );
+                assert_eq!((s.valid_len, s.reserved_bytes), (j.len() as u64, 0));
+            }
+            let mut holed = reserved.clone();
+            holed[cut..three.len()].copy_from_slice(&three[cut..]);
+            if holed[j.len()..].iter().any(|&b| b != 0) {
+                let s = scan(&holed).unwrap();
+                assert!(
+                    matches!(s.tail, Tail::Torn { .. }),
+                    "hole to {cut}: {:?}",
+                    s.tail
+                );
             }
         }
     }
