@@ -557,6 +557,9 @@ const TAIL_LEFT_FOR_FINISH_BYTES: u64 = 1 << 20;
 /// ... or until it has made this many rounds.
 const TAIL_ROUNDS_MAX: usize = 8;
 
+/// A checkpoint image is written in chunks of this size (see `write_image`).
+const IMAGE_CHUNK_BYTES: usize = 8 << 20;
+
 /// Bytes copied from the old journal to the new one per read.
 const TAIL_CHUNK_BYTES: usize = 4 << 20;
 
@@ -592,10 +595,19 @@ impl CheckpointJob<'_> {
     pub fn write_image(&mut self) -> std::io::Result<()> {
         let p = self.persister;
         let image = std::mem::take(&mut self.image);
+        // In chunks, each sent on to the disk as the next is written: a sync of the whole
+        // image at the end would hold every commit's fdatasync behind it for seconds.
+        let mut chunks = image.chunks(IMAGE_CHUNK_BYTES);
         let result = p
             .device
-            .write(CHECKPOINT_TMP, &image)
-            .and_then(|()| p.device.sync(CHECKPOINT_TMP));
+            .write(CHECKPOINT_TMP, chunks.next().unwrap_or_default())
+            .and_then(|()| {
+                for chunk in chunks {
+                    p.device.start_writeback(CHECKPOINT_TMP)?;
+                    p.device.append(CHECKPOINT_TMP, chunk)?;
+                }
+                p.device.sync(CHECKPOINT_TMP)
+            });
         drop(image);
         result.map_err(|e| p.fail("writing a checkpoint", &e))
     }
