@@ -393,6 +393,9 @@ fn flipped_bits_give_an_error_or_a_valid_state_never_a_panic() {
 fn background_checkpoints_beside_committing_writers_lose_nothing_acknowledged() {
     const THREADS: usize = 4;
     const WRITES: usize = 200;
+    // Writers go on past WRITES until a checkpoint has finished beside them (a loaded machine
+    // may run the checkpoint thread late), up to this many writes each.
+    const WRITES_MAX: usize = 20_000;
     let device = Arc::new(SimDevice::new(77));
     let config = EngineConfig::default();
     let engine = Arc::new(Engine::new(config.clone()));
@@ -407,10 +410,14 @@ fn background_checkpoints_beside_committing_writers_lose_nothing_acknowledged() 
     let writers: Vec<_> = (0..THREADS)
         .map(|t| {
             let engine = engine.clone();
+            let persister = persister.clone();
             std::thread::spawn(move || {
                 let c = Ctx::library(0, 0);
                 let mut acknowledged = Vec::new();
-                for i in 0..WRITES {
+                for i in 0..WRITES_MAX {
+                    if i >= WRITES && persister.stats().checkpoints >= 1 {
+                        break;
+                    }
                     let name = format!("t{t}-{i}");
                     let ino = engine
                         .mknod(&c, ROOT_INO, name.as_bytes(), libc::S_IFREG | 0o644, 0)
@@ -422,9 +429,8 @@ fn background_checkpoints_beside_committing_writers_lose_nothing_acknowledged() 
                     engine.sync_async(Box::new(move |r| {
                         let _ = tx.send(r.is_ok());
                     }));
-                    if rx.recv().unwrap() {
-                        acknowledged.push((name, body));
-                    }
+                    assert!(rx.recv().unwrap(), "a sync failed");
+                    acknowledged.push((name, body));
                 }
                 acknowledged
             })
@@ -434,7 +440,7 @@ fn background_checkpoints_beside_committing_writers_lose_nothing_acknowledged() 
         .into_iter()
         .flat_map(|w| w.join().unwrap())
         .collect();
-    assert_eq!(acknowledged.len(), THREADS * WRITES, "every sync succeeds");
+    assert!(acknowledged.len() >= THREADS * WRITES);
     let stats = persister.stats();
     assert!(
         stats.checkpoints >= 1,

@@ -32,8 +32,11 @@
 //!      (the cut, from nothing to all): the volatile bytes before the cut, the durable bytes
 //!      after it. For appends that is the durable content followed by a prefix of the bytes
 //!      appended since; for an overwrite (`write_at`) it is a write torn at any byte. If the
-//!      file shrank since the last sync (`truncate`, a shorter `write`), the durable content.
-//!      A file with no durable content is absent, or holds a prefix of its volatile content.
+//!      file is now shorter than its durable content (`truncate`, a shorter `write`), the
+//!      durable content. A file with no durable content is absent, or holds a prefix of its
+//!      volatile content. (Real disks also land the sectors of one unsynced write in any
+//!      order; the journal's format is argued against that in docs/FORMAT.md, and its scan is
+//!      tested against it, but the simulation does not produce it.)
 //!    - [`CrashMode::Random`]: per file, one of the two above.
 //!
 //!    So every byte of a file after a crash is either its durable byte or its volatile byte,
@@ -170,7 +173,7 @@ fn shrink_only(name: &str, current: u64, len: u64) -> io::Error {
 // DirDevice
 
 /// The real device: files in a folder, mode 0600, with up to [`MAX_CACHED_FILES`] open file
-/// descriptors cached by name (opened with `O_APPEND`, so appends always land at the end).
+/// descriptors cached by name, each with the file's length (see `CachedFile`).
 ///
 /// Operations on different files run in parallel; the cache lock is held only to look up or
 /// open a descriptor, and across the `rename`/`unlink` system calls so that a cached
@@ -266,7 +269,15 @@ impl DirDevice {
             Err(e) => return Err(e),
         };
         if cache.files.len() >= MAX_CACHED_FILES {
-            if let Some(victim) = cache.files.keys().next().cloned() {
+            // Not one in use: a second descriptor of a file being written would have a length
+            // of its own, and appends through it could overwrite. If all are in use, the
+            // cache grows past the limit until some are released.
+            let victim = cache
+                .files
+                .iter()
+                .find(|(_, f)| Arc::strong_count(f) == 1)
+                .map(|(name, _)| name.clone());
+            if let Some(victim) = victim {
                 cache.files.remove(&victim);
             }
         }
@@ -486,7 +497,7 @@ pub enum CrashMode {
     /// Every file holds its durable content; files never synced are gone.
     LoseUnsynced,
     /// The changes since the last sync survive in file order up to a random byte (a torn
-    /// write), unless the file shrank; see the module's model.
+    /// write), unless the file is now shorter than its durable content; see the module's model.
     TornTail,
     /// Per file, randomly `LoseUnsynced` or `TornTail`.
     Random,
@@ -613,7 +624,8 @@ impl SimDevice {
         self.state.lock().fail_after_syncs = Some(n);
     }
 
-    /// While `fail` is true, `append` and `write` fail with ENOSPC and change nothing.
+    /// While `fail` is true, `append`, `write` and `write_at` fail with ENOSPC and change
+    /// nothing.
     pub fn set_fail_writes(&self, fail: bool) {
         self.state.lock().fail_writes = fail;
     }
@@ -1182,7 +1194,6 @@ mod tests {
         }
     }
 
-    /// Whether `content` is `durable ‖ a prefix of tail`.
     /// Whether `content` is `volatile` up to some cut and `durable` after it (the TornTail
     /// model for files that did not shrink).
     fn is_torn_in_order(content: &[u8], durable: &[u8], volatile: &[u8]) -> bool {
@@ -1195,6 +1206,7 @@ mod tests {
         })
     }
 
+    /// Whether `content` is `durable ‖ a prefix of tail`.
     fn is_durable_plus_prefix(content: &[u8], durable: &[u8], tail: &[u8]) -> bool {
         content.len() <= durable.len() + tail.len()
             && content.starts_with(durable)

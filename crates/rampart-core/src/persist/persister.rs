@@ -1,6 +1,7 @@
 //! The persister: receives every applied op (it is the engine's `OpSink`), gathers them into
-//! journal batches, and makes them durable with group commit: one append and one fdatasync
-//! for every op gathered since the last one, from any number of writers.
+//! journal batches, and makes them durable with group commit: one write at the journal's end
+//! and one fdatasync per batch for every op gathered since the last commit, from any number of
+//! writers (a commit is one batch unless more than 32 MiB gathered).
 //!
 //! When ops become durable:
 //! - within `commit_interval` (default 5 s, like ext4's commit interval) in any case;
@@ -13,7 +14,7 @@
 //! go on meanwhile:
 //! 1. `begin`: the image is encoded under the engine's shared lock (writers wait for that
 //!    long; `last_checkpoint_pause` reports it). It holds every op before `seq`.
-//! 2. `write_image`: the image goes to `checkpoint.tmp` and is synced. Commits keep appending
+//! 2. `write_image`: the image goes to `checkpoint.tmp` and is synced. Commits keep writing
 //!    to the old journal.
 //! 3. `copy_tail`: the batches committed since step 1 are copied from the old journal into
 //!    `journal.tmp`, behind a header whose `base_seq` is the first op of those batches.
@@ -280,35 +281,54 @@ impl Persister {
         if let Some(e) = self.sticky_error() {
             return Err(e);
         }
-        let (batch, next_seq) = self.take_gathered();
-        let Some(mut batch) = batch else {
+        let (framed, next_seq) = self.take_gathered();
+        let Some(framed) = framed else {
             return Ok(());
         };
+        // One sync per batch: if several went out in one write, a crash could leave a later
+        // batch whole and an earlier one missing (the file system orders the blocks of one
+        // write as it likes), which recovery would have to take for damage.
+        for batch in journal::framed_batches(&framed) {
+            self.write_batch(batch)?;
+        }
+        let mut d = lock(&self.durable);
+        d.seq = d.seq.max(next_seq);
+        d.commits += 1;
+        Ok(())
+    }
+
+    /// Writes one framed batch at the journal's end and syncs it. The caller holds `writing`.
+    fn write_batch(&self, batch: &[u8]) -> std::io::Result<()> {
         let batch_bytes = batch.len() as u64;
-        let (end, file_end) = {
+        let (end, mut file_end) = {
             let d = lock(&self.durable);
             (d.journal_bytes, d.journal_file_bytes)
         };
-        // Over the reserved zeros, the sync has only data to write. A batch that runs past
-        // them extends the file, with a new reserve after it (the file system's metadata is
-        // then written once for RESERVE_BYTES of batches).
-        let file_end = if end + batch_bytes <= file_end {
-            file_end
-        } else {
-            batch.resize(batch.len() + journal::RESERVE_BYTES, 0);
-            end + batch.len() as u64
-        };
         self.device
-            .write_at(JOURNAL_FILE, end, &batch)
+            .write_at(JOURNAL_FILE, end, batch)
             .map_err(|e| self.fail("writing to the journal", &e))?;
+        if end + batch_bytes > file_end {
+            // Past the reserved zeros: this sync writes the file system's metadata anyway, so
+            // reserve the next RESERVE_BYTES with it. Without the room, go on without.
+            match self.device.write_at(
+                JOURNAL_FILE,
+                end + batch_bytes,
+                &vec![0u8; journal::RESERVE_BYTES],
+            ) {
+                Ok(()) => file_end = end + batch_bytes + journal::RESERVE_BYTES as u64,
+                Err(e) => {
+                    tracing::debug!("no zeros reserved after the journal: {e}");
+                    let len = self.device.len(JOURNAL_FILE).ok().flatten().unwrap_or(0);
+                    file_end = len.max(end + batch_bytes);
+                }
+            }
+        }
         self.device
             .sync(JOURNAL_FILE)
             .map_err(|e| self.fail("syncing the journal", &e))?;
         let mut d = lock(&self.durable);
-        d.seq = d.seq.max(next_seq);
         d.journal_bytes += batch_bytes;
         d.journal_file_bytes = file_end;
-        d.commits += 1;
         debug_assert!(d.journal_bytes <= d.journal_file_bytes);
         Ok(())
     }
@@ -603,7 +623,10 @@ impl CheckpointJob<'_> {
             .write(CHECKPOINT_TMP, chunks.next().unwrap_or_default())
             .and_then(|()| {
                 for chunk in chunks {
-                    p.device.start_writeback(CHECKPOINT_TMP)?;
+                    if let Err(e) = p.device.start_writeback(CHECKPOINT_TMP) {
+                        // Only a hint: the sync below reports real I/O errors.
+                        tracing::debug!("starting a checkpoint's writeback: {e}");
+                    }
                     p.device.append(CHECKPOINT_TMP, chunk)?;
                 }
                 p.device.sync(CHECKPOINT_TMP)
