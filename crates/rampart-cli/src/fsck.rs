@@ -1305,8 +1305,9 @@ mod tests {
             panic!("{:?}", scan.tail)
         };
         assert_eq!(next_valid_offset as usize, starts[2]);
-        let (batches, ops, next_seq, _) = count_after_damage(&bytes, id, starts[2]);
+        let (batches, ops, next_seq, end) = count_after_damage(&bytes, id, starts[2]);
         assert_eq!((batches, ops, next_seq), (2, 8, 10 + 15));
+        assert_eq!(end, bytes.len() as u64); // the last valid batch ends the journal
     }
 
     #[test]

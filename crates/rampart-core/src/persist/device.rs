@@ -173,7 +173,8 @@ fn shrink_only(name: &str, current: u64, len: u64) -> io::Error {
 // DirDevice
 
 /// The real device: files in a folder, mode 0600, with up to [`MAX_CACHED_FILES`] open file
-/// descriptors cached by name, each with the file's length (see `CachedFile`).
+/// descriptors cached by name (more while all of them are in use), each with the file's
+/// length (see `CachedFile`).
 ///
 /// Operations on different files run in parallel; the cache lock is held only to look up or
 /// open a descriptor, and across the `rename`/`unlink` system calls so that a cached
@@ -206,6 +207,18 @@ impl CachedFile {
             file,
             len_bytes: Mutex::new(len),
         })
+    }
+
+    /// Writes `data` at `offset` (at most `*len`) and updates `*len`, the locked length: on an
+    /// error a part may have been written, so the length is asked of the file system then.
+    fn write_tracked(&self, len: &mut u64, offset: u64, data: &[u8]) -> io::Result<()> {
+        debug_assert!(offset <= *len);
+        let result = self.file.write_all_at(data, offset);
+        *len = match &result {
+            Ok(()) => (*len).max(offset + data.len() as u64),
+            Err(_) => self.file.metadata().map_or(*len, |m| m.len()),
+        };
+        result
     }
 }
 
@@ -351,12 +364,8 @@ impl Device for DirDevice {
     fn append(&self, name: &str, data: &[u8]) -> io::Result<()> {
         let file = self.open_existing_or_create(name)?;
         let mut len = file.len_bytes.lock();
-        let result = file.write_all_at(data, *len);
-        *len = match &result {
-            Ok(()) => *len + data.len() as u64,
-            Err(_) => file.metadata().map_or(*len, |m| m.len()), // a part may be written
-        };
-        result
+        let end = *len;
+        file.write_tracked(&mut len, end, data)
     }
 
     fn write(&self, name: &str, data: &[u8]) -> io::Result<()> {
@@ -364,12 +373,7 @@ impl Device for DirDevice {
         let mut len = file.len_bytes.lock();
         file.set_len(0)?;
         *len = 0;
-        let result = file.write_all_at(data, 0);
-        *len = match &result {
-            Ok(()) => data.len() as u64,
-            Err(_) => file.metadata().map_or(*len, |m| m.len()),
-        };
-        result
+        file.write_tracked(&mut len, 0, data)
     }
 
     fn write_at(&self, name: &str, offset: u64, data: &[u8]) -> io::Result<()> {
@@ -378,12 +382,7 @@ impl Device for DirDevice {
         if offset > *len {
             return Err(past_end(name, *len, offset));
         }
-        let result = file.write_all_at(data, offset);
-        *len = match &result {
-            Ok(()) => (*len).max(offset + data.len() as u64),
-            Err(_) => file.metadata().map_or(*len, |m| m.len()),
-        };
-        result
+        file.write_tracked(&mut len, offset, data)
     }
 
     fn truncate(&self, name: &str, len: u64) -> io::Result<()> {

@@ -153,7 +153,8 @@ pub enum Tail {
     /// The file ends exactly after the last valid batch.
     Clean,
     /// An incomplete or failing last batch, with nothing valid after it: a write cut short
-    /// by a crash, never acknowledged. `bytes` are dropped.
+    /// by a crash, never acknowledged. `bytes` are dropped (the zeros reserved after them are
+    /// not counted).
     Torn {
         offset: u64,
         bytes: u64,
@@ -277,7 +278,12 @@ pub fn scan(bytes: &[u8]) -> Result<Scan<'_>, JournalError> {
                     },
                     None => Tail::Torn {
                         offset: at as u64,
-                        bytes: (bytes.len() - at) as u64,
+                        // Up to the last byte that is not a reserved zero.
+                        bytes: bytes
+                            .iter()
+                            .rposition(|&b| b != 0)
+                            .map_or(0, |i| i + 1)
+                            .saturating_sub(at) as u64,
                         reason,
                     },
                 };
@@ -463,10 +469,12 @@ mod tests {
         let pieces: Vec<&[u8]> = framed_batches(&framed).collect();
         assert!(pieces.len() >= 2, "{} batches", pieces.len());
         assert_eq!(pieces.iter().map(|p| p.len()).sum::<usize>(), framed.len());
-        let mut journal = header().encode().to_vec();
-        journal[32..40].copy_from_slice(&7u64.to_le_bytes());
-        let crc = crc32c::crc32c(&journal[..60]);
-        journal[60..64].copy_from_slice(&crc.to_le_bytes());
+        let mut journal = Header {
+            base_seq: 7,
+            ..header()
+        }
+        .encode()
+        .to_vec();
         for (i, piece) in pieces.iter().enumerate() {
             journal.extend_from_slice(piece);
             let s = scan(&journal).unwrap();
@@ -588,8 +596,10 @@ mod tests {
                 // What the cut lost was zeros anyway: the batch is whole.
                 assert_eq!((s.batches.len(), s.tail.clone()), (3, Tail::Clean));
             } else {
+                let content_end = torn.iter().rposition(|&b| b != 0).unwrap() + 1;
+                let expected = (content_end - j.len()) as u64;
                 assert!(
-                    matches!(s.tail, Tail::Torn { .. }),
+                    matches!(s.tail, Tail::Torn { bytes, .. } if bytes == expected),
                     "cut {cut}: {:?}",
                     s.tail
                 );

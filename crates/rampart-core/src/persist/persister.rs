@@ -276,7 +276,7 @@ impl Persister {
         taken
     }
 
-    /// Writes and syncs the open batch. The caller holds `writing`.
+    /// Writes and syncs every batch gathered, one sync per batch. The caller holds `writing`.
     fn commit_locked(&self) -> std::io::Result<()> {
         if let Some(e) = self.sticky_error() {
             return Err(e);
@@ -310,11 +310,10 @@ impl Persister {
         if end + batch_bytes > file_end {
             // Past the reserved zeros: this sync writes the file system's metadata anyway, so
             // reserve the next RESERVE_BYTES with it. Without the room, go on without.
-            match self.device.write_at(
-                JOURNAL_FILE,
-                end + batch_bytes,
-                &vec![0u8; journal::RESERVE_BYTES],
-            ) {
+            match self
+                .device
+                .write_at(JOURNAL_FILE, end + batch_bytes, &RESERVE_ZEROS)
+            {
                 Ok(()) => file_end = end + batch_bytes + journal::RESERVE_BYTES as u64,
                 Err(e) => {
                     tracing::debug!("no zeros reserved after the journal: {e}");
@@ -576,6 +575,9 @@ const IMAGE_PREFAULT_BYTES_MAX: u64 = 16 << 30;
 const TAIL_LEFT_FOR_FINISH_BYTES: u64 = 1 << 20;
 /// ... or until it has made this many rounds.
 const TAIL_ROUNDS_MAX: usize = 8;
+
+/// What a commit writes after its batch when it runs past the journal's reserved zeros.
+static RESERVE_ZEROS: [u8; journal::RESERVE_BYTES] = [0; journal::RESERVE_BYTES];
 
 /// A checkpoint image is written in chunks of this size (see `write_image`).
 const IMAGE_CHUNK_BYTES: usize = 8 << 20;

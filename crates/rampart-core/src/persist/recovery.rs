@@ -28,7 +28,7 @@ pub struct Report {
     /// Journal ops skipped because the checkpoint already holds them.
     pub ops_skipped: u64,
     pub tail: Tail,
-    /// Length of the journal's valid prefix; new batches are appended after it (0: none).
+    /// Length of the journal's valid prefix; new batches are written after it (0: none).
     pub journal_valid_len: u64,
     /// The sequence number the next op gets.
     pub next_seq: u64,
