@@ -687,9 +687,8 @@ pub fn fsck(path: &Path, repair: bool, progress: &Progress) -> Result<Report, St
                             count_after_damage(bytes, sb.store_id, *next_valid_offset as usize);
                         next_seq = next_seq.max(after_seq);
                         // Everything but the reserved zeros at the end, which held nothing.
-                        let content_end = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
-                        let dropped_bytes =
-                            (valid_end.max(content_end as u64)).max(*offset) - offset;
+                        let content_end = journal::content_end(bytes) as u64;
+                        let dropped_bytes = valid_end.max(content_end).max(*offset) - offset;
                         r.problems.push(format!(
                             "journal {journal_path} is damaged at byte {offset} ({reason}) \
                              with valid data after it (from byte {next_valid_offset}): the \

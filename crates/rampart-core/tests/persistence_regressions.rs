@@ -165,14 +165,27 @@ fn checkpoint_ahead_of_journal_two_batches() {
     checkpoint_ahead_of_journal(2).unwrap();
 }
 
-/// Journal batch writes take 300 ms, like a slow disk; meanwhile writers fill the next batch
-/// past the limit.
+/// Journal batch writes take 300 ms, like a slow disk, so writers gather ops past one batch
+/// meanwhile. Counts the batches written to the journal, in all and the most between two of
+/// its syncs.
 #[derive(Debug)]
-struct SlowJournalWrites {
+struct SlowJournal {
     inner: SimDevice,
-    batch_writes: AtomicU64,
+    batches: AtomicU64,
+    since_sync: AtomicU64,
+    most_per_sync: AtomicU64,
 }
-impl Device for SlowJournalWrites {
+impl SlowJournal {
+    fn new(seed: u64) -> SlowJournal {
+        SlowJournal {
+            inner: SimDevice::new(seed),
+            batches: AtomicU64::new(0),
+            since_sync: AtomicU64::new(0),
+            most_per_sync: AtomicU64::new(0),
+        }
+    }
+}
+impl Device for SlowJournal {
     fn read(&self, n: &str) -> std::io::Result<Option<Vec<u8>>> {
         self.inner.read(n)
     }
@@ -187,7 +200,15 @@ impl Device for SlowJournalWrites {
     }
     fn write_at(&self, n: &str, o: u64, d: &[u8]) -> std::io::Result<()> {
         if n == "journal" && d.starts_with(b"RPJB") {
-            self.batch_writes.fetch_add(1, Ordering::SeqCst);
+            // Whole batches from the start of the write (reserved zeros may follow them).
+            let (mut at, mut batches) = (0, 0u64);
+            while d.len() >= at + journal::BATCH_HEADER_BYTES && &d[at..at + 4] == b"RPJB" {
+                let body = u32::from_le_bytes(d[at + 4..at + 8].try_into().unwrap()) as usize;
+                at += journal::BATCH_HEADER_BYTES + body;
+                batches += 1;
+            }
+            self.batches.fetch_add(batches, Ordering::SeqCst);
+            self.since_sync.fetch_add(batches, Ordering::SeqCst);
             std::thread::sleep(Duration::from_millis(300));
         }
         self.inner.write_at(n, o, d)
@@ -196,6 +217,10 @@ impl Device for SlowJournalWrites {
         self.inner.truncate(n, l)
     }
     fn sync(&self, n: &str) -> std::io::Result<()> {
+        if n == "journal" {
+            let since = self.since_sync.swap(0, Ordering::SeqCst);
+            self.most_per_sync.fetch_max(since, Ordering::SeqCst);
+        }
         self.inner.sync(n)
     }
     fn rename(&self, a: &str, b: &str) -> std::io::Result<()> {
@@ -211,10 +236,7 @@ impl Device for SlowJournalWrites {
 
 #[test]
 fn batches_stay_under_the_limit_however_much_gathers() {
-    let device = Arc::new(SlowJournalWrites {
-        inner: SimDevice::new(4),
-        batch_writes: AtomicU64::new(0),
-    });
+    let device = Arc::new(SlowJournal::new(4));
     let ec = EngineConfig {
         memory_cap_bytes: 1 << 30,
         ..EngineConfig::default()
@@ -227,10 +249,7 @@ fn batches_stay_under_the_limit_however_much_gathers() {
         e.write(&c, f, i << 20, &mib, false).unwrap();
     }
     e.sync().unwrap();
-    eprintln!(
-        "batch writes: {}",
-        device.batch_writes.load(Ordering::SeqCst)
-    );
+    eprintln!("batches: {}", device.batches.load(Ordering::SeqCst));
     let bytes = device.inner.read("journal").unwrap().unwrap();
     let scan = journal::scan(&bytes).unwrap();
     eprintln!("tail: {:?}", scan.tail);
@@ -471,79 +490,11 @@ fn persistence_restarts_by_itself_once_the_disk_works_again() {
     assert!(e2.check().is_empty());
 }
 
-/// Counts the journal batches in each write to the journal, and the most written between two
-/// of its syncs.
-#[derive(Debug)]
-struct BatchesPerSync {
-    inner: SimDevice,
-    since_sync: AtomicU64,
-    most: AtomicU64,
-    total: AtomicU64,
-}
-impl BatchesPerSync {
-    fn count(&self, n: &str, d: &[u8]) {
-        if n != "journal" {
-            return;
-        }
-        let mut at = 0;
-        while d.len() >= at + journal::BATCH_HEADER_BYTES && &d[at..at + 4] == b"RPJB" {
-            let body = u32::from_le_bytes(d[at + 4..at + 8].try_into().unwrap()) as usize;
-            at += journal::BATCH_HEADER_BYTES + body;
-            self.since_sync.fetch_add(1, Ordering::SeqCst);
-            self.total.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-}
-impl Device for BatchesPerSync {
-    fn read(&self, n: &str) -> std::io::Result<Option<Vec<u8>>> {
-        self.inner.read(n)
-    }
-    fn len(&self, n: &str) -> std::io::Result<Option<u64>> {
-        self.inner.len(n)
-    }
-    fn append(&self, n: &str, d: &[u8]) -> std::io::Result<()> {
-        self.count(n, d);
-        self.inner.append(n, d)
-    }
-    fn write(&self, n: &str, d: &[u8]) -> std::io::Result<()> {
-        self.inner.write(n, d)
-    }
-    fn write_at(&self, n: &str, o: u64, d: &[u8]) -> std::io::Result<()> {
-        self.count(n, d);
-        if n == "journal" && d.starts_with(b"RPJB") {
-            // A slow disk: ops gather meanwhile, past one batch.
-            std::thread::sleep(Duration::from_millis(300));
-        }
-        self.inner.write_at(n, o, d)
-    }
-    fn truncate(&self, n: &str, l: u64) -> std::io::Result<()> {
-        self.inner.truncate(n, l)
-    }
-    fn sync(&self, n: &str) -> std::io::Result<()> {
-        if n == "journal" {
-            let since = self.since_sync.swap(0, Ordering::SeqCst);
-            self.most.fetch_max(since, Ordering::SeqCst);
-        }
-        self.inner.sync(n)
-    }
-    fn rename(&self, a: &str, b: &str) -> std::io::Result<()> {
-        self.inner.rename(a, b)
-    }
-    fn remove(&self, n: &str) -> std::io::Result<()> {
-        self.inner.remove(n)
-    }
-}
-
 #[test]
 fn a_commit_of_several_batches_syncs_each_before_the_next() {
     // The sectors of one write may land in any order: a write holding two batches could
     // leave the second whole and the first missing, which recovery would take for damage.
-    let device = Arc::new(BatchesPerSync {
-        inner: SimDevice::new(11),
-        since_sync: AtomicU64::new(0),
-        most: AtomicU64::new(0),
-        total: AtomicU64::new(0),
-    });
+    let device = Arc::new(SlowJournal::new(11));
     let ec = EngineConfig {
         memory_cap_bytes: 1 << 30,
         ..EngineConfig::default()
@@ -562,12 +513,12 @@ fn a_commit_of_several_batches_syncs_each_before_the_next() {
     e.sync().unwrap();
     // Some commit held more than one batch (else this tests nothing) ...
     assert!(
-        device.total.load(Ordering::SeqCst) > p.stats().commits,
+        device.batches.load(Ordering::SeqCst) > p.stats().commits,
         "{device:?} {:?}",
         p.stats()
     );
     // ... and no sync covered more than one.
-    assert_eq!(device.most.load(Ordering::SeqCst), 1, "{device:?}");
+    assert_eq!(device.most_per_sync.load(Ordering::SeqCst), 1, "{device:?}");
     let image: Arc<dyn Device> = Arc::new(device.inner.crash(CrashMode::LoseUnsynced));
     let (r, _rp) = mount(image, &ec).unwrap();
     assert_eq!(content(&r, b"/big"), [chunk.as_slice(); 6].concat());

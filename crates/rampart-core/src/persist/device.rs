@@ -46,8 +46,8 @@
 //!    checksums must catch.
 //! 5. A failed `sync`, `rename` or `remove` (EIO) makes nothing durable, and the caller must
 //!    not assume anything reached the disk (on Linux a failed fsync may even drop the dirty
-//!    pages, so retrying it proves nothing). A failed `append`, `write` or `write_at` (ENOSPC) changes
-//!    nothing in the simulation; on a real disk it may have written a part.
+//!    pages, so retrying it proves nothing). A failed `append`, `write` or `write_at` (ENOSPC)
+//!    changes nothing in the simulation; on a real disk it may have written a part.
 //! 6. [`SimDevice::flip_bit`] damages durable content, as media corruption does. Detecting it is
 //!    the job of the formats' checksums, never of this layer.
 //!
@@ -834,17 +834,18 @@ impl Device for SimDevice {
     fn write_at(&self, name: &str, offset: u64, data: &[u8]) -> io::Result<()> {
         validate_name(name)?;
         let mut state = self.state.lock();
-        state.file_mut(name)?;
-        state.check_writes()?;
+        let writable = state.check_writes(); // reported after ENOENT, as DirDevice does
         let file = state.file_mut(name)?;
+        writable?;
         let len = file.volatile.len() as u64;
         if offset > len {
             return Err(past_end(name, len, offset));
         }
-        let at = offset as usize;
-        let overlap = data.len().min(file.volatile.len() - at);
-        file.volatile[at..at + overlap].copy_from_slice(&data[..overlap]);
-        file.volatile.extend_from_slice(&data[overlap..]);
+        let (at, end) = (offset as usize, offset as usize + data.len());
+        if end > file.volatile.len() {
+            file.volatile.resize(end, 0);
+        }
+        file.volatile[at..end].copy_from_slice(data);
         Ok(())
     }
 

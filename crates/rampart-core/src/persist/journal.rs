@@ -260,7 +260,7 @@ pub fn scan(bytes: &[u8]) -> Result<Scan<'_>, JournalError> {
                 at += BATCH_HEADER_BYTES + batch.body.len();
                 batches.push(batch);
             }
-            Err(_) if bytes[at..].iter().all(|&b| b == 0) => {
+            Err(_) if content_end(bytes) <= at => {
                 return Ok(Scan {
                     header,
                     batches,
@@ -278,12 +278,7 @@ pub fn scan(bytes: &[u8]) -> Result<Scan<'_>, JournalError> {
                     },
                     None => Tail::Torn {
                         offset: at as u64,
-                        // Up to the last byte that is not a reserved zero.
-                        bytes: bytes
-                            .iter()
-                            .rposition(|&b| b != 0)
-                            .map_or(0, |i| i + 1)
-                            .saturating_sub(at) as u64,
+                        bytes: (content_end(bytes) - at) as u64,
                         reason,
                     },
                 };
@@ -304,6 +299,11 @@ pub fn scan(bytes: &[u8]) -> Result<Scan<'_>, JournalError> {
         tail: Tail::Clean,
         reserved_bytes: 0,
     })
+}
+
+/// The journal's length without the zeros at its end (the writer's reserve, or nothing).
+pub fn content_end(bytes: &[u8]) -> usize {
+    bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1)
 }
 
 /// The offset of the next batch after `from` that passes its checksum and continues this
