@@ -289,6 +289,76 @@ def test_fusermount_u_ends_daemon(test_base, rampart_env, cleanup_mounts):
     _assert_gone_and_remountable(m, "fusermount3 -u")
 
 
+def test_old_daemon_leaves_a_new_mount_and_store_alone(test_base, rampart_env, cleanup_mounts):
+    """`fusermount3 -u` returns before the daemon has written its final checkpoint. If the
+    store is then deleted, made anew at the same path and mounted at the same place while the
+    old daemon is still finishing, the old daemon must not unmount the new mount, remove its
+    control socket or write its checkpoint into the new store."""
+    m = _fresh(test_base, rampart_env, "replace", cleanup_mounts)
+    old_pid = m.pid
+    # Data enough that the final checkpoint takes a while (it is written and synced).
+    chunk = os.urandom(1 << 20)
+    for i in range(192):
+        write_file(os.path.join(m.path, f"big{i}"), chunk)
+    r = run(["fusermount3", "-u", m.path], timeout=120)
+    assert r.returncode == 0, r.stderr
+    m.mounted = False
+    run(["rm", "-rf", str(m.store)], check=True, timeout=120)
+    m.mount()
+    if not pid_alive(old_pid):
+        pytest.skip("the old daemon finished before the new mount was up; nothing raced")
+    write_file(os.path.join(m.path, "new"), b"new store")
+    assert wait_until(lambda: not pid_alive(old_pid), EXIT_WAIT), f"old daemon {old_pid} still running"
+    assert m.alive(), "the new mount is gone after the old daemon exited"
+    assert read_file(os.path.join(m.path, "new")) == b"new store"
+    assert m.status()["pid"] == m.pid, "the new daemon's control socket is gone"
+    r = m.umount()
+    assert r.returncode == 0, r.stderr
+    r = m.cli("fsck", m.store)
+    assert r.returncode == 0, f"fsck of the new store:\n{r.stdout}\n{r.stderr}"
+    m.mount(mkfs=False)
+    assert os.listdir(m.path) == ["new"], "the new store holds files of the old one"
+    assert read_file(os.path.join(m.path, "new")) == b"new store"
+    assert m.umount().returncode == 0
+
+
+def _fusectl_abort_file(mountpoint):
+    """/sys/fs/fuse/connections/<minor>/abort of the mount at `mountpoint` (fusectl mounted
+    first if it is not), or None."""
+    conns = "/sys/fs/fuse/connections"
+    if not os.path.isdir(conns) or not os.listdir(conns):
+        run(["mount", "-t", "fusectl", "fusectl", conns], timeout=60)
+    entries = mount_entries(mountpoint)
+    if not entries:
+        return None
+    minor = entries[-1].split()[2].split(":")[1]
+    abort = os.path.join(conns, minor, "abort")
+    return abort if os.path.exists(abort) else None
+
+
+def test_aborted_connection_is_detached_and_store_survives(test_base, rampart_env, cleanup_mounts):
+    """An aborted FUSE connection (fusectl) ends the daemon like an unmount: the dead mount is
+    detached, and what was synced is there at the next mount."""
+    m = _fresh(test_base, rampart_env, "abort", cleanup_mounts)
+    fd = os.open(os.path.join(m.path, "synced"), os.O_CREAT | os.O_WRONLY, 0o644)
+    os.write(fd, b"durable")
+    os.fsync(fd)
+    os.close(fd)
+    abort = _fusectl_abort_file(m.path)
+    if abort is None:
+        pytest.skip("no fusectl abort file on this machine")
+    with open(abort, "w") as f:
+        f.write("1")
+    assert wait_until(lambda: not pid_alive(m.pid), EXIT_WAIT), "daemon still running after the abort"
+    assert wait_until(lambda: not in_mount_table(m.path), EXIT_WAIT), "the dead mount was left behind"
+    m.mounted = False
+    r = m.cli("fsck", m.store)
+    assert r.returncode == 0, f"fsck after an abort:\n{r.stdout}\n{r.stderr}"
+    m.mount(mkfs=False)
+    assert read_file(os.path.join(m.path, "synced")) == b"durable"
+    assert m.umount().returncode == 0
+
+
 def test_store_usable_after_daemon_killed(test_base, rampart_env, cleanup_mounts):
     """After SIGKILL (a crash), the store must not stay locked as 'already mounted'
     forever: once the dead mount is cleaned away, the store mounts again."""

@@ -102,6 +102,24 @@ pub fn status_of(
     }
 }
 
+/// The control socket this daemon bound, known by its inode as well as its path.
+pub struct ControlSocket {
+    path: PathBuf,
+    dev_ino: Option<(u64, u64)>,
+}
+
+impl ControlSocket {
+    /// Removes the socket, unless its path now names another file: after an unmount the store
+    /// folder may have been replaced and a new daemon bound its own socket there.
+    pub fn remove(&self) {
+        use std::os::unix::fs::MetadataExt;
+        let now = std::fs::symlink_metadata(&self.path).map(|m| (m.dev(), m.ino()));
+        if now.ok() == self.dev_ino && self.dev_ino.is_some() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
 /// Serves the control socket on a background thread until the process ends.
 pub fn serve(
     engine: Arc<Engine>,
@@ -110,11 +128,18 @@ pub fn serve(
     store: PathBuf,
     mountpoint: PathBuf,
     fuse_transport: &'static str,
-) -> std::io::Result<PathBuf> {
+) -> std::io::Result<ControlSocket> {
+    use std::os::unix::fs::MetadataExt;
     let path = store.join(SOCKET_FILE);
     // A socket left by a daemon that died: we hold the store lock, so it is stale.
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path)?;
+    let socket = ControlSocket {
+        dev_ino: std::fs::symlink_metadata(&path)
+            .map(|m| (m.dev(), m.ino()))
+            .ok(),
+        path,
+    };
     std::thread::Builder::new()
         .name("control".into())
         .spawn(move || {
@@ -131,7 +156,7 @@ pub fn serve(
                 }
             }
         })?;
-    Ok(path)
+    Ok(socket)
 }
 
 fn answer(

@@ -85,7 +85,10 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     // Recovery: the newest checkpoint and the journal's valid prefix, through the same apply
     // path as live operations; damage is refused with a message, never guessed at.
     let store_id = store.superblock().store_id;
-    let device: Arc<dyn Device> = Arc::new(DirDevice::new(store_path.clone()));
+    let device: Arc<dyn Device> = Arc::new(
+        DirDevice::open(store_path.clone())
+            .map_err(|e| format!("cannot open {}: {e}", store_path.display()))?,
+    );
     let persist_config = PersistConfig {
         commit_interval: config.commit_interval,
         checkpoint_journal_bytes: config.checkpoint_after_bytes,
@@ -108,6 +111,8 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     };
     let mut mounted = rampart_fuse::mount(engine.clone(), &mountpoint, &options)
         .map_err(|e| format!("cannot mount at {}: {e}", mountpoint.display()))?;
+    // This mount's device number tells it from a later mount at the same place (see below).
+    let own_mount = crate::mounts::mount_of(&store_path, &mountpoint);
 
     let fuse_transport = if mounted.uses_io_uring() {
         "io_uring"
@@ -168,10 +173,24 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     );
     on_ready();
     let result = mounted.run();
+    // fuser unmounts when its session ends, unless the connection is already gone. It is also
+    // gone after an abort (our own, when a ring fails, or through fusectl), which leaves a
+    // dead mount behind: detach it, but only if it is still ours; after an ordinary unmount a
+    // new mount may already sit at the same place.
+    if let Some(own) = &own_mount {
+        if crate::mounts::mount_of(&store_path, &mountpoint).is_some_and(|m| m.device == own.device)
+        {
+            tracing::warn!(
+                "the FUSE connection was aborted; detaching the dead mount at {}",
+                mountpoint.display()
+            );
+            fusermount_unmount(&mountpoint, true);
+        }
+    }
     // Clean unmount: a final checkpoint, so that the next mount has nothing to replay.
     let saved = persister.shutdown(&engine);
     engine.set_sink(None);
-    let _ = std::fs::remove_file(&socket);
+    socket.remove();
     drop(store);
     saved.map_err(|e| format!("the final checkpoint failed: {e}"))?;
     tracing::info!("unmounted {}", mountpoint.display());

@@ -496,7 +496,15 @@ pub fn fsck(path: &Path, repair: bool, progress: &Progress) -> Result<Report, St
         store_id: Some(hex(&sb.store_id)),
         error: None,
     };
-    let device = DirDevice::new(path.to_path_buf());
+    let device = match DirDevice::open(path) {
+        Ok(device) => device,
+        Err(e) => {
+            return Err(format!(
+                "cannot open the store folder {}: {e}",
+                path.display()
+            ))
+        }
+    };
     // A store without a checkpoint starts from a root owned by whoever mounts it: its owner
     // (the folder is private to it), whoever runs fsck.
     let (root_uid, root_gid) = std::fs::metadata(path)
@@ -1163,7 +1171,7 @@ mod tests {
     /// unmount does). Returns the journal's length after each file.
     fn written(path: &Path, files: &[(&[u8], &[u8])], unmount: bool) -> Vec<u64> {
         let store = Store::open(path).expect("open");
-        let device: Arc<dyn Device> = Arc::new(DirDevice::new(path.to_path_buf()));
+        let device: Arc<dyn Device> = Arc::new(DirDevice::open(path).expect("store folder"));
         let config = EngineConfig::default();
         let (engine, persister, _) = rampart_core::persist::open(
             device.clone(),

@@ -166,8 +166,8 @@ fn rampart_home() -> PathBuf {
 }
 
 fn init_logging(level: &str) {
-    // fuser warns when its own unmount-on-drop finds the mount already gone (always, after a
-    // clean unmount); only its errors are worth a user's attention.
+    // fuser logs its routine teardown at info and warn; only its errors are worth a user's
+    // attention.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},fuser=error")));
     use std::io::IsTerminal;

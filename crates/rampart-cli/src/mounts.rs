@@ -7,11 +7,13 @@ use std::path::{Path, PathBuf};
 /// the source is the store's path either way.
 pub const FS_TYPES: [&str; 2] = ["fuse.rampart", "fuse"];
 
-/// A rampart mount: its mount point and its store (the mount's source).
+/// A rampart mount: its mount point, its store (the mount's source) and the kernel's device
+/// number of its FUSE connection (`major:minor`), which no other live mount shares.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RampartMount {
     pub mountpoint: PathBuf,
     pub store: PathBuf,
+    pub device: String,
 }
 
 /// Undoes mountinfo's octal escapes (`\040` for a space, etc.).
@@ -49,6 +51,7 @@ pub fn parse_mountinfo(text: &str) -> Vec<RampartMount> {
         mounts.push(RampartMount {
             mountpoint: PathBuf::from(unescape(left[4])),
             store: PathBuf::from(unescape(right[1])),
+            device: left[2].to_owned(),
         });
     }
     mounts
@@ -73,6 +76,14 @@ pub fn find_mount(mountpoint: &Path) -> Option<RampartMount> {
         .find(|m| m.mountpoint == wanted || m.mountpoint == mountpoint)
 }
 
+/// The rampart mount of `store` at `mountpoint` (both as mountinfo shows them), if any.
+pub fn mount_of(store: &Path, mountpoint: &Path) -> Option<RampartMount> {
+    rampart_mounts()
+        .into_iter()
+        .rev()
+        .find(|m| m.store == store && m.mountpoint == mountpoint)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,10 +99,12 @@ mod tests {
                 RampartMount {
                     mountpoint: PathBuf::from("/tmp/my mnt"),
                     store: PathBuf::from("/var/my store"),
+                    device: "0:45".into(),
                 },
                 RampartMount {
                     mountpoint: PathBuf::from("/tmp/m2"),
                     store: PathBuf::from("/var/s2"),
+                    device: "0:46".into(),
                 }
             ]
         );

@@ -60,10 +60,11 @@
 //! is an `InvalidInput` error on both devices.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ffi::CString;
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -180,8 +181,14 @@ fn shrink_only(name: &str, current: u64, len: u64) -> io::Error {
 /// open a descriptor, and across the `rename`/`unlink` system calls so that a cached
 /// descriptor always belongs to the file its name denotes. A `sync` of a file this device
 /// created also fsyncs the folder once, so that the new name is as durable as the content.
+///
+/// Names are resolved against a descriptor of the folder opened once (openat, renameat,
+/// unlinkat), never against its path: if the folder is removed or replaced while a daemon is
+/// still finishing (an unmount, then `rm -rf` and `mkfs` of the same path), that daemon's
+/// writes fail instead of landing in the new store.
 pub struct DirDevice {
     dir: PathBuf,
+    dir_file: File,
     cache: Mutex<DirCache>,
 }
 
@@ -241,40 +248,88 @@ struct DirCache {
 /// At most this many replaced files are kept open for `release_replaced`.
 const REPLACED_KEPT_MAX: usize = 4;
 
+/// `name` (checked by `validate_name`, so without NUL bytes) as a C string.
+fn c_name(name: &str) -> io::Result<CString> {
+    validate_name(name)?;
+    CString::new(name).map_err(|_| os_error(libc::EINVAL))
+}
+
 impl DirDevice {
-    /// A device over the files of the folder `dir`, which must exist (errors surface on use).
-    pub fn new(dir: impl Into<PathBuf>) -> DirDevice {
-        DirDevice {
-            dir: dir.into(),
+    /// A device over the files of the folder `dir`, which is opened now.
+    pub fn open(dir: impl Into<PathBuf>) -> io::Result<DirDevice> {
+        let dir = dir.into();
+        let dir_file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY)
+            .open(&dir)?;
+        Ok(DirDevice {
+            dir,
+            dir_file,
             cache: Mutex::new(DirCache::default()),
-        }
+        })
     }
 
-    /// The folder.
+    /// The folder, as it was named when opened.
     pub fn path(&self) -> &Path {
         &self.dir
     }
 
+    /// openat(2) of `name` in the folder, close-on-exec; new files get mode 0600.
+    fn open_at(&self, name: &str, flags: libc::c_int) -> io::Result<File> {
+        let name = c_name(name)?;
+        // SAFETY: `dir_file` keeps the folder descriptor open, `name` is a NUL-terminated
+        // string that outlives the call, and the mode argument is read only with O_CREAT.
+        let fd = unsafe {
+            libc::openat(
+                self.dir_file.as_raw_fd(),
+                name.as_ptr(),
+                flags | libc::O_CLOEXEC,
+                0o600 as libc::c_uint,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: openat returned a new descriptor that nothing else owns.
+        Ok(unsafe { File::from_raw_fd(fd) })
+    }
+
+    /// renameat(2) within the folder.
+    fn rename_at(&self, from: &str, to: &str) -> io::Result<()> {
+        let (from, to) = (c_name(from)?, c_name(to)?);
+        let dir = self.dir_file.as_raw_fd();
+        // SAFETY: both names are NUL-terminated strings that outlive the call; `dir` is open.
+        if unsafe { libc::renameat(dir, from.as_ptr(), dir, to.as_ptr()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// unlinkat(2) of a file in the folder.
+    fn unlink_at(&self, name: &str) -> io::Result<()> {
+        let name = c_name(name)?;
+        // SAFETY: `name` is a NUL-terminated string that outlives the call; the folder
+        // descriptor is open.
+        if unsafe { libc::unlinkat(self.dir_file.as_raw_fd(), name.as_ptr(), 0) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// The cached descriptor of `name`, opening it (and creating it, if `create`) on a miss.
     /// Ok(None) if it does not exist and `create` is false.
-    fn open(&self, name: &str, create: bool) -> io::Result<Option<Arc<CachedFile>>> {
+    fn cached(&self, name: &str, create: bool) -> io::Result<Option<Arc<CachedFile>>> {
         validate_name(name)?;
         let mut cache = self.cache.lock();
         if let Some(file) = cache.files.get(name) {
             return Ok(Some(Arc::clone(file)));
         }
-        let path = self.dir.join(name);
         // Not O_APPEND: see `CachedFile`.
-        let file = match OpenOptions::new().read(true).write(true).open(&path) {
+        let file = match self.open_at(name, libc::O_RDWR) {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound && create => {
-                let file = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(false) // it was not there a moment ago
-                    .mode(0o600)
-                    .open(&path)?;
+                // Not O_TRUNC: it was not there a moment ago.
+                let file = self.open_at(name, libc::O_RDWR | libc::O_CREAT)?;
                 cache.new_entries.insert(name.to_owned());
                 file
             }
@@ -300,16 +355,17 @@ impl DirDevice {
     }
 
     fn open_existing(&self, name: &str) -> io::Result<Arc<CachedFile>> {
-        self.open(name, false)?
+        self.cached(name, false)?
             .ok_or_else(|| os_error(libc::ENOENT))
     }
 
     fn open_existing_or_create(&self, name: &str) -> io::Result<Arc<CachedFile>> {
-        self.open(name, true)?.ok_or_else(|| os_error(libc::ENOENT))
+        self.cached(name, true)?
+            .ok_or_else(|| os_error(libc::ENOENT))
     }
 
     fn sync_dir(&self) -> io::Result<()> {
-        File::open(&self.dir)?.sync_all()
+        self.dir_file.sync_all()
     }
 }
 
@@ -321,7 +377,7 @@ impl fmt::Debug for DirDevice {
 
 impl Device for DirDevice {
     fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
-        let Some(file) = self.open(name, false)? else {
+        let Some(file) = self.cached(name, false)? else {
             return Ok(None);
         };
         // The content as long as it was when the call began (stops early if it shrinks).
@@ -355,7 +411,7 @@ impl Device for DirDevice {
     }
 
     fn len(&self, name: &str) -> io::Result<Option<u64>> {
-        match self.open(name, false)? {
+        match self.cached(name, false)? {
             Some(file) => Ok(Some(*file.len_bytes.lock())),
             None => Ok(None),
         }
@@ -434,12 +490,13 @@ impl Device for DirDevice {
             // `release_replaced`, outside the caller's critical section.
             let replaced = match cache.files.remove(to) {
                 Some(file) => Some(file),
-                None => File::open(self.dir.join(to))
+                None => self
+                    .open_at(to, libc::O_RDONLY)
                     .ok()
                     .and_then(|f| CachedFile::new(f).ok())
                     .map(Arc::new),
             };
-            fs::rename(self.dir.join(from), self.dir.join(to))?;
+            self.rename_at(from, to)?;
             if let Some(file) = replaced {
                 if cache.replaced.len() >= REPLACED_KEPT_MAX {
                     // Closed (and so freed) below, outside the cache lock.
@@ -474,7 +531,7 @@ impl Device for DirDevice {
             let mut cache = self.cache.lock();
             cache.files.remove(name);
             cache.new_entries.remove(name);
-            match fs::remove_file(self.dir.join(name)) {
+            match self.unlink_at(name) {
                 Ok(()) => true,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => false,
                 Err(e) => return Err(e),
@@ -902,11 +959,12 @@ impl Device for SimDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
     use std::os::unix::fs::PermissionsExt;
 
     fn dir_device() -> (tempfile::TempDir, DirDevice) {
         let dir = tempfile::tempdir().unwrap();
-        let dev = DirDevice::new(dir.path());
+        let dev = DirDevice::open(dir.path()).unwrap();
         (dir, dev)
     }
 

@@ -207,9 +207,12 @@ fn is_mounted(fuse_device: &DevFuse) -> bool {
         let res = poll(slice::from_mut(&mut poll_fd), PollTimeout::ZERO);
         break match res {
             Ok(0) => true,
+            // The kernel reports POLLERR once the connection is dead (unmounted or
+            // aborted); upstream had this inverted (cberner/fuser#703), so teardown unmounted
+            // the path again and could hit a new mount made there since.
             Ok(1) => poll_fd
                 .revents()
-                .is_some_and(|r| r.contains(PollFlags::POLLERR)),
+                .is_none_or(|r| !r.contains(PollFlags::POLLERR)),
             Ok(_) => unreachable!(),
             Err(nix::errno::Errno::EINTR) => continue,
             Err(err) => {
