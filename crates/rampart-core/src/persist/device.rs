@@ -1101,6 +1101,33 @@ mod tests {
     }
 
     #[test]
+    fn dir_device_stays_with_the_folder_it_opened() {
+        // An unmount, then the store removed and made anew at the same path while the old
+        // daemon still finishes: its writes must not land in the new store.
+        let base = tempfile::tempdir().unwrap();
+        let store = base.path().join("store");
+        fs::create_dir(&store).unwrap();
+        let dev = DirDevice::open(&store).unwrap();
+        dev.append("journal", b"old").unwrap();
+        fs::rename(&store, base.path().join("moved")).unwrap();
+        fs::create_dir(&store).unwrap();
+        fs::write(store.join("checkpoint"), b"new store").unwrap();
+        dev.write("checkpoint.tmp", b"old state").unwrap();
+        dev.sync("checkpoint.tmp").unwrap();
+        dev.rename("checkpoint.tmp", "checkpoint").unwrap();
+        dev.append("journal", b" more").unwrap();
+        assert_eq!(fs::read(store.join("checkpoint")).unwrap(), b"new store");
+        assert!(!store.join("journal").exists());
+        let moved = base.path().join("moved");
+        assert_eq!(fs::read(moved.join("checkpoint")).unwrap(), b"old state");
+        assert_eq!(fs::read(moved.join("journal")).unwrap(), b"old more");
+        // Once its folder is deleted, creating files fails instead of going anywhere else.
+        fs::remove_dir_all(&moved).unwrap();
+        assert!(dev.write("another", b"x").is_err());
+        assert_eq!(fs::read_dir(&store).unwrap().count(), 1);
+    }
+
+    #[test]
     fn dir_device_cache_stays_bounded_and_correct() {
         let (dir, dev) = dir_device();
         let names: Vec<String> = (0..3 * MAX_CACHED_FILES).map(|i| format!("f{i}")).collect();
