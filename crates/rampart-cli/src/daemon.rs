@@ -175,11 +175,10 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     let result = mounted.run();
     // fuser unmounts when its session ends, unless the connection is already gone. It is also
     // gone after an abort (our own, when a ring fails, or through fusectl), which leaves a
-    // dead mount behind: detach it, but only if it is still ours; after an ordinary unmount a
-    // new mount may already sit at the same place.
+    // dead mount behind: detach it, but only if it is still ours and on top; after an
+    // ordinary unmount a new mount may already sit at the same place.
     if let Some(own) = &own_mount {
-        if crate::mounts::mount_of(&store_path, &mountpoint).is_some_and(|m| m.device == own.device)
-        {
+        if crate::mounts::top_device_at(&mountpoint).is_some_and(|device| device == own.device) {
             tracing::warn!(
                 "the FUSE connection was aborted; detaching the dead mount at {}",
                 mountpoint.display()

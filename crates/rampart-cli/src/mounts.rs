@@ -84,9 +84,40 @@ pub fn mount_of(store: &Path, mountpoint: &Path) -> Option<RampartMount> {
         .find(|m| m.store == store && m.mountpoint == mountpoint)
 }
 
+/// The device number (`major:minor`) of the topmost mount at `mountpoint`, of any type: the
+/// one a path-based unmount there would take away.
+pub fn top_device_at(mountpoint: &Path) -> Option<String> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    top_device_in(&text, mountpoint)
+}
+
+fn top_device_in(mountinfo: &str, mountpoint: &Path) -> Option<String> {
+    mountinfo.lines().rev().find_map(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let point = unescape(fields.get(4)?);
+        (Path::new(&point) == mountpoint).then(|| fields[2].to_owned())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn top_device_is_the_last_mount_at_the_place() {
+        let text = "50 22 0:45 / /tmp/m rw - fuse.rampart /var/s rw\n\
+                    51 22 0:46 / /tmp/other rw - fuse.rampart /var/t rw\n\
+                    52 50 0:47 / /tmp/m rw - tmpfs none rw\n";
+        assert_eq!(
+            top_device_in(text, Path::new("/tmp/m")).as_deref(),
+            Some("0:47")
+        );
+        assert_eq!(
+            top_device_in(text, Path::new("/tmp/other")).as_deref(),
+            Some("0:46")
+        );
+        assert_eq!(top_device_in(text, Path::new("/tmp/none")), None);
+    }
 
     #[test]
     fn finds_rampart_mounts_with_escaped_paths() {
