@@ -46,6 +46,12 @@ def test_mkfs_refuses_non_empty_folder(test_base, rampart_env):
 def test_bad_usage_exits_2(test_base, rampart_env):
     assert cli("no-such-command", env=rampart_env).returncode == 2
     assert cli("mount", "--no-such-option", env=rampart_env).returncode == 2
+    store, mnt = os.path.join(test_base, "s"), os.path.join(test_base, "m")
+    for bad in (["--threads", "0"], ["--threads", "100000"], ["--threads", "x"], ["--log-level", "bogus"]):
+        r = cli("mount", *bad, store, mnt, env=rampart_env)
+        assert r.returncode == 2, f"{bad}: exit {r.returncode}"
+        assert bad[0] in r.stderr, f"{bad}: message does not name the option: {r.stderr!r}"
+    assert not os.path.exists(store), "a refused mount created the store"
     assert cli("status", env=rampart_env).returncode == 2, "status without a mount point is bad usage"
 
 
@@ -170,6 +176,22 @@ def test_status_keys_and_plain_form(mnt):
     for k in ("files", "directories", "symlinks", "other", "inodes", "data_bytes"):
         assert k in plain, f"plain status lacks {k}: {r.stdout!r}"
         assert plain[k].split()[0] == str(st[k]), f"plain {k}={plain[k]!r} vs json {st[k]}"
+
+
+def test_status_output_errors_are_reported_not_panics(mnt):
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([RAMPART_BIN, "status", str(mnt.path)], stdout=full, stderr=subprocess.PIPE,
+                           text=True, timeout=60)
+    assert r.returncode == 1, f"exit {r.returncode}: {r.stderr!r}"
+    assert "cannot write to standard output" in r.stderr and "panicked" not in r.stderr, r.stderr
+    # A reader that has gone (`| head -1` after its line) ends the output quietly: the pipe is
+    # closed before the status has been fetched from the daemon and written.
+    p = subprocess.Popen([RAMPART_BIN, "status", "--json", str(mnt.path)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    p.wait(timeout=60)
+    assert "panicked" not in err and p.returncode == 0, f"exit {p.returncode}: {err!r}"
 
 
 def _populate(root):

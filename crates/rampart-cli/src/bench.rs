@@ -46,20 +46,20 @@ pub struct BenchArgs {
 
 pub fn run(args: BenchArgs) -> ExitCode {
     if args.list {
-        println!("workloads:");
+        outln!("workloads:");
         for w in rampart_bench::workload::all() {
-            println!("  {:<24} {} — {}", w.id(), w.title(), w.source());
+            outln!("  {:<24} {} — {}", w.id(), w.title(), w.source());
         }
-        println!("peers:");
+        outln!("peers:");
         for p in rampart_bench::peer::PeerKind::ALL {
-            println!("  {}", p.id());
+            outln!("  {}", p.id());
         }
         return ExitCode::SUCCESS;
     }
     if let Some(dir) = &args.validate {
         return match rampart_bench::report::validate(dir) {
             Ok(problems) if problems.is_empty() => {
-                println!(
+                outln!(
                     "{}: the report is complete and every figure is a number",
                     dir.display()
                 );
@@ -105,7 +105,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
     };
     match rampart_bench::run(&opts) {
         Ok((results, report)) => {
-            println!("report: {}", report.display());
+            outln!("report: {}", report.display());
             let failed: Vec<String> = results
                 .workloads
                 .iter()

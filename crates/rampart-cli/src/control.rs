@@ -129,11 +129,13 @@ pub fn serve(
     mountpoint: PathBuf,
     fuse_transport: &'static str,
 ) -> std::io::Result<ControlSocket> {
-    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let path = store.join(SOCKET_FILE);
     // A socket left by a daemon that died: we hold the store lock, so it is stale.
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path)?;
+    // Like every store file, private to the owner (connecting needs write permission).
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
     let socket = ControlSocket {
         dev_ino: std::fs::symlink_metadata(&path)
             .map(|m| (m.dev(), m.ino()))

@@ -194,14 +194,14 @@ pub fn run(store: &Path, repair: bool, json: bool) -> ExitCode {
         Ok(Ok(report)) => {
             if json {
                 match serde_json::to_string_pretty(&report) {
-                    Ok(text) => println!("{text}"),
+                    Ok(text) => outln!("{text}"),
                     Err(e) => {
                         eprintln!("rampart: cannot encode the report as JSON: {e}");
                         return ExitCode::FAILURE;
                     }
                 }
             } else {
-                print!("{}", render(&report, repair));
+                out!("{}", render(&report, repair));
             }
             return if report.clean {
                 ExitCode::SUCCESS
@@ -237,7 +237,7 @@ pub fn run(store: &Path, repair: bool, json: bool) -> ExitCode {
             "clean": false,
             "error": failure,
         });
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
     }
     ExitCode::FAILURE
 }

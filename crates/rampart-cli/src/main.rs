@@ -1,5 +1,15 @@
 //! `rampart`: create, mount, unmount and inspect rampart file systems (docs/CLI.md).
 
+/// `print!` without its panic: see [`print_out`].
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::print_out(&format!($($arg)*)) };
+}
+
+/// `println!` without its panic: see [`print_out`].
+macro_rules! outln {
+    ($($arg:tt)*) => { $crate::print_out(&format!("{}\n", format_args!($($arg)*))) };
+}
+
 mod bench;
 mod control;
 mod daemon;
@@ -78,8 +88,8 @@ struct MountArgs {
     /// Most memory the file system may hold: bytes, K/M/G/T, or a share of RAM like 50%.
     #[arg(long, default_value = "50%")]
     memory_cap: String,
-    /// FUSE worker threads [default: twice the cores, at least 4, at most 16].
-    #[arg(long)]
+    /// FUSE worker threads, 1 to 256 [default: twice the cores, at least 4, at most 16].
+    #[arg(long, value_parser = parse_threads)]
     threads: Option<usize>,
     /// Only the mounting user may enter the mount (the default for root is every user, with
     /// permissions enforced by the kernel).
@@ -102,12 +112,23 @@ struct MountArgs {
     /// or K/M/G/T; 64K to 1T). Smaller: faster mounts after a crash, more checkpoint writing.
     #[arg(long, default_value = "256M")]
     checkpoint_after: String,
-    /// Log level: error, warn, info, debug, trace.
-    #[arg(long, default_value = "info")]
+    /// Log level.
+    #[arg(long, default_value = "info", value_parser = ["error", "warn", "info", "debug", "trace"])]
     log_level: String,
     /// Internal: run as the detached child of a background `rampart mount`.
     #[arg(long, hide = true)]
     daemon_child: bool,
+}
+
+/// Most FUSE worker threads: each holds a request buffer of about 1 MiB and a descriptor.
+const THREADS_MAX: usize = 256;
+
+/// `--threads`: 1 to [`THREADS_MAX`].
+fn parse_threads(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=THREADS_MAX).contains(&n) => Ok(n),
+        _ => Err(format!("give a whole number from 1 to {THREADS_MAX}")),
+    }
 }
 
 /// Smallest and largest `--checkpoint-after`.
@@ -159,6 +180,30 @@ fn home() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/root"))
 }
 
+/// Set once writing to standard output has failed: the command then exits 1.
+static STDOUT_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Writes to standard output. `println!` panics when that fails; here a closed pipe
+/// (`rampart status | head -3`) ends the output quietly, and any other error (`> /dev/full`)
+/// is reported once on stderr and makes the command exit 1.
+fn print_out(text: &str) {
+    use std::io::Write;
+    use std::sync::atomic::Ordering;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        Err(e) => {
+            if !STDOUT_FAILED.swap(true, Ordering::SeqCst) {
+                eprintln!("rampart: cannot write to standard output: {e}");
+            }
+        }
+    }
+}
+
 fn rampart_home() -> PathBuf {
     std::env::var_os("RAMPART_HOME")
         .map(PathBuf::from)
@@ -185,25 +230,34 @@ fn main() -> ExitCode {
         Cmd::Mount(args) => cmd_mount(args),
         Cmd::Umount { mountpoint, lazy } => cmd_umount(&mountpoint, lazy),
         Cmd::Status { mountpoint, json } => cmd_status(&mountpoint, json),
-        Cmd::Bench(args) => return bench::run(args),
+        Cmd::Bench(args) => return with_stdout_checked(bench::run(args)),
         Cmd::Fsck {
             store,
             repair,
             json,
-        } => return fsck::run(&store, repair, json),
+        } => return with_stdout_checked(fsck::run(&store, repair, json)),
     };
-    match result {
+    with_stdout_checked(match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("rampart: {message}");
             ExitCode::FAILURE
         }
+    })
+}
+
+/// `code`, or failure if the command's output could not be written.
+fn with_stdout_checked(code: ExitCode) -> ExitCode {
+    if STDOUT_FAILED.load(std::sync::atomic::Ordering::SeqCst) {
+        ExitCode::FAILURE
+    } else {
+        code
     }
 }
 
 fn cmd_mkfs(store: &Path) -> Result<(), String> {
     rampart_core::store::mkfs(store).map_err(|e| e.to_string())?;
-    println!("created rampart store {}", store.display());
+    outln!("created rampart store {}", store.display());
     Ok(())
 }
 
@@ -250,13 +304,13 @@ fn cmd_mount(args: MountArgs) -> Result<(), String> {
         daemon::detach_session();
         return daemon::serve(&config, daemon::report_ready_and_close_stdout).map_err(|e| {
             // The parent relays this line to the user.
-            println!("{}{e}", daemon::ERROR_PREFIX);
+            outln!("{}{e}", daemon::ERROR_PREFIX);
             e
         });
     }
     if args.foreground {
         return daemon::serve(&config, || {
-            println!("{}", daemon::READY);
+            outln!("{}", daemon::READY);
         });
     }
 
@@ -290,7 +344,7 @@ fn cmd_mount(args: MountArgs) -> Result<(), String> {
     child_args.push(store.clone().into());
     child_args.push(mountpoint.clone().into());
     let pid = daemon::spawn_daemon(&child_args, &store.join("rampart.log"))?;
-    println!(
+    outln!(
         "mounted {} at {} (daemon pid {pid})",
         store.display(),
         mountpoint.display()
@@ -369,7 +423,7 @@ fn cmd_status(mountpoint: &Path, json: bool) -> Result<(), String> {
         .ok_or_else(|| format!("{} is not a rampart mount", mountpoint.display()))?;
     let status = control::query_status(&mount.store)?;
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&status).map_err(|e| e.to_string())?
         );
@@ -380,20 +434,20 @@ fn cmd_status(mountpoint: &Path, json: bool) -> Result<(), String> {
     } else {
         0.0
     };
-    println!("mountpoint: {}", status.mountpoint.display());
-    println!("store: {}", status.store.display());
-    println!("pid: {}", status.pid);
-    println!("files: {}", status.files);
-    println!("directories: {}", status.directories);
-    println!("symlinks: {}", status.symlinks);
-    println!("other: {}", status.other);
-    println!("inodes: {}", status.inodes);
-    println!("data_bytes: {}", status.data_bytes);
-    println!("memory_used_bytes: {}", status.memory_used_bytes);
-    println!("memory_cap_bytes: {}", status.memory_cap_bytes);
-    println!("memory_used: {pct:.1}% of the cap");
+    outln!("mountpoint: {}", status.mountpoint.display());
+    outln!("store: {}", status.store.display());
+    outln!("pid: {}", status.pid);
+    outln!("files: {}", status.files);
+    outln!("directories: {}", status.directories);
+    outln!("symlinks: {}", status.symlinks);
+    outln!("other: {}", status.other);
+    outln!("inodes: {}", status.inodes);
+    outln!("data_bytes: {}", status.data_bytes);
+    outln!("memory_used_bytes: {}", status.memory_used_bytes);
+    outln!("memory_cap_bytes: {}", status.memory_cap_bytes);
+    outln!("memory_used: {pct:.1}% of the cap");
     let p = &status.persistence;
-    println!(
+    outln!(
         "persistence: changes durable within {} ms or at fsync; {} pending; journal {} bytes; \
          {} commits, {} checkpoints (last paused writers {:.1} ms, commits {:.1} ms)",
         p.commit_interval_ms,
@@ -405,8 +459,8 @@ fn cmd_status(mountpoint: &Path, json: bool) -> Result<(), String> {
         p.last_checkpoint_switch_ms
     );
     if let Some(e) = &p.error {
-        println!("persistence error: {e}");
+        outln!("persistence error: {e}");
     }
-    println!("fuse_transport: {}", status.fuse_transport);
+    outln!("fuse_transport: {}", status.fuse_transport);
     Ok(())
 }
