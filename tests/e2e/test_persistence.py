@@ -705,3 +705,58 @@ def test_damaged_journal_refused_then_repaired_by_fsck(test_base, rampart_env, c
     unmount(m)
     assert fsck(m).returncode == 0
     assert_no_panic(m)
+
+
+# ---- a full disk under the store: umount says what was not saved ----------------------------
+
+def test_umount_reports_a_final_checkpoint_that_failed(test_base, cleanup_mounts):
+    """The store on a small file system that fills up: fsync then fails with EIO, and the
+    final checkpoint at unmount fails too. `rampart umount` must say so (exit 1), not report a
+    clean unmount; what was fsync'd before the disk filled is there at the next mount."""
+    image, disk = os.path.join(test_base, "disk.img"), os.path.join(test_base, "disk")
+    os.mkdir(disk)
+    run(["truncate", "-s", "48M", image], check=True, timeout=60)
+    run(["mkfs.ext4", "-q", "-F", image], check=True, timeout=120)
+    r = run(["mount", "-o", "loop", image, disk], timeout=60)
+    if r.returncode != 0:
+        pytest.skip(f"cannot loop-mount a file system here: {r.stderr.strip()}")
+    try:
+        m = Mount(disk, "full")
+        cleanup_mounts.append(m)
+        m.mount()
+        synced = {}
+        chunk = os.urandom(MiB)
+        for i in range(200):
+            path = os.path.join(m.path, f"f{i}")
+            fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+            try:
+                os.write(fd, chunk)
+                os.fsync(fd)
+            except OSError:
+                break
+            finally:
+                os.close(fd)
+            synced[f"f{i}"] = hashlib.sha256(chunk).hexdigest()
+        else:
+            pytest.fail("200 MiB fitted on a 48 MiB disk: the store is not on it")
+        assert synced, "not even the first fsync fitted"
+        write_file(os.path.join(m.path, "unsaved"), os.urandom(2 * MiB))
+        assert m.alive(), "the daemon died when its disk filled"
+        r = m.umount()
+        assert r.returncode == 1, f"umount exit {r.returncode}, stderr {r.stderr!r}"
+        assert "shutdown failed" in r.stderr and "final checkpoint failed" in r.stderr, r.stderr
+        m.mounted = False
+        assert wait_until(lambda: not m.pid or not pid_alive(m.pid), EXIT_WAIT)
+        # Room again (what was never durable is gone; what was fsync'd must not be).
+        run(["rm", "-rf", os.path.join(disk, "lost+found")], timeout=60)
+        m.mount(mkfs=False)
+        for name, digest in synced.items():
+            assert hashlib.sha256(read_file(os.path.join(m.path, name))).hexdigest() == digest, name
+        r = m.umount()
+        assert r.returncode == 0, r.stderr
+        r = m.cli("fsck", m.store)
+        assert r.returncode == 0, f"fsck:\n{r.stdout}\n{r.stderr}"
+    finally:
+        if in_mount_table(os.path.join(disk, "full-mnt")):
+            run(["fusermount3", "-u", "-z", os.path.join(disk, "full-mnt")], timeout=60)
+        run(["umount", "-l", disk], timeout=60)

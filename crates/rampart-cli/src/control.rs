@@ -1,7 +1,12 @@
 //! The daemon's control socket (`STORE/control.sock`, private to the store's owner): the
 //! channel through which `rampart status` asks a running mount for its figures.
 //!
-//! Protocol: the client sends one command line (`status`), the daemon answers one line of JSON.
+//! Protocol: the client sends one command line, the daemon answers one line of JSON.
+//! - `status`: the daemon's figures ([`Status`]).
+//! - `watch-exit`: `{"watching":true}` at once; then, on the same connection, one [`Exit`]
+//!   line when the daemon has finished its shutdown (final checkpoint written or failed).
+//!   `rampart umount` uses it to say whether the last changes were saved. If the daemon dies
+//!   without finishing, the connection just ends.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -102,13 +107,42 @@ pub fn status_of(
     }
 }
 
+/// How a daemon's shutdown ended, for `watch-exit`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Exit {
+    /// The final checkpoint was written and the FUSE session ended without an error.
+    pub clean: bool,
+    pub error: Option<String>,
+}
+
+/// Most `watch-exit` connections held at once.
+const EXIT_WATCHERS_MAX: usize = 16;
+
+/// The connections waiting for the daemon's [`Exit`].
+type ExitWatchers = Arc<std::sync::Mutex<Vec<UnixStream>>>;
+
 /// The control socket this daemon bound, known by its inode as well as its path.
 pub struct ControlSocket {
     path: PathBuf,
     dev_ino: Option<(u64, u64)>,
+    exit_watchers: ExitWatchers,
 }
 
 impl ControlSocket {
+    /// Tells every `watch-exit` client how the shutdown ended.
+    pub fn report_exit(&self, outcome: &Result<(), String>) {
+        let exit = Exit {
+            clean: outcome.is_ok(),
+            error: outcome.as_ref().err().cloned(),
+        };
+        let line = serde_json::to_string(&exit).unwrap_or_default() + "\n";
+        let watchers =
+            std::mem::take(&mut *self.exit_watchers.lock().unwrap_or_else(|e| e.into_inner()));
+        for mut stream in watchers {
+            let _ = stream.write_all(line.as_bytes());
+        }
+    }
+
     /// Removes the socket, unless its path now names another file: after an unmount the store
     /// folder may have been replaced and a new daemon bound its own socket there.
     pub fn remove(&self) {
@@ -136,11 +170,13 @@ pub fn serve(
     let listener = UnixListener::bind(&path)?;
     // Like every store file, private to the owner (connecting needs write permission).
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    let exit_watchers = ExitWatchers::default();
     let socket = ControlSocket {
         dev_ino: std::fs::symlink_metadata(&path)
             .map(|m| (m.dev(), m.ino()))
             .ok(),
         path,
+        exit_watchers: exit_watchers.clone(),
     };
     std::thread::Builder::new()
         .name("control".into())
@@ -152,6 +188,7 @@ pub fn serve(
                     &engine,
                     &persister,
                     &counters,
+                    &exit_watchers,
                     (&store, &mountpoint, fuse_transport),
                 ) {
                     tracing::debug!("control request failed: {e}");
@@ -166,12 +203,25 @@ fn answer(
     engine: &Engine,
     persister: &Persister,
     counters: &RequestCounters,
+    exit_watchers: &ExitWatchers,
     (store, mountpoint, fuse_transport): (&Path, &Path, &str),
 ) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut line = String::new();
     BufReader::new((&stream).take_limit()).read_line(&mut line)?;
     let reply = match line.trim() {
+        "watch-exit" => {
+            let mut watchers = exit_watchers.lock().unwrap_or_else(|e| e.into_inner());
+            // Clients that gave up (an unmount refused as busy) leave room for new ones.
+            watchers.retain(peer_still_there);
+            if watchers.len() >= EXIT_WATCHERS_MAX {
+                serde_json::json!({ "error": "too many clients wait for the exit" }).to_string()
+            } else {
+                (&stream).write_all(b"{\"watching\":true}\n")?;
+                watchers.push(stream);
+                return Ok(());
+            }
+        }
         "status" => serde_json::to_string(&status_of(
             engine,
             persister,
@@ -186,12 +236,67 @@ fn answer(
     (&stream).write_all(format!("{reply}\n").as_bytes())
 }
 
+/// Whether the client of `stream` still has its end open.
+fn peer_still_there(stream: &UnixStream) -> bool {
+    if stream.set_nonblocking(true).is_err() {
+        return false;
+    }
+    // Nothing to consume: the client sends nothing after its command.
+    let mut byte = [0u8; 1];
+    let open = match std::io::Read::read(&mut &*stream, &mut byte) {
+        Ok(0) => false,
+        Ok(_) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+    };
+    open && stream.set_nonblocking(false).is_ok()
+}
+
 trait TakeLimit: std::io::Read + Sized {
     fn take_limit(self) -> std::io::Take<Self> {
         self.take(COMMAND_LEN_MAX)
     }
 }
 impl<R: std::io::Read> TakeLimit for R {}
+
+/// A connection on which the daemon of a store will say how its shutdown ended.
+pub struct ExitWatch(UnixStream);
+
+/// Registers for the daemon's [`Exit`]; do it before unmounting.
+pub fn watch_exit(store: &Path) -> Result<ExitWatch, String> {
+    let path = store.join(SOCKET_FILE);
+    let stream = UnixStream::connect(&path)
+        .map_err(|e| format!("cannot reach the rampart daemon at {}: {e}", path.display()))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    (&stream)
+        .write_all(b"watch-exit\n")
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut line = String::new();
+    BufReader::new((&stream).take_limit())
+        .read_line(&mut line)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if line.trim() != "{\"watching\":true}" {
+        return Err(format!(
+            "the daemon refused to report its exit: {}",
+            line.trim()
+        ));
+    }
+    Ok(ExitWatch(stream))
+}
+
+impl ExitWatch {
+    /// Waits up to `timeout` for the daemon's [`Exit`]; None if the connection ended first
+    /// (the daemon died) or the time ran out.
+    pub fn wait(self, timeout: Duration) -> Option<Exit> {
+        self.0.set_read_timeout(Some(timeout)).ok()?;
+        let mut line = String::new();
+        BufReader::new(std::io::Read::take(&self.0, 64 << 10))
+            .read_line(&mut line)
+            .ok()?;
+        serde_json::from_str(&line).ok()
+    }
+}
 
 /// Asks the daemon of `store` for its status.
 pub fn query_status(store: &Path) -> Result<Status, String> {

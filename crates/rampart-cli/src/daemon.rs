@@ -191,9 +191,15 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     engine.set_sink(None);
     socket.remove();
     drop(store);
-    saved.map_err(|e| format!("the final checkpoint failed: {e}"))?;
-    tracing::info!("unmounted {}", mountpoint.display());
-    result.map_err(|e| format!("FUSE session ended with an error: {e}"))
+    let outcome = saved
+        .map_err(|e| format!("the final checkpoint failed: {e}"))
+        .and_then(|()| result.map_err(|e| format!("FUSE session ended with an error: {e}")));
+    if outcome.is_ok() {
+        tracing::info!("unmounted {}", mountpoint.display());
+    }
+    // After the lock is released: whoever waits for this can mount the store at once.
+    socket.report_exit(&outcome);
+    outcome
 }
 
 /// Unmounts with `fusermount3 -u` (`-z`: lazily); true on success.

@@ -368,6 +368,13 @@ fn cmd_umount(mountpoint: &Path, lazy: bool) -> Result<(), String> {
     let mount = mounts::find_mount(mountpoint)
         .ok_or_else(|| format!("{} is not a rampart mount", mountpoint.display()))?;
     let pid = control::query_status(&mount.store).ok().map(|s| s.pid);
+    // Registered before the unmount, so that the daemon can say how its shutdown ended (a
+    // lazy unmount returns before that, so it does not wait).
+    let exit_watch = if lazy {
+        None
+    } else {
+        control::watch_exit(&mount.store).ok()
+    };
     let fusermount = || {
         let mut cmd = std::process::Command::new("fusermount3");
         cmd.arg("-u");
@@ -403,20 +410,41 @@ fn cmd_umount(mountpoint: &Path, lazy: bool) -> Result<(), String> {
             stderr.trim()
         ));
     }
-    // Wait for the daemon to finish its shutdown, so that the store is free when we return.
-    if let Some(pid) = pid {
-        let deadline = Instant::now() + Duration::from_secs(60);
+    // The daemon now writes its final checkpoint, which takes as long as the memory tier is
+    // large: wait for it, so that the store is free and its outcome known when we return.
+    let exit = exit_watch.map(|watch| watch.wait(SHUTDOWN_WAIT_MAX));
+    // A lazy unmount leaves the daemon serving whoever still has files open: do not wait.
+    if let Some(pid) = pid.filter(|_| !lazy) {
+        let deadline = Instant::now() + SHUTDOWN_WAIT_MAX;
         while pid_alive(pid) {
             if Instant::now() > deadline {
                 return Err(format!(
-                    "unmounted, but daemon {pid} has not exited after 60 s"
+                    "unmounted, but daemon {pid} has not exited after {} s",
+                    SHUTDOWN_WAIT_MAX.as_secs()
                 ));
             }
             std::thread::sleep(Duration::from_millis(10));
         }
     }
-    Ok(())
+    let log = mount.store.join("rampart.log");
+    match exit {
+        None | Some(Some(control::Exit { clean: true, .. })) => Ok(()),
+        Some(Some(control::Exit { error, .. })) => Err(format!(
+            "unmounted, but the daemon's shutdown failed: {}. The store holds what was durable \
+             before the unmount; changes made since its last commit are lost (log: {})",
+            error.as_deref().unwrap_or("no reason given"),
+            log.display()
+        )),
+        Some(None) => Err(format!(
+            "unmounted, but the daemon ended without finishing its shutdown (killed?). The next \
+             mount recovers what was durable (log: {})",
+            log.display()
+        )),
+    }
 }
+
+/// How long `rampart umount` waits for the daemon's shutdown (its final checkpoint).
+const SHUTDOWN_WAIT_MAX: Duration = Duration::from_secs(600);
 
 fn cmd_status(mountpoint: &Path, json: bool) -> Result<(), String> {
     let mount = mounts::find_mount(mountpoint)

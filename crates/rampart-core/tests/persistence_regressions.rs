@@ -523,3 +523,33 @@ fn a_commit_of_several_batches_syncs_each_before_the_next() {
     let (r, _rp) = mount(image, &ec).unwrap();
     assert_eq!(content(&r, b"/big"), [chunk.as_slice(); 6].concat());
 }
+
+#[test]
+fn a_final_checkpoint_that_fails_is_an_error_only_if_changes_were_lost() {
+    let ec = EngineConfig::default();
+    let c = Ctx::library(0, 0);
+    // Every change in the journal: the checkpoint fails (full disk), nothing is lost.
+    let device = Arc::new(SimDevice::new(3));
+    let (e, p) = mount(device.clone(), &ec).unwrap();
+    let f = e.mknod(&c, ROOT_INO, b"kept", FILE, 0).unwrap().ino;
+    e.write(&c, f, 0, b"in the journal", false).unwrap();
+    e.sync().unwrap();
+    device.set_fail_writes(true);
+    assert!(
+        p.shutdown(&e).is_ok(),
+        "nothing was lost, yet the shutdown failed"
+    );
+    device.set_fail_writes(false);
+    let image: Arc<dyn Device> = Arc::new(device.crash(CrashMode::LoseUnsynced));
+    let (e2, _p2) = mount(image, &ec).unwrap();
+    assert_eq!(content(&e2, b"/kept"), b"in the journal");
+    // A change that never reached the journal: the shutdown must say so.
+    let device = Arc::new(SimDevice::new(4));
+    let (e, p) = mount(device.clone(), &ec).unwrap();
+    e.mknod(&c, ROOT_INO, b"unsaved", FILE, 0).unwrap();
+    device.set_fail_writes(true);
+    assert!(
+        p.shutdown(&e).is_err(),
+        "a change was lost, yet the shutdown succeeded"
+    );
+}
