@@ -760,3 +760,33 @@ def test_umount_reports_a_final_checkpoint_that_failed(test_base, cleanup_mounts
         if in_mount_table(os.path.join(disk, "full-mnt")):
             run(["fusermount3", "-u", "-z", os.path.join(disk, "full-mnt")], timeout=60)
         run(["umount", "-l", disk], timeout=60)
+
+
+def test_a_missing_journal_is_refused_not_silently_skipped(test_base, rampart_env, cleanup_mounts):
+    """A checkpoint without its journal means the journal was deleted, and the fsync'd changes
+    after the checkpoint with it: mount refuses, fsck reports it, `fsck --repair` accepts the
+    loss and the checkpoint's state mounts."""
+    m = new_mount(test_base, rampart_env, "nojournal", cleanup_mounts)
+    write_file(os.path.join(m.path, "in-checkpoint"), b"A")
+    unmount(m)  # a checkpoint
+    remount(m)
+    m.pid = m.find_daemon_pid()
+    fd = os.open(os.path.join(m.path, "in-journal"), os.O_CREAT | os.O_WRONLY, 0o644)
+    os.write(fd, b"B")
+    os.fsync(fd)
+    os.close(fd)
+    crash(m)
+    os.unlink(m.store / "journal")
+    r = m.cli("mount", m.store, m.path)
+    assert r.returncode == 1, f"a store without its journal mounted: {r.stdout}{r.stderr}"
+    assert "journal is missing" in r.stderr and "fsck --repair" in r.stderr, r.stderr
+    assert not in_mount_table(m.path)
+    r = m.cli("fsck", m.store)
+    assert r.returncode == 1 and "missing" in r.stdout, f"fsck exit {r.returncode}:\n{r.stdout}{r.stderr}"
+    r = m.cli("fsck", "--repair", m.store)
+    assert r.returncode == 0, f"fsck --repair exit {r.returncode}:\n{r.stdout}{r.stderr}"
+    remount(m)
+    assert read_file(os.path.join(m.path, "in-checkpoint")) == b"A"
+    assert not os.path.exists(os.path.join(m.path, "in-journal"))
+    unmount(m)
+    assert_no_panic(m)

@@ -727,6 +727,17 @@ pub fn fsck(path: &Path, repair: bool, progress: &Progress) -> Result<Report, St
             }
         }
         progress.done();
+    } else if r.checkpoint.present {
+        // The journal is made before the first checkpoint and only ever replaced by rename:
+        // it was deleted, and with it the changes after the checkpoint.
+        r.problems.push(format!(
+            "journal {journal_path} is missing, but the checkpoint {checkpoint_path} is there: \
+             any changes made after the checkpoint are lost with it (restore the file to \
+             keep them)"
+        ));
+        journal_repair = Some(format!(
+            "accepted the loss of the missing journal {journal_path}"
+        ));
     }
 
     // ---- 3. replay ----------------------------------------------------------------------

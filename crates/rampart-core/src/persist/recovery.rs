@@ -79,6 +79,10 @@ pub enum RecoveryError {
         checkpoint_seq: u64,
         journal_base_seq: u64,
     },
+    /// A checkpoint without a journal: the journal is made before the first checkpoint and
+    /// only ever replaced by rename, so it was deleted, and the changes after the checkpoint
+    /// with it.
+    JournalMissing,
     /// A journaled op does not apply to the state before it.
     Replay {
         seq: u64,
@@ -114,6 +118,12 @@ impl std::fmt::Display for RecoveryError {
                 f,
                 "the journal starts at op {journal_base_seq} but the checkpoint ends at op \
                  {checkpoint_seq}: changes in between are missing"
+            ),
+            RecoveryError::JournalMissing => write!(
+                f,
+                "the checkpoint is there but the journal is missing: any changes made after \
+                 the checkpoint are lost with it. Restore the journal file, or accept the loss \
+                 with `rampart fsck --repair`, which starts a new journal at the checkpoint"
             ),
             RecoveryError::Replay { seq, error } => {
                 write!(
@@ -166,7 +176,11 @@ pub fn recover(
         duration: Duration::ZERO,
     };
     let from_seq = checkpoint_seq.unwrap_or(0);
-    if let Some(bytes) = device.read(JOURNAL_FILE).map_err(RecoveryError::Io)? {
+    let journal = device.read(JOURNAL_FILE).map_err(RecoveryError::Io)?;
+    if journal.is_none() && checkpoint_seq.is_some() {
+        return Err(RecoveryError::JournalMissing);
+    }
+    if let Some(bytes) = journal {
         let scan = journal::scan(&bytes).map_err(RecoveryError::Journal)?;
         if scan.header.store_id != store_id {
             return Err(RecoveryError::WrongStore("journal"));
