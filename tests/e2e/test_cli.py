@@ -1,6 +1,7 @@
 """The rampart command line (docs/CLI.md): mkfs, mount refusals, status, shutdown.
 All rampart-specific, so skipped on the tmpfs target."""
 
+import errno
 import os
 import signal
 import stat
@@ -254,6 +255,28 @@ def test_status_memory_given_back(mnt):
         rounds.append(_settled_status(mnt, before)["memory_used_bytes"])
     assert rounds[0] - before["memory_used_bytes"] <= 16 * 1024, (before["memory_used_bytes"], rounds)
     assert rounds[2] == rounds[1] == rounds[0], f"memory charge grows per create/delete round: {rounds}"
+
+
+def test_memory_cap_holds_for_many_directories(mount_factory):
+    """Small inodes in great numbers: the cap (which counts the inode table too) stops them
+    with ENOSPC before the memory used passes it, and deleting them gives the memory back."""
+    cap = 4 << 20
+    m = mount_factory("--memory-cap", str(cap), name="capdirs")
+    base = m.status()["memory_used_bytes"]
+    made = 0
+    with pytest.raises(OSError) as full:
+        while made < 200_000:
+            os.mkdir(os.path.join(m.path, f"d{made}"))
+            made += 1
+    assert full.value.errno == errno.ENOSPC, full.value
+    used = m.status()["memory_used_bytes"]
+    assert used <= cap, f"{used} bytes used under a cap of {cap} after {made} directories"
+    for i in range(made):
+        os.rmdir(os.path.join(m.path, f"d{i}"))
+    left = _settled_status(m, {k: 0 for k in COUNT_KEYS} | {"inodes": 1, "directories": 1})
+    assert left["memory_used_bytes"] < base + 256 * 1024, \
+        f"{left['memory_used_bytes']} bytes still used after deleting every directory ({base} at first)"
+    write_file(os.path.join(m.path, "again"), os.urandom(1 << 20))
 
 
 def test_status_memory_cap_option(mount_factory):

@@ -215,6 +215,7 @@ impl State {
             }
             state.table.insert(ino, inode);
         }
+        state.budget.set_table_bytes(state.table.heap_bytes());
         state.table.raise_next_generation(next_generation);
         if state.table.get(ROOT_INO).map(|r| r.is_dir()) != Ok(true) {
             return Err(vec!["there is no root directory".into()]);
@@ -251,6 +252,7 @@ impl State {
         assert_eq!(ino, ROOT_INO);
         state.budget.apply(inode_base_cost(&root) as i64);
         state.table.insert(ROOT_INO, root);
+        state.budget.set_table_bytes(state.table.heap_bytes());
         state.counts.directories = 1;
         state
     }
@@ -307,6 +309,7 @@ impl State {
             return;
         }
         let inode = self.table.remove(ino);
+        self.budget.set_table_bytes(self.table.heap_bytes());
         self.budget.apply(-(inode_charge(&inode) as i64));
         *self.counts.slot(inode.kind()) -= 1;
         if let Payload::File(f) = &inode.payload {
@@ -502,10 +505,11 @@ impl State {
             xattrs: None,
         };
         let cost = inode_base_cost(&inode) + entry_cost(name);
-        self.budget.check(cost)?;
+        self.budget.check(cost + self.table.growth_bytes(ino))?;
         // Validation is over: from here on nothing fails.
         self.budget.apply(cost as i64);
         self.table.insert(ino, inode);
+        self.budget.set_table_bytes(self.table.heap_bytes());
         *self.counts.slot(kind) += 1;
         self.dir_mut(parent).insert(name, ino, kind.code());
         let parent_inode = self.table.get_mut(parent).expect("parent");
@@ -1308,6 +1312,13 @@ impl State {
                 self.budget.used_bytes()
             ));
         }
+        let table_bytes = self.budget.total_bytes() - self.budget.used_bytes();
+        if table_bytes != self.table.heap_bytes() {
+            problems.push(format!(
+                "the inode table holds {} bytes but {table_bytes} are recorded",
+                self.table.heap_bytes()
+            ));
+        }
         problems
     }
 }
@@ -1987,7 +1998,7 @@ impl Engine {
             symlinks: state.counts.symlinks,
             other: state.counts.other,
             data_bytes: state.counts.data_bytes,
-            memory_used_bytes: state.budget.used_bytes() + state.table.heap_bytes(),
+            memory_used_bytes: state.budget.total_bytes(),
             memory_cap_bytes: state.budget.cap_bytes(),
         }
     }

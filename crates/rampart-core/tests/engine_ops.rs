@@ -151,6 +151,45 @@ fn memory_cap_gives_enospc_and_recovers_after_deletes() {
 }
 
 #[test]
+fn memory_cap_holds_for_many_small_inodes_and_is_given_back() {
+    // Inodes cost little each, but the table holding them grows by doubling: that growth
+    // must fit under the cap too, and an emptied table gives its memory back.
+    let cap = 4 << 20;
+    let e = engine_with_cap(cap);
+    let c = lib();
+    let empty = e.stats().memory_used_bytes;
+    let mut made = 0u32;
+    let full = loop {
+        match e.mkdir(&c, ROOT_INO, format!("d{made}").as_bytes(), 0o755) {
+            Ok(_) => made += 1,
+            Err(err) => break err,
+        }
+        assert!(made < 1_000_000, "the cap never stopped mkdir");
+    };
+    assert_eq!(full, Errno::ENOSPC);
+    let used = e.stats().memory_used_bytes;
+    assert!(used <= cap, "{used} bytes used under a cap of {cap}");
+    assert!(
+        used > cap / 2,
+        "ENOSPC with only {used} of {cap} bytes used"
+    );
+    assert_consistent(&e);
+    for i in 0..made {
+        e.rmdir(&c, ROOT_INO, format!("d{i}").as_bytes()).unwrap();
+    }
+    assert_consistent(&e);
+    let left = e.stats().memory_used_bytes;
+    assert!(
+        left < empty + 64 * 1024,
+        "{left} bytes still held after deleting everything ({empty} when empty)"
+    );
+    // And the room is usable again.
+    let f = e.mknod(&c, ROOT_INO, b"again", FILE, 0).unwrap();
+    e.write(&c, f.ino, 0, &vec![1u8; 2 << 20], false).unwrap();
+    assert!(e.stats().memory_used_bytes <= cap);
+}
+
+#[test]
 fn names_and_limits() {
     let e = engine_with_cap(1 << 30);
     let c = lib();

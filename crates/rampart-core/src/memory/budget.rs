@@ -6,7 +6,10 @@ use crate::error::{Errno, FsResult};
 
 #[derive(Debug)]
 pub struct Budget {
+    /// The charges: inodes, names, contents, xattrs.
     used_bytes: u64,
+    /// The inode table's slot array, which grows by doubling and is set, not charged.
+    table_bytes: u64,
     cap_bytes: u64,
     /// Off while replaying a journal: every op passed the cap when it was first applied, and
     /// a smaller cap now must not make durable changes unreplayable.
@@ -17,13 +20,25 @@ impl Budget {
     pub fn new(cap_bytes: u64) -> Budget {
         Budget {
             used_bytes: 0,
+            table_bytes: 0,
             cap_bytes,
             enforced: true,
         }
     }
 
+    /// The sum of the charges (what `State::check` recomputes).
     pub fn used_bytes(&self) -> u64 {
         self.used_bytes
+    }
+
+    /// Everything held under the cap: the charges and the inode table.
+    pub fn total_bytes(&self) -> u64 {
+        self.used_bytes + self.table_bytes
+    }
+
+    /// Records the inode table's current size (after it grew or shrank).
+    pub fn set_table_bytes(&mut self, bytes: u64) {
+        self.table_bytes = bytes;
     }
 
     pub fn cap_bytes(&self) -> u64 {
@@ -31,7 +46,7 @@ impl Budget {
     }
 
     pub fn free_bytes(&self) -> u64 {
-        self.cap_bytes.saturating_sub(self.used_bytes)
+        self.cap_bytes.saturating_sub(self.total_bytes())
     }
 
     /// Fails with ENOSPC unless `bytes` more fit under the cap.
@@ -40,7 +55,7 @@ impl Budget {
     }
 
     pub fn check(&self, bytes: u64) -> FsResult<()> {
-        if self.enforced && self.used_bytes.saturating_add(bytes) > self.cap_bytes {
+        if self.enforced && self.total_bytes().saturating_add(bytes) > self.cap_bytes {
             Err(Errno::ENOSPC)
         } else {
             Ok(())

@@ -14,6 +14,9 @@ use crate::namespace::inode::Inode;
 /// Most inodes of one file system (the table is indexed by `u32`-sized numbers).
 pub const INODES_MAX: u64 = u32::MAX as u64;
 
+/// Below this many slots the table never shrinks.
+const SHRINK_CAPACITY_MIN: usize = 1024;
+
 #[derive(Debug, Default)]
 pub struct InodeTable {
     slots: Vec<Option<Inode>>,
@@ -130,6 +133,12 @@ impl InodeTable {
                 self.free.remove(&last);
                 self.slots.pop();
             }
+            // Give the memory of a table that emptied back (not at every pop: amortized).
+            if self.slots.capacity() >= SHRINK_CAPACITY_MIN
+                && self.slots.len() < self.slots.capacity() / 4
+            {
+                self.slots.shrink_to(self.slots.len() * 2);
+            }
         } else {
             self.free.insert(ino);
         }
@@ -145,6 +154,17 @@ impl InodeTable {
     }
 
     /// Bytes the table itself holds.
+    /// How much the slot array would grow to insert `ino` (Vec doubles its capacity).
+    pub fn growth_bytes(&self, ino: Ino) -> u64 {
+        let needed = ino as usize + 1;
+        let capacity = self.slots.capacity();
+        if needed <= capacity {
+            return 0;
+        }
+        let grown = needed.max(capacity * 2).max(4);
+        ((grown - capacity) * std::mem::size_of::<Option<Inode>>()) as u64
+    }
+
     pub fn heap_bytes(&self) -> u64 {
         (self.slots.capacity() * std::mem::size_of::<Option<Inode>>()) as u64
             + self.free.len() as u64 * 16
