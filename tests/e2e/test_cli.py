@@ -279,6 +279,36 @@ def test_memory_cap_holds_for_many_directories(mount_factory):
     write_file(os.path.join(m.path, "again"), os.urandom(1 << 20))
 
 
+def test_posix_fallocate_reserves_memory(mount_factory):
+    """posix_fallocate promises that writes into the range will not fail for want of space:
+    the memory is taken at once, other files cannot have it, and the range takes its writes
+    when the cap is otherwise full."""
+    cap = 64 << 20
+    m = mount_factory("--memory-cap", str(cap), name="capfalloc")
+    a = os.path.join(m.path, "a")
+    fd = os.open(a, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, 32 << 20)
+        assert m.status()["memory_used_bytes"] >= 32 << 20, "posix_fallocate reserved no memory"
+        chunk = os.urandom(1 << 20)
+        with pytest.raises(OSError) as full:
+            fb = os.open(os.path.join(m.path, "b"), os.O_CREAT | os.O_WRONLY, 0o644)
+            try:
+                for _ in range(64):
+                    os.write(fb, chunk)
+                os.fsync(fb)
+            finally:
+                os.close(fb)
+        assert full.value.errno == errno.ENOSPC, full.value
+        data = os.urandom(32 << 20)
+        assert os.pwrite(fd, data, 0) == len(data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    assert read_file(a) == data
+    assert m.status()["memory_used_bytes"] <= cap
+
+
 def test_status_memory_cap_option(mount_factory):
     m = mount_factory("--memory-cap", "64M", name="cap64")
     assert m.status()["memory_cap_bytes"] == 64 * 1024 * 1024

@@ -832,15 +832,18 @@ impl State {
         if !keep_size && end > FILE_SIZE_MAX_BYTES {
             return Err(Errno::EFBIG);
         }
-        if !punch && !zero {
-            // Memory is not reserved ahead (it is taken on write), but a request that could
-            // never fit is refused now, as a disk file system would.
-            let missing = end.saturating_sub(inode.size_bytes.max(offset)).min(length);
-            self.budget.check(missing)?;
+        // Allocation (mode 0, KEEP_SIZE, ZERO_RANGE) reserves the range's memory now, as
+        // tmpfs and disk file systems do, so that writes into it cannot fail with ENOSPC. A
+        // punched or zeroed range gives its bytes back first, so it needs at most the rest.
+        let file = inode.file().expect("file");
+        let reserve = !punch;
+        if reserve {
+            self.budget
+                .check(file.reserve_growth_bytes(offset, length))?;
         }
         let inode = self.table.get_mut(ino).expect("inode");
-        if punch || zero {
-            if let Payload::File(f) = &mut inode.payload {
+        if let Payload::File(f) = &mut inode.payload {
+            if punch || zero {
                 let delta = f.punch_hole(offset, length);
                 self.budget.apply(delta.heap_bytes);
                 self.counts.data_bytes = self
@@ -848,6 +851,13 @@ impl State {
                     .data_bytes
                     .wrapping_add_signed(delta.stored_bytes);
             }
+            if reserve {
+                let delta = f.reserve(offset, length);
+                debug_assert_eq!(delta.stored_bytes, 0);
+                self.budget.apply(delta.heap_bytes);
+            }
+        }
+        if punch || zero {
             inode.mtime_ns = time_ns;
         }
         if !keep_size && end > inode.size_bytes {

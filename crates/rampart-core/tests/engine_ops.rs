@@ -190,6 +190,43 @@ fn memory_cap_holds_for_many_small_inodes_and_is_given_back() {
 }
 
 #[test]
+fn fallocate_reserves_memory_so_writes_into_the_range_cannot_fail() {
+    let cap = 8 << 20;
+    let e = engine_with_cap(cap);
+    let c = lib();
+    let a = e.mknod(&c, ROOT_INO, b"a", FILE, 0).unwrap().ino;
+    e.fallocate(&c, a, 0, 4 << 20, 0).unwrap();
+    assert_eq!(e.getattr(a).unwrap().size_bytes, 4 << 20);
+    assert!(
+        e.stats().memory_used_bytes >= 4 << 20,
+        "fallocate reserved nothing"
+    );
+    // More than is left cannot be reserved.
+    let b = e.mknod(&c, ROOT_INO, b"b", FILE, 0).unwrap().ino;
+    assert_eq!(e.fallocate(&c, b, 0, 5 << 20, 0), Err(Errno::ENOSPC));
+    // Fill what is left with another file...
+    let chunk = vec![3u8; 64 * 1024];
+    let mut offset = 0u64;
+    while e.write(&c, b, offset, &chunk, false).is_ok() {
+        offset += chunk.len() as u64;
+    }
+    assert!(e.stats().memory_used_bytes <= cap);
+    // ...and the reserved range still takes its writes in full.
+    let data = vec![9u8; 4 << 20];
+    e.write(&c, a, 0, &data, false).unwrap();
+    let mut back = Vec::new();
+    e.read(a, 1 << 20, 16, &mut back).unwrap();
+    assert_eq!(back, vec![9u8; 16]);
+    // KEEP_SIZE reserves past the end without changing the size.
+    let k = e.mknod(&c, ROOT_INO, b"k", FILE, 0).unwrap().ino;
+    e.unlink(&c, ROOT_INO, b"b").unwrap();
+    e.fallocate(&c, k, 0, 1 << 20, rampart_core::op::FALLOC_FL_KEEP_SIZE)
+        .unwrap();
+    assert_eq!(e.getattr(k).unwrap().size_bytes, 0);
+    assert_consistent(&e);
+}
+
+#[test]
 fn names_and_limits() {
     let e = engine_with_cap(1 << 30);
     let c = lib();

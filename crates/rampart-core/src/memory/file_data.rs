@@ -7,6 +7,11 @@
 //!
 //! Invariant: no chunk holds bytes at or past the file size (checked by [`FileData::check`]),
 //! so growing a file by truncate exposes zeros, never old bytes.
+//!
+//! A chunk's capacity may run past its bytes: `fallocate` reserves memory that way
+//! ([`FileData::reserve`]), so that later writes into the range need no more and cannot fail
+//! with ENOSPC. Reserved capacity is charged like bytes; a chunk with capacity and no bytes
+//! is still a hole when read.
 
 /// Bytes covered by one chunk.
 pub const CHUNK_BYTES: usize = 64 * 1024;
@@ -80,19 +85,93 @@ impl FileData {
     }
 
     /// Heap bytes a write of `len` bytes at `offset` may add at most; used to refuse a write
-    /// before it starts rather than fail half-way.
+    /// before it starts rather than fail half-way. Capacity already held (reserved by
+    /// `fallocate`, or slack) is counted, so a write into a reserved range needs nothing.
     pub fn growth_bound_bytes(&self, offset: u64, len: usize) -> u64 {
-        if len == 0 {
+        self.growth_bytes(offset, len as u64, |chunk, end| {
+            if chunk.len() >= end {
+                0
+            } else {
+                grown_capacity(chunk, end) - chunk.capacity()
+            }
+        })
+    }
+
+    /// Heap bytes [`FileData::reserve`] of the same range would add.
+    pub fn reserve_growth_bytes(&self, offset: u64, len: u64) -> u64 {
+        self.growth_bytes(offset, len, |chunk, end| {
+            end.saturating_sub(chunk.capacity())
+        })
+    }
+
+    /// Sums `chunk_growth(chunk, end in chunk)` over the chunks `[offset, offset + len)`
+    /// touches (missing ones as empty), plus the chunk table's growth.
+    fn growth_bytes(
+        &self,
+        offset: u64,
+        len: u64,
+        chunk_growth: impl Fn(&Vec<u8>, usize) -> usize,
+    ) -> u64 {
+        let end = offset.saturating_add(len).min(FILE_SIZE_MAX_BYTES);
+        if offset >= end {
             return 0;
         }
-        let end = offset + len as u64;
-        let last_chunk = ((end - 1) / CHUNK_BYTES as u64) as usize;
-        let table_growth = (last_chunk + 1).saturating_sub(self.chunks.len()) as u64
-            * std::mem::size_of::<Vec<u8>>() as u64;
-        // A write can at most fill each chunk it touches.
+        let chunk = CHUNK_BYTES as u64;
+        let (first, last) = (offset / chunk, (end - 1) / chunk);
+        // The chunk table grows as Vec does: to at least twice its capacity.
+        let capacity = self.chunks.capacity() as u64;
+        let table_growth = if last < capacity {
+            0
+        } else {
+            ((last + 1).max(2 * capacity).max(4) - capacity) * std::mem::size_of::<Vec<u8>>() as u64
+        };
+        let in_end = |index: u64| (end - index * chunk).min(chunk) as usize;
+        // Chunks that exist are asked one by one; missing ones (as many as the range is long,
+        // so not looped over) each need their whole part: every chunk but the last a full one.
+        let have = self.chunks.len() as u64;
+        let existing: u64 = (first..=last.min(have.saturating_sub(1)))
+            .filter(|&index| index < have)
+            .map(|index| chunk_growth(&self.chunks[index as usize], in_end(index)) as u64)
+            .sum();
+        let missing_from = first.max(have);
+        let missing = if missing_from <= last {
+            (last - missing_from) * chunk + in_end(last) as u64
+        } else {
+            0
+        };
+        table_growth + existing + missing
+    }
+
+    /// Reserves memory for `[offset, offset + len)`: every chunk it touches gets the capacity
+    /// to hold its part, without holding bytes (it still reads as zeros, and the size is the
+    /// caller's). The caller checked the budget with [`FileData::reserve_growth_bytes`].
+    pub fn reserve(&mut self, offset: u64, len: u64) -> Delta {
+        let table_before = self.chunks.capacity() as i64;
+        let mut delta = Delta::default();
+        if len == 0 {
+            return delta;
+        }
+        let end = offset.saturating_add(len).min(FILE_SIZE_MAX_BYTES);
         let first_chunk = (offset / CHUNK_BYTES as u64) as usize;
-        let touched = (last_chunk - first_chunk + 1) as u64;
-        table_growth * 2 + (touched * CHUNK_BYTES as u64).min(len as u64 + 2 * CHUNK_BYTES as u64)
+        let last_chunk = (end.saturating_sub(1) / CHUNK_BYTES as u64) as usize;
+        if offset >= end {
+            return delta;
+        }
+        if self.chunks.len() <= last_chunk {
+            self.chunks.resize_with(last_chunk + 1, Vec::new);
+        }
+        for index in first_chunk..=last_chunk {
+            let start = index as u64 * CHUNK_BYTES as u64;
+            let in_end = (end - start).min(CHUNK_BYTES as u64) as usize;
+            let chunk = &mut self.chunks[index];
+            if chunk.capacity() < in_end {
+                let cap0 = chunk.capacity() as i64;
+                chunk.reserve_exact(in_end - chunk.len());
+                delta.heap_bytes += chunk.capacity() as i64 - cap0;
+            }
+        }
+        delta.heap_bytes += (self.chunks.capacity() as i64 - table_before) * TABLE_ENTRY_BYTES;
+        delta
     }
 
     /// Copies up to `len` bytes from `offset` into `out`, bounded by `size` (the file size).
@@ -122,15 +201,19 @@ impl FileData {
     pub fn write(&mut self, offset: u64, data: &[u8]) -> Delta {
         let table_before = self.chunks.capacity() as i64;
         let mut delta = Delta::default();
+        if !data.is_empty() {
+            // Once, so that the table grows as `growth_bound_bytes` says.
+            let last = ((offset + data.len() as u64 - 1) / CHUNK_BYTES as u64) as usize;
+            if self.chunks.len() <= last {
+                self.chunks.resize_with(last + 1, Vec::new);
+            }
+        }
         let mut pos = offset;
         let mut rest = data;
         while !rest.is_empty() {
             let index = (pos / CHUNK_BYTES as u64) as usize;
             let in_chunk = (pos % CHUNK_BYTES as u64) as usize;
             let take = (CHUNK_BYTES - in_chunk).min(rest.len());
-            if self.chunks.len() <= index {
-                self.chunks.resize_with(index + 1, Vec::new);
-            }
             let chunk = &mut self.chunks[index];
             let (cap0, len0) = chunk_heap(chunk, chunk.capacity());
             let end = in_chunk + take;
@@ -218,8 +301,9 @@ impl FileData {
         delta
     }
 
+    /// Drops trailing holes that hold no memory (reserved ones stay).
     fn trim_trailing_holes(&mut self) {
-        while self.chunks.last().is_some_and(|c| c.is_empty()) {
+        while self.chunks.last().is_some_and(|c| c.capacity() == 0) {
             self.chunks.pop();
         }
     }
@@ -239,6 +323,16 @@ impl FileData {
             }
         }
         Ok(())
+    }
+}
+
+/// The capacity `grow_chunk(chunk, len)` leaves.
+fn grown_capacity(chunk: &Vec<u8>, len: usize) -> usize {
+    let capacity = chunk.capacity();
+    if capacity >= len {
+        capacity
+    } else {
+        len.max((capacity * 2).min(CHUNK_BYTES))
     }
 }
 
@@ -264,6 +358,7 @@ mod tests {
         Write(u64, Vec<u8>),
         Truncate(u64),
         Punch(u64, u64),
+        Reserve(u64, u64),
     }
 
     fn action() -> impl Strategy<Value = Action> {
@@ -276,6 +371,7 @@ mod tests {
                 .prop_map(|(o, d)| Action::Write(o, d)),
             off.clone().prop_map(Action::Truncate),
             (off.clone(), 0u64..(2 * CHUNK_BYTES as u64)).prop_map(|(o, l)| Action::Punch(o, l)),
+            (off.clone(), 0u64..(2 * CHUNK_BYTES as u64)).prop_map(|(o, l)| Action::Reserve(o, l)),
         ]
     }
 
@@ -289,7 +385,9 @@ mod tests {
             for a in actions {
                 let delta = match a {
                     Action::Write(o, d) => {
+                        let bound = data.growth_bound_bytes(o, d.len());
                         let delta = data.write(o, &d);
+                        prop_assert!(delta.heap_bytes <= bound as i64, "grew {} over a bound of {}", delta.heap_bytes, bound);
                         let end = o as usize + d.len();
                         if model.len() < end && !d.is_empty() { model.resize(end, 0); }
                         model[o as usize..o as usize + d.len()].copy_from_slice(&d);
@@ -306,6 +404,15 @@ mod tests {
                         if (o as usize) < end { model[o as usize..end].fill(0); }
                         delta
                     }
+                    Action::Reserve(o, l) => {
+                        let expected = data.reserve_growth_bytes(o, l);
+                        let delta = data.reserve(o, l);
+                        prop_assert_eq!(delta.stored_bytes, 0);
+                        prop_assert!(delta.heap_bytes <= expected as i64);
+                        // Writes into the range now need no memory.
+                        prop_assert_eq!(data.growth_bound_bytes(o, l as usize), 0);
+                        delta
+                    }
                 };
                 heap += delta.heap_bytes;
                 stored += delta.stored_bytes;
@@ -318,6 +425,33 @@ mod tests {
                 prop_assert_eq!(&out, &model);
             }
         }
+    }
+
+    #[test]
+    fn reserved_memory_is_kept_and_used_by_writes() {
+        let mut data = FileData::default();
+        let reserved = data.reserve(0, 3 * CHUNK_BYTES as u64 + 100);
+        assert!(reserved.heap_bytes >= 3 * CHUNK_BYTES as i64 + 100);
+        assert_eq!(data.stored_bytes(), 0);
+        // A punch elsewhere keeps the reservation; writing into it costs nothing more.
+        let punched = data.punch_hole(5 * CHUNK_BYTES as u64, 10);
+        assert_eq!(punched.heap_bytes, 0);
+        let written = data.write(CHUNK_BYTES as u64, &[1u8; 2 * CHUNK_BYTES]);
+        assert_eq!(written.heap_bytes, 0);
+        data.check(3 * CHUNK_BYTES as u64).unwrap();
+        // Truncating below it gives it back.
+        data.truncate(0);
+        assert!(data.heap_bytes() <= 4 * std::mem::size_of::<Vec<u8>>() as u64);
+    }
+
+    #[test]
+    fn growth_of_a_huge_range_is_computed_without_visiting_it() {
+        let data = FileData::default();
+        let started = std::time::Instant::now();
+        let growth = data.reserve_growth_bytes(0, u64::MAX);
+        assert!(growth >= FILE_SIZE_MAX_BYTES, "{growth}");
+        assert!(data.growth_bound_bytes(FILE_SIZE_MAX_BYTES - 1, 1) > 0);
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
     }
 
     #[test]
