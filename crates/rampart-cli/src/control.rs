@@ -8,7 +8,7 @@
 //!   `rampart umount` uses it to say whether the last changes were saved. If the daemon dies
 //!   without finishing, the connection just ends.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -112,14 +112,56 @@ pub fn status_of(
 pub struct Exit {
     /// The final checkpoint was written and the FUSE session ended without an error.
     pub clean: bool,
+    /// Changes that were acknowledged to programs (but not yet durable) are gone.
+    #[serde(default)]
+    pub changes_lost: bool,
     pub error: Option<String>,
+}
+
+impl Exit {
+    pub fn clean() -> Exit {
+        Exit {
+            clean: true,
+            changes_lost: false,
+            error: None,
+        }
+    }
+
+    /// A shutdown that lost changes, and why.
+    pub fn lost(why: String) -> Exit {
+        Exit {
+            clean: false,
+            changes_lost: true,
+            error: Some(why),
+        }
+    }
+
+    /// A shutdown that kept everything but ended with an error.
+    pub fn failed(why: String) -> Exit {
+        Exit {
+            clean: false,
+            changes_lost: false,
+            error: Some(why),
+        }
+    }
 }
 
 /// Most `watch-exit` connections held at once.
 const EXIT_WATCHERS_MAX: usize = 16;
 
-/// The connections waiting for the daemon's [`Exit`].
-type ExitWatchers = Arc<std::sync::Mutex<Vec<UnixStream>>>;
+/// The connections waiting for the daemon's [`Exit`], and the exit once it is known (a client
+/// that registers after it gets it at once).
+#[derive(Default)]
+struct ExitState {
+    streams: Vec<UnixStream>,
+    exit: Option<Exit>,
+}
+
+type ExitWatchers = Arc<std::sync::Mutex<ExitState>>;
+
+fn exit_line(exit: &Exit) -> String {
+    serde_json::to_string(exit).unwrap_or_default() + "\n"
+}
 
 /// The control socket this daemon bound, known by its inode as well as its path.
 pub struct ControlSocket {
@@ -129,16 +171,15 @@ pub struct ControlSocket {
 }
 
 impl ControlSocket {
-    /// Tells every `watch-exit` client how the shutdown ended.
-    pub fn report_exit(&self, outcome: &Result<(), String>) {
-        let exit = Exit {
-            clean: outcome.is_ok(),
-            error: outcome.as_ref().err().cloned(),
+    /// Tells every `watch-exit` client, and any that comes later, how the shutdown ended.
+    pub fn report_exit(&self, exit: &Exit) {
+        let line = exit_line(exit);
+        let streams = {
+            let mut state = self.exit_watchers.lock().unwrap_or_else(|e| e.into_inner());
+            state.exit = Some(exit.clone());
+            std::mem::take(&mut state.streams)
         };
-        let line = serde_json::to_string(&exit).unwrap_or_default() + "\n";
-        let watchers =
-            std::mem::take(&mut *self.exit_watchers.lock().unwrap_or_else(|e| e.into_inner()));
-        for mut stream in watchers {
+        for mut stream in streams {
             let _ = stream.write_all(line.as_bytes());
         }
     }
@@ -211,14 +252,19 @@ fn answer(
     BufReader::new((&stream).take_limit()).read_line(&mut line)?;
     let reply = match line.trim() {
         "watch-exit" => {
-            let mut watchers = exit_watchers.lock().unwrap_or_else(|e| e.into_inner());
+            let mut state = exit_watchers.lock().unwrap_or_else(|e| e.into_inner());
             // Clients that gave up (an unmount refused as busy) leave room for new ones.
-            watchers.retain(peer_still_there);
-            if watchers.len() >= EXIT_WATCHERS_MAX {
+            state.streams.retain(peer_still_there);
+            if let Some(exit) = &state.exit {
+                let line = exit_line(exit);
+                drop(state);
+                return (&stream).write_all(format!("{{\"watching\":true}}\n{line}").as_bytes());
+            }
+            if state.streams.len() >= EXIT_WATCHERS_MAX {
                 serde_json::json!({ "error": "too many clients wait for the exit" }).to_string()
             } else {
                 (&stream).write_all(b"{\"watching\":true}\n")?;
-                watchers.push(stream);
+                state.streams.push(stream);
                 return Ok(());
             }
         }
@@ -259,7 +305,15 @@ trait TakeLimit: std::io::Read + Sized {
 impl<R: std::io::Read> TakeLimit for R {}
 
 /// A connection on which the daemon of a store will say how its shutdown ended.
-pub struct ExitWatch(UnixStream);
+pub struct ExitWatch(BufReader<UnixStream>);
+
+/// What [`ExitWatch::wait`] saw.
+pub enum Watched {
+    Exit(Exit),
+    /// The connection ended without an exit: the daemon died.
+    Ended,
+    TimedOut,
+}
 
 /// Registers for the daemon's [`Exit`]; do it before unmounting.
 pub fn watch_exit(store: &Path) -> Result<ExitWatch, String> {
@@ -272,8 +326,11 @@ pub fn watch_exit(store: &Path) -> Result<ExitWatch, String> {
     (&stream)
         .write_all(b"watch-exit\n")
         .map_err(|e| format!("{}: {e}", path.display()))?;
+    // One reader for both lines: the exit may arrive with the acknowledgement.
+    let mut reader = BufReader::new(stream);
     let mut line = String::new();
-    BufReader::new((&stream).take_limit())
+    (&mut reader)
+        .take(COMMAND_LEN_MAX)
         .read_line(&mut line)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     if line.trim() != "{\"watching\":true}" {
@@ -282,19 +339,33 @@ pub fn watch_exit(store: &Path) -> Result<ExitWatch, String> {
             line.trim()
         ));
     }
-    Ok(ExitWatch(stream))
+    Ok(ExitWatch(reader))
 }
 
 impl ExitWatch {
-    /// Waits up to `timeout` for the daemon's [`Exit`]; None if the connection ended first
-    /// (the daemon died) or the time ran out.
-    pub fn wait(self, timeout: Duration) -> Option<Exit> {
-        self.0.set_read_timeout(Some(timeout)).ok()?;
+    /// Waits up to `timeout` for the daemon's [`Exit`].
+    pub fn wait(mut self, timeout: Duration) -> Watched {
+        if self
+            .0
+            .get_ref()
+            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
+            .is_err()
+        {
+            return Watched::Ended;
+        }
         let mut line = String::new();
-        BufReader::new(std::io::Read::take(&self.0, 64 << 10))
-            .read_line(&mut line)
-            .ok()?;
-        serde_json::from_str(&line).ok()
+        match (&mut self.0).take(64 << 10).read_line(&mut line) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                Watched::TimedOut
+            }
+            Err(_) => Watched::Ended,
+            Ok(_) => serde_json::from_str(&line).map_or(Watched::Ended, Watched::Exit),
+        }
     }
 }
 

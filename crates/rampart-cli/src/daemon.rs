@@ -85,10 +85,11 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     // Recovery: the newest checkpoint and the journal's valid prefix, through the same apply
     // path as live operations; damage is refused with a message, never guessed at.
     let store_id = store.superblock().store_id;
-    let device: Arc<dyn Device> = Arc::new(
+    let dir_device = Arc::new(
         DirDevice::open(store_path.clone())
             .map_err(|e| format!("cannot open {}: {e}", store_path.display()))?,
     );
+    let device: Arc<dyn Device> = dir_device.clone();
     let persist_config = PersistConfig {
         commit_interval: config.commit_interval,
         checkpoint_journal_bytes: config.checkpoint_after_bytes,
@@ -174,10 +175,13 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     on_ready();
     let result = mounted.run();
     // fuser unmounts when its session ends, unless the connection is already gone. It is also
-    // gone after an abort (our own, when a ring fails, or through fusectl), which leaves a
-    // dead mount behind: detach it, but only if it is still ours and on top; after an
-    // ordinary unmount a new mount may already sit at the same place.
-    if let Some(own) = &own_mount {
+    // gone after an abort (our own, when a ring fails, or through fusectl: the session then
+    // ends with ECONNABORTED, where an unmount ends it cleanly), which leaves a dead mount
+    // behind: detach it, but only then, and only if the mount on top still has our device
+    // number. After an ordinary unmount a new mount may already sit at the same place, and
+    // the kernel hands device numbers out again.
+    let aborted = matches!(&result, Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED));
+    if let (true, Some(own)) = (aborted, &own_mount) {
         if crate::mounts::top_device_at(&mountpoint).is_some_and(|device| device == own.device) {
             tracing::warn!(
                 "the FUSE connection was aborted; detaching the dead mount at {}",
@@ -191,15 +195,33 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     engine.set_sink(None);
     socket.remove();
     drop(store);
-    let outcome = saved
-        .map_err(|e| format!("the final checkpoint failed: {e}"))
-        .and_then(|()| result.map_err(|e| format!("FUSE session ended with an error: {e}")));
-    if outcome.is_ok() {
+    // What the shutdown lost, if anything, and why; then whether the session ended badly.
+    let lost = match saved {
+        Err(e) => Some(format!("the final checkpoint failed: {e}")),
+        // The journal was written through the folder's descriptor: if the folder was deleted
+        // meanwhile, so was everything written to it.
+        Ok(()) if dir_device.folder_removed() => Some(format!(
+            "the store folder {} was removed while mounted: nothing of this mount was kept",
+            store_path.display()
+        )),
+        Ok(()) => None,
+    };
+    let outcome = match (lost, result) {
+        (Some(why), _) => crate::control::Exit::lost(why),
+        (None, Err(e)) => {
+            crate::control::Exit::failed(format!("the FUSE session ended with an error: {e}"))
+        }
+        (None, Ok(())) => crate::control::Exit::clean(),
+    };
+    if outcome.clean {
         tracing::info!("unmounted {}", mountpoint.display());
     }
     // After the lock is released: whoever waits for this can mount the store at once.
     socket.report_exit(&outcome);
-    outcome
+    match outcome.error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// Unmounts with `fusermount3 -u` (`-z`: lazily); true on success.

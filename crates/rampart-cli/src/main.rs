@@ -411,31 +411,42 @@ fn cmd_umount(mountpoint: &Path, lazy: bool) -> Result<(), String> {
         ));
     }
     // The daemon now writes its final checkpoint, which takes as long as the memory tier is
-    // large: wait for it, so that the store is free and its outcome known when we return.
-    let exit = exit_watch.map(|watch| watch.wait(SHUTDOWN_WAIT_MAX));
+    // large: wait for it (one deadline for both waits), so that the store is free and its
+    // outcome known when we return.
+    let deadline = Instant::now() + SHUTDOWN_WAIT_MAX;
+    let watched =
+        exit_watch.map(|watch| watch.wait(deadline.saturating_duration_since(Instant::now())));
+    let waited_too_long = || {
+        format!(
+            "unmounted, but the daemon has not finished its shutdown after {} s",
+            SHUTDOWN_WAIT_MAX.as_secs()
+        )
+    };
     // A lazy unmount leaves the daemon serving whoever still has files open: do not wait.
     if let Some(pid) = pid.filter(|_| !lazy) {
-        let deadline = Instant::now() + SHUTDOWN_WAIT_MAX;
         while pid_alive(pid) {
             if Instant::now() > deadline {
-                return Err(format!(
-                    "unmounted, but daemon {pid} has not exited after {} s",
-                    SHUTDOWN_WAIT_MAX.as_secs()
-                ));
+                return Err(waited_too_long());
             }
             std::thread::sleep(Duration::from_millis(10));
         }
     }
     let log = mount.store.join("rampart.log");
-    match exit {
-        None | Some(Some(control::Exit { clean: true, .. })) => Ok(()),
-        Some(Some(control::Exit { error, .. })) => Err(format!(
-            "unmounted, but the daemon's shutdown failed: {}. The store holds what was durable \
-             before the unmount; changes made since its last commit are lost (log: {})",
-            error.as_deref().unwrap_or("no reason given"),
+    match watched {
+        None | Some(control::Watched::Exit(control::Exit { clean: true, .. })) => Ok(()),
+        Some(control::Watched::Exit(exit)) => Err(format!(
+            "unmounted, but the daemon's shutdown failed: {}.{} (log: {})",
+            exit.error.as_deref().unwrap_or("no reason given"),
+            if exit.changes_lost {
+                " The store holds what was durable before the unmount; changes made since \
+                 its last commit are lost"
+            } else {
+                " Nothing durable was lost"
+            },
             log.display()
         )),
-        Some(None) => Err(format!(
+        Some(control::Watched::TimedOut) => Err(waited_too_long()),
+        Some(control::Watched::Ended) => Err(format!(
             "unmounted, but the daemon ended without finishing its shutdown (killed?). The next \
              mount recovers what was durable (log: {})",
             log.display()

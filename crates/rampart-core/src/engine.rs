@@ -720,7 +720,10 @@ impl State {
         }
         let inode = self.table.get_mut(ino).expect("inode");
         if let Some(size) = size_bytes {
-            if let Payload::File(f) = &mut inode.payload {
+            // Growing exposes zeros (no chunk holds bytes past the size) and keeps what
+            // fallocate reserved past the end, as ext4 does; only shrinking drops bytes.
+            let shrinking = size < inode.size_bytes;
+            if let (true, Payload::File(f)) = (shrinking, &mut inode.payload) {
                 let delta = f.truncate(size);
                 self.budget.apply(delta.heap_bytes);
                 self.counts.data_bytes = self

@@ -204,11 +204,14 @@ impl Filesystem for RampartFs {
         // what must be); symlink targets may stay in the page cache. HANDLE_KILLPRIV_V2: this
         // file system clears setuid/setgid/capabilities on write, truncate and chown itself,
         // which lets the kernel mark the mount SB_NOSEC and stop asking for
-        // security.capability before every write() (a round trip each).
+        // security.capability before every write() (a round trip each). ABORT_ERROR: after an
+        // abort (fusectl) the kernel says ECONNABORTED instead of ENODEV, which tells an
+        // aborted connection from an unmount (the daemon then detaches the dead mount).
         for flag in [
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_CACHE_SYMLINKS,
             InitFlags::FUSE_HANDLE_KILLPRIV_V2,
+            InitFlags::FUSE_ABORT_ERROR,
         ] {
             if config.add_capabilities(flag).is_err() {
                 tracing::debug!("kernel lacks {flag:?}");

@@ -284,10 +284,9 @@ impl FileData {
             if in_chunk == 0 && take == CHUNK_BYTES {
                 *chunk = Vec::new();
             } else if in_chunk + take >= chunk.len() {
+                // Capacity is kept: part of the chunk is outside the hole, and a reservation
+                // (fallocate) there must survive; it stays charged.
                 chunk.truncate(in_chunk);
-                if chunk.is_empty() {
-                    *chunk = Vec::new();
-                }
             } else {
                 chunk[in_chunk..in_chunk + take].fill(0);
             }
@@ -433,9 +432,13 @@ mod tests {
         let reserved = data.reserve(0, 3 * CHUNK_BYTES as u64 + 100);
         assert!(reserved.heap_bytes >= 3 * CHUNK_BYTES as i64 + 100);
         assert_eq!(data.stored_bytes(), 0);
-        // A punch elsewhere keeps the reservation; writing into it costs nothing more.
+        // A punch elsewhere, or of part of a reserved chunk, keeps the reservation; writing
+        // into it costs nothing more.
         let punched = data.punch_hole(5 * CHUNK_BYTES as u64, 10);
         assert_eq!(punched.heap_bytes, 0);
+        let punched = data.punch_hole(0, 100);
+        assert_eq!(punched.heap_bytes, 0);
+        assert_eq!(data.growth_bound_bytes(100, CHUNK_BYTES - 100), 0);
         let written = data.write(CHUNK_BYTES as u64, &[1u8; 2 * CHUNK_BYTES]);
         assert_eq!(written.heap_bytes, 0);
         data.check(3 * CHUNK_BYTES as u64).unwrap();

@@ -153,7 +153,6 @@ impl InodeTable {
             .filter_map(|(i, s)| s.as_ref().map(|inode| (i as Ino, inode)))
     }
 
-    /// Bytes the table itself holds.
     /// How much the slot array would grow to insert `ino` (Vec doubles its capacity).
     pub fn growth_bytes(&self, ino: Ino) -> u64 {
         let needed = ino as usize + 1;
@@ -165,6 +164,7 @@ impl InodeTable {
         ((grown - capacity) * std::mem::size_of::<Option<Inode>>()) as u64
     }
 
+    /// Bytes the table itself holds.
     pub fn heap_bytes(&self) -> u64 {
         (self.slots.capacity() * std::mem::size_of::<Option<Inode>>()) as u64
             + self.free.len() as u64 * 16

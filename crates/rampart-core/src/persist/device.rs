@@ -274,6 +274,12 @@ impl DirDevice {
         &self.dir
     }
 
+    /// Whether the folder has been deleted since it was opened (its files with it).
+    pub fn folder_removed(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        self.dir_file.metadata().is_ok_and(|m| m.nlink() == 0)
+    }
+
     /// openat(2) of `name` in the folder, close-on-exec; new files get mode 0600.
     fn open_at(&self, name: &str, flags: libc::c_int) -> io::Result<File> {
         let name = c_name(name)?;
@@ -1122,7 +1128,9 @@ mod tests {
         assert_eq!(fs::read(moved.join("checkpoint")).unwrap(), b"old state");
         assert_eq!(fs::read(moved.join("journal")).unwrap(), b"old more");
         // Once its folder is deleted, creating files fails instead of going anywhere else.
+        assert!(!dev.folder_removed());
         fs::remove_dir_all(&moved).unwrap();
+        assert!(dev.folder_removed());
         assert!(dev.write("another", b"x").is_err());
         assert_eq!(fs::read_dir(&store).unwrap().count(), 1);
     }
