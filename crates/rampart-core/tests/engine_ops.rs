@@ -223,6 +223,20 @@ fn fallocate_reserves_memory_so_writes_into_the_range_cannot_fail() {
     e.fallocate(&c, k, 0, 1 << 20, rampart_core::op::FALLOC_FL_KEEP_SIZE)
         .unwrap();
     assert_eq!(e.getattr(k).unwrap().size_bytes, 0);
+    // Growing the file keeps what was reserved past its end; shrinking gives it back.
+    let held = e.stats().memory_used_bytes;
+    let grow = SetAttr {
+        size_bytes: Some(100),
+        ..SetAttr::default()
+    };
+    e.setattr(&c, k, &grow).unwrap();
+    assert_eq!(e.stats().memory_used_bytes, held);
+    let shrink = SetAttr {
+        size_bytes: Some(0),
+        ..SetAttr::default()
+    };
+    e.setattr(&c, k, &shrink).unwrap();
+    assert!(e.stats().memory_used_bytes + (1 << 20) <= held + 4096);
     assert_consistent(&e);
 }
 
