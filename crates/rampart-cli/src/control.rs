@@ -22,6 +22,8 @@ use serde::{Deserialize, Serialize};
 pub const SOCKET_FILE: &str = "control.sock";
 /// Longest command line accepted.
 const COMMAND_LEN_MAX: u64 = 256;
+/// Longest answer line read from the daemon.
+const ANSWER_LEN_MAX: u64 = 64 << 10;
 
 /// The persister's figures.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -315,8 +317,9 @@ pub enum Watched {
     TimedOut,
 }
 
-/// Registers for the daemon's [`Exit`]; do it before unmounting.
-pub fn watch_exit(store: &Path) -> Result<ExitWatch, String> {
+/// Sends `command` to the daemon of `store` and reads its first answer line. The reader is
+/// returned for whatever the daemon says after it.
+fn request(store: &Path, command: &str) -> Result<(String, BufReader<UnixStream>), String> {
     let path = store.join(SOCKET_FILE);
     let stream = UnixStream::connect(&path)
         .map_err(|e| format!("cannot reach the rampart daemon at {}: {e}", path.display()))?;
@@ -324,15 +327,21 @@ pub fn watch_exit(store: &Path) -> Result<ExitWatch, String> {
         .set_read_timeout(Some(Duration::from_secs(10)))
         .map_err(|e| e.to_string())?;
     (&stream)
-        .write_all(b"watch-exit\n")
+        .write_all(format!("{command}\n").as_bytes())
         .map_err(|e| format!("{}: {e}", path.display()))?;
-    // One reader for both lines: the exit may arrive with the acknowledgement.
     let mut reader = BufReader::new(stream);
     let mut line = String::new();
     (&mut reader)
-        .take(COMMAND_LEN_MAX)
+        .take(ANSWER_LEN_MAX)
         .read_line(&mut line)
         .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((line, reader))
+}
+
+/// Registers for the daemon's [`Exit`]; do it before unmounting.
+pub fn watch_exit(store: &Path) -> Result<ExitWatch, String> {
+    // The same reader for what follows: the exit may arrive with the acknowledgement.
+    let (line, reader) = request(store, "watch-exit")?;
     if line.trim() != "{\"watching\":true}" {
         return Err(format!(
             "the daemon refused to report its exit: {}",
@@ -354,7 +363,7 @@ impl ExitWatch {
             return Watched::Ended;
         }
         let mut line = String::new();
-        match (&mut self.0).take(64 << 10).read_line(&mut line) {
+        match (&mut self.0).take(ANSWER_LEN_MAX).read_line(&mut line) {
             Err(e)
                 if matches!(
                     e.kind(),
@@ -371,18 +380,6 @@ impl ExitWatch {
 
 /// Asks the daemon of `store` for its status.
 pub fn query_status(store: &Path) -> Result<Status, String> {
-    let path = store.join(SOCKET_FILE);
-    let stream = UnixStream::connect(&path)
-        .map_err(|e| format!("cannot reach the rampart daemon at {}: {e}", path.display()))?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
-    (&stream)
-        .write_all(b"status\n")
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut line = String::new();
-    BufReader::new(&stream)
-        .read_line(&mut line)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let (line, _) = request(store, "status")?;
     serde_json::from_str(&line).map_err(|e| format!("bad answer from the daemon ({e}): {line}"))
 }

@@ -35,26 +35,34 @@ fn unescape(field: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// One mountinfo line's fields that matter here: (device, mount point, type, source).
+fn parse_line(line: &str) -> Option<(&str, PathBuf, &str, PathBuf)> {
+    // Fields: id parent major:minor root mountpoint options [optional...] - fstype source superopts
+    let (left, right) = line.split_once(" - ")?;
+    let left: Vec<&str> = left.split(' ').collect();
+    let right: Vec<&str> = right.split(' ').collect();
+    if left.len() < 5 || right.len() < 2 {
+        return None;
+    }
+    Some((
+        left[2],
+        PathBuf::from(unescape(left[4])),
+        right[0],
+        PathBuf::from(unescape(right[1])),
+    ))
+}
+
 /// Parses mountinfo text into the rampart mounts it lists.
 pub fn parse_mountinfo(text: &str) -> Vec<RampartMount> {
-    let mut mounts = Vec::new();
-    for line in text.lines() {
-        // Fields: id parent major:minor root mountpoint options [optional...] - fstype source superopts
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let left: Vec<&str> = left.split(' ').collect();
-        let right: Vec<&str> = right.split(' ').collect();
-        if left.len() < 5 || right.len() < 2 || !FS_TYPES.contains(&right[0]) {
-            continue;
-        }
-        mounts.push(RampartMount {
-            mountpoint: PathBuf::from(unescape(left[4])),
-            store: PathBuf::from(unescape(right[1])),
-            device: left[2].to_owned(),
-        });
-    }
-    mounts
+    text.lines()
+        .filter_map(parse_line)
+        .filter(|(_, _, fs_type, _)| FS_TYPES.contains(fs_type))
+        .map(|(device, mountpoint, _, store)| RampartMount {
+            mountpoint,
+            store,
+            device: device.to_owned(),
+        })
+        .collect()
 }
 
 /// Rampart mounts of this mount namespace: FUSE mounts whose source is a rampart store.
@@ -93,9 +101,8 @@ pub fn top_device_at(mountpoint: &Path) -> Option<String> {
 
 fn top_device_in(mountinfo: &str, mountpoint: &Path) -> Option<String> {
     mountinfo.lines().rev().find_map(|line| {
-        let fields: Vec<&str> = line.split(' ').collect();
-        let point = unescape(fields.get(4)?);
-        (Path::new(&point) == mountpoint).then(|| fields[2].to_owned())
+        let (device, point, _, _) = parse_line(line)?;
+        (point == mountpoint).then(|| device.to_owned())
     })
 }
 

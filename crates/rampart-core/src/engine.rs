@@ -1325,7 +1325,7 @@ impl State {
                 self.budget.used_bytes()
             ));
         }
-        let table_bytes = self.budget.total_bytes() - self.budget.used_bytes();
+        let table_bytes = self.budget.table_bytes();
         if table_bytes != self.table.heap_bytes() {
             problems.push(format!(
                 "the inode table holds {} bytes but {table_bytes} are recorded",

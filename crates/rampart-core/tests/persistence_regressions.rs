@@ -234,16 +234,33 @@ impl Device for SlowJournal {
     }
 }
 
-#[test]
-fn batches_stay_under_the_limit_however_much_gathers() {
-    let device = Arc::new(SlowJournal::new(4));
+/// A mount on a `SlowJournal` with room for large writes, and an empty file `big` in it.
+fn big_file_on_a_slow_journal(
+    seed: u64,
+) -> (
+    Arc<SlowJournal>,
+    EngineConfig,
+    Arc<Engine>,
+    Arc<Persister>,
+    u64,
+) {
+    let device = Arc::new(SlowJournal::new(seed));
     let ec = EngineConfig {
         memory_cap_bytes: 1 << 30,
         ..EngineConfig::default()
     };
-    let (e, _p) = mount(device.clone(), &ec).unwrap();
+    let (e, p) = mount(device.clone(), &ec).unwrap();
+    let f = e
+        .mknod(&Ctx::library(0, 0), ROOT_INO, b"big", FILE, 0)
+        .unwrap()
+        .ino;
+    (device, ec, e, p, f)
+}
+
+#[test]
+fn batches_stay_under_the_limit_however_much_gathers() {
+    let (device, ec, e, _p, f) = big_file_on_a_slow_journal(4);
     let c = Ctx::library(0, 0);
-    let f = e.mknod(&c, ROOT_INO, b"big", FILE, 0).unwrap().ino;
     let mib = vec![0x5Au8; 1 << 20];
     for i in 0..100u64 {
         e.write(&c, f, i << 20, &mib, false).unwrap();
@@ -494,14 +511,8 @@ fn persistence_restarts_by_itself_once_the_disk_works_again() {
 fn a_commit_of_several_batches_syncs_each_before_the_next() {
     // The sectors of one write may land in any order: a write holding two batches could
     // leave the second whole and the first missing, which recovery would take for damage.
-    let device = Arc::new(SlowJournal::new(11));
-    let ec = EngineConfig {
-        memory_cap_bytes: 1 << 30,
-        ..EngineConfig::default()
-    };
-    let (e, p) = mount(device.clone(), &ec).unwrap();
+    let (device, ec, e, p, f) = big_file_on_a_slow_journal(11);
     let c = Ctx::library(0, 0);
-    let f = e.mknod(&c, ROOT_INO, b"big", FILE, 0).unwrap().ino;
     let chunk = vec![7u8; 12 << 20];
     // The second write wakes the committer (16 MiB gathered), which then takes 300 ms to
     // write; meanwhile the next writes gather past 32 MiB, so its next commit holds two

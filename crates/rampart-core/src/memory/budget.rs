@@ -31,6 +31,11 @@ impl Budget {
         self.used_bytes
     }
 
+    /// The inode table's size, as last recorded.
+    pub fn table_bytes(&self) -> u64 {
+        self.table_bytes
+    }
+
     /// Everything held under the cap: the charges and the inode table.
     pub fn total_bytes(&self) -> u64 {
         self.used_bytes + self.table_bytes

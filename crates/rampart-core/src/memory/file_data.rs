@@ -148,15 +148,12 @@ impl FileData {
     pub fn reserve(&mut self, offset: u64, len: u64) -> Delta {
         let table_before = self.chunks.capacity() as i64;
         let mut delta = Delta::default();
-        if len == 0 {
-            return delta;
-        }
         let end = offset.saturating_add(len).min(FILE_SIZE_MAX_BYTES);
-        let first_chunk = (offset / CHUNK_BYTES as u64) as usize;
-        let last_chunk = (end.saturating_sub(1) / CHUNK_BYTES as u64) as usize;
         if offset >= end {
             return delta;
         }
+        let first_chunk = (offset / CHUNK_BYTES as u64) as usize;
+        let last_chunk = ((end - 1) / CHUNK_BYTES as u64) as usize;
         if self.chunks.len() <= last_chunk {
             self.chunks.resize_with(last_chunk + 1, Vec::new);
         }
