@@ -659,6 +659,30 @@ def test_fallocate_mode0(d):
     assert os.stat(p).st_size == MiB
 
 
+def test_seek_data_and_hole_cover_unflushed_writes(d):
+    """SEEK_DATA and SEEK_HOLE must never call written bytes a hole, also while they are still
+    dirty in the kernel's writeback cache (FUSE_LSEEK does not flush it first): the whole file
+    reads as data (decision 0024), so cp, tar and rsync copy every byte."""
+    p = os.path.join(d, "sparse")
+    fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        data = os.urandom(4096)
+        os.pwrite(fd, data, MiB)  # not flushed: only the page cache has it
+        size = MiB + len(data)
+        start = os.lseek(fd, 0, os.SEEK_DATA)
+        assert start <= MiB, f"SEEK_DATA skipped written bytes: {start}"
+        assert os.lseek(fd, start, os.SEEK_HOLE) >= size, "SEEK_HOLE inside written bytes"
+        assert os.lseek(fd, MiB, os.SEEK_DATA) == MiB
+        expect_errno(errno.ENXIO, os.lseek, fd, size, os.SEEK_DATA)
+        os.fsync(fd)
+        assert os.lseek(fd, MiB + 10, os.SEEK_DATA) == MiB + 10
+    finally:
+        os.close(fd)
+    copy = os.path.join(d, "copy")
+    subprocess.run(["cp", "--sparse=always", p, copy], check=True)
+    assert read_file(copy) == b"\0" * MiB + data
+
+
 def test_fallocate_punch_hole(d):
     p = os.path.join(d, "f")
     data = bytes(range(256)) * 4096 * 4  # 4 MiB
