@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_helpers import (RAMPART_BIN, Mount, in_mount_table, mount_entries, pid_alive, read_file, run,
+from e2e_helpers import (RAMPART_BIN, MiB, Mount, in_mount_table, mount_entries, pid_alive, read_file, run,
                          wait_until, write_file)
 
 pytestmark = pytest.mark.rampart_only("tests the rampart binary, daemon and store")
@@ -314,6 +314,24 @@ def test_status_memory_cap_option(mount_factory):
     assert m.status()["memory_cap_bytes"] == 64 * 1024 * 1024
     m2 = mount_factory("--memory-cap", "123456789", name="capbytes")
     assert m2.status()["memory_cap_bytes"] == 123456789
+
+
+def test_status_shows_when_the_next_checkpoint_is_due(mount_factory):
+    """--checkpoint-after auto (the default) waits for 256 MiB of journal, or for the last
+    checkpoint's size if larger (decision 0025); a size given waits for exactly that."""
+    m = mount_factory(name="ckauto")
+    p = m.status()["persistence"]
+    assert p["checkpoint_due_at_journal_bytes"] == 256 * MiB, p
+    write_file(os.path.join(m.path, "f"), os.urandom(2 * MiB))
+    assert m.umount().returncode == 0
+    m.mount(mkfs=False)
+    p = m.status()["persistence"]
+    assert p["checkpoint_image_bytes"] > 2 * MiB, p
+    assert p["checkpoint_due_at_journal_bytes"] == 256 * MiB, p
+    m2 = mount_factory("--checkpoint-after", "64K", name="ck64k")
+    assert m2.status()["persistence"]["checkpoint_due_at_journal_bytes"] == 64 * 1024
+    m3 = mount_factory("--checkpoint-after", "auto", name="ckauto2")
+    assert m3.status()["persistence"]["checkpoint_due_at_journal_bytes"] == 256 * MiB
 
 
 # ---- shutdown ---------------------------------------------------------------------------------

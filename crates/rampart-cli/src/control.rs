@@ -41,6 +41,12 @@ pub struct Persistence {
     pub last_checkpoint_pause_ms: f64,
     /// How long the last checkpoint held commits (and so fsyncs) while it switched journals.
     pub last_checkpoint_switch_ms: f64,
+    /// The last checkpoint's length.
+    #[serde(default)]
+    pub checkpoint_image_bytes: u64,
+    /// The journal length at which the next background checkpoint is due (`--checkpoint-after`).
+    #[serde(default)]
+    pub checkpoint_due_at_journal_bytes: u64,
     /// The I/O error that stopped persistence, if any.
     pub error: Option<String>,
 }
@@ -97,6 +103,8 @@ pub fn status_of(
                 checkpoints: p.checkpoints,
                 last_checkpoint_pause_ms: p.last_checkpoint_pause.as_secs_f64() * 1e3,
                 last_checkpoint_switch_ms: p.last_checkpoint_switch.as_secs_f64() * 1e3,
+                checkpoint_image_bytes: p.checkpoint_image_bytes,
+                checkpoint_due_at_journal_bytes: p.checkpoint_due_at_journal_bytes,
                 error: p.error,
             }
         },

@@ -31,6 +31,8 @@ pub struct ServeConfig {
     pub commit_interval: std::time::Duration,
     /// A checkpoint is taken each time the journal has grown by this much.
     pub checkpoint_after_bytes: u64,
+    /// And also each time it has grown by the last checkpoint's size (`--checkpoint-after auto`).
+    pub checkpoint_scales_with_image: bool,
 }
 
 /// How often, and how far apart, a busy unmount is retried before detaching lazily.
@@ -93,6 +95,7 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     let persist_config = PersistConfig {
         commit_interval: config.commit_interval,
         checkpoint_journal_bytes: config.checkpoint_after_bytes,
+        checkpoint_scales_with_image: config.checkpoint_scales_with_image,
         ..PersistConfig::default()
     };
     let (engine, persister, report) =

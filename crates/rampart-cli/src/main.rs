@@ -110,7 +110,9 @@ struct MountArgs {
     commit_interval: std::time::Duration,
     /// Take a checkpoint in the background each time the journal has grown by this much (bytes
     /// or K/M/G/T; 64K to 1T). Smaller: faster mounts after a crash, more checkpoint writing.
-    #[arg(long, default_value = "256M")]
+    /// `auto`: 256M, or the last checkpoint's size if that is larger, so checkpoints never
+    /// write more than the journal does.
+    #[arg(long, default_value = "auto")]
     checkpoint_after: String,
     /// Log level.
     #[arg(long, default_value = "info", value_parser = ["error", "warn", "info", "debug", "trace"])]
@@ -135,8 +137,17 @@ fn parse_threads(text: &str) -> Result<usize, String> {
 const CHECKPOINT_AFTER_BYTES_MIN: u64 = 64 << 10;
 const CHECKPOINT_AFTER_BYTES_MAX: u64 = 1 << 40;
 
-/// `--checkpoint-after`: a size (no percentage) in [64K, 1T].
-fn parse_checkpoint_after(text: &str) -> Result<u64, String> {
+/// `--checkpoint-after`: `auto`, or a size (no percentage) in [64K, 1T]. Gives the journal
+/// growth that triggers a checkpoint and whether it also waits for the last image's size.
+fn parse_checkpoint_after(text: &str) -> Result<(u64, bool), String> {
+    if text.trim() == "auto" {
+        // The library's default: 256 MiB, scaled with the image.
+        let auto = rampart_core::persist::persister::PersistConfig::default();
+        return Ok((
+            auto.checkpoint_journal_bytes,
+            auto.checkpoint_scales_with_image,
+        ));
+    }
     if text.trim().ends_with('%') {
         return Err(format!(
             "invalid --checkpoint-after {text:?}: give a size like 256M, not a share of RAM"
@@ -145,10 +156,10 @@ fn parse_checkpoint_after(text: &str) -> Result<u64, String> {
     let bytes = size::parse_size(text, 0)?;
     if !(CHECKPOINT_AFTER_BYTES_MIN..=CHECKPOINT_AFTER_BYTES_MAX).contains(&bytes) {
         return Err(format!(
-            "invalid --checkpoint-after {text:?}: it must be between 64K and 1T"
+            "invalid --checkpoint-after {text:?}: it must be `auto` or between 64K and 1T"
         ));
     }
-    Ok(bytes)
+    Ok((bytes, false))
 }
 
 /// `5s`, `500ms`, `2m`, `1h`: a duration of at least 1 ms and at most a day.
@@ -264,7 +275,8 @@ fn cmd_mkfs(store: &Path) -> Result<(), String> {
 fn cmd_mount(args: MountArgs) -> Result<(), String> {
     init_logging(&args.log_level);
     let memory_cap_bytes = size::parse_size(&args.memory_cap, physical_memory_bytes())?;
-    let checkpoint_after_bytes = parse_checkpoint_after(&args.checkpoint_after)?;
+    let (checkpoint_after_bytes, checkpoint_scales_with_image) =
+        parse_checkpoint_after(&args.checkpoint_after)?;
     let store = match &args.store {
         Some(s) => s.clone(),
         None => {
@@ -298,6 +310,7 @@ fn cmd_mount(args: MountArgs) -> Result<(), String> {
         io_uring: args.fuse_io_uring == "on",
         commit_interval: args.commit_interval,
         checkpoint_after_bytes,
+        checkpoint_scales_with_image,
     };
 
     if args.daemon_child {
@@ -336,7 +349,11 @@ fn cmd_mount(args: MountArgs) -> Result<(), String> {
         "--commit-interval".into(),
         format!("{}ms", args.commit_interval.as_millis()).into(),
         "--checkpoint-after".into(),
-        checkpoint_after_bytes.to_string().into(),
+        if checkpoint_scales_with_image {
+            "auto".into()
+        } else {
+            checkpoint_after_bytes.to_string().into()
+        },
     ];
     if args.private {
         child_args.push("--private".into());

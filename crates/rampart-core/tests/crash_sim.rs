@@ -402,6 +402,7 @@ fn background_checkpoints_beside_committing_writers_lose_nothing_acknowledged() 
     let persist = PersistConfig {
         commit_interval: Duration::from_secs(3600),
         checkpoint_journal_bytes: 16 << 10,
+        checkpoint_scales_with_image: false,
         ..PersistConfig::default()
     };
     let persister = Persister::start(device.clone(), STORE_ID, 0, 0, persist).unwrap();

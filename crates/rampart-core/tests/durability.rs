@@ -133,6 +133,7 @@ fn background_checkpoints_keep_the_journal_bounded_and_lose_nothing() {
     let config = PersistConfig {
         commit_interval: Duration::from_millis(5),
         checkpoint_journal_bytes: 64 * 1024,
+        checkpoint_scales_with_image: false,
         ..PersistConfig::default()
     };
     let persister = Persister::start(device.clone(), ID, 0, 0, config).unwrap();
@@ -165,6 +166,71 @@ fn background_checkpoints_keep_the_journal_bounded_and_lose_nothing() {
             content(&r, format!("/f{i}").as_bytes()),
             vec![i as u8; 1000]
         );
+    }
+}
+
+#[test]
+fn checkpoints_scaled_to_the_image_write_no_more_than_the_journal() {
+    // A 64 KiB threshold, but a mount holding 2 MiB: the next checkpoint waits until the
+    // journal has grown by the last image's size, not by 64 KiB.
+    let device = Arc::new(SimDevice::new(11));
+    let engine = Arc::new(Engine::new(EngineConfig::default()));
+    let config = PersistConfig {
+        commit_interval: Duration::from_millis(5),
+        checkpoint_journal_bytes: 64 * 1024,
+        checkpoint_scales_with_image: true,
+        ..PersistConfig::default()
+    };
+    let persister = Persister::start(device.clone(), ID, 0, 0, config).unwrap();
+    persister.attach(&engine);
+    engine.set_sink(Some(persister.clone()));
+    let c = Ctx::library(0, 0);
+    let big = e_create(&engine, &c, 0);
+    engine
+        .write(&c, big, 0, &vec![7u8; 2 << 20], false)
+        .unwrap();
+    engine.sync().unwrap();
+    // The first checkpoint comes at 64 KiB (there was no image yet); then one of our own, so
+    // that none is under way when we count.
+    wait_for_checkpoints(&persister, 1);
+    persister.checkpoint(&engine).unwrap();
+    let after = persister.stats();
+    assert!(after.checkpoint_image_bytes > 2 << 20, "{after:?}");
+    assert_eq!(
+        after.checkpoint_due_at_journal_bytes,
+        after.journal_bytes + after.checkpoint_image_bytes,
+        "{after:?}"
+    );
+    // 512 KiB of changes, eight times the threshold: no checkpoint yet.
+    for i in 1..=128u32 {
+        let f = e_create(&engine, &c, i);
+        engine.write(&c, f, 0, &[i as u8; 4096], false).unwrap();
+    }
+    engine.sync().unwrap();
+    std::thread::sleep(Duration::from_millis(50)); // the committer would have started one
+    let stats = persister.stats();
+    assert_eq!(stats.checkpoints, after.checkpoints, "{stats:?}");
+    // Past the image's size: the background checkpoint comes.
+    for i in 129..=(129 + 640u32) {
+        let f = e_create(&engine, &c, i);
+        engine.write(&c, f, 0, &[i as u8; 4096], false).unwrap();
+    }
+    engine.sync().unwrap();
+    wait_for_checkpoints(&persister, after.checkpoints + 1);
+    let r = crash_and_recover(&device);
+    assert_eq!(content(&r, b"/f0"), vec![7u8; 2 << 20]);
+    assert_eq!(content(&r, b"/f700"), vec![700u32 as u8; 4096]);
+}
+
+fn wait_for_checkpoints(persister: &Persister, count: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while persister.stats().checkpoints < count {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            persister.stats()
+        );
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

@@ -54,6 +54,10 @@ pub struct PersistConfig {
     pub commit_interval: Duration,
     /// A checkpoint is taken each time the journal has grown by this much since the last one.
     pub checkpoint_journal_bytes: u64,
+    /// Also wait until the journal has grown by the last checkpoint's size, so that
+    /// checkpoints write at most as many bytes as the journal does, however much the mount
+    /// holds (like Redis's `auto-aof-rewrite-percentage 100`; decision 0025).
+    pub checkpoint_scales_with_image: bool,
     /// Writers wait while more than this is gathered and not yet written (back-pressure).
     pub pending_bytes_max: usize,
     /// After an I/O error stopped persistence, how often a checkpoint is tried to restart it.
@@ -65,8 +69,20 @@ impl Default for PersistConfig {
         PersistConfig {
             commit_interval: Duration::from_secs(5),
             checkpoint_journal_bytes: 256 << 20,
+            checkpoint_scales_with_image: true,
             pending_bytes_max: 128 << 20,
             restart_retry_interval: Duration::from_secs(30),
+        }
+    }
+}
+
+impl PersistConfig {
+    /// How much the journal must grow after a checkpoint of `image_bytes` before the next.
+    pub fn checkpoint_due_bytes(&self, image_bytes: u64) -> u64 {
+        if self.checkpoint_scales_with_image {
+            self.checkpoint_journal_bytes.max(image_bytes)
+        } else {
+            self.checkpoint_journal_bytes
         }
     }
 }
@@ -85,6 +101,10 @@ pub struct PersistStats {
     pub last_checkpoint_pause: Duration,
     /// How long the last checkpoint held commits, and so fsyncs (switching journals).
     pub last_checkpoint_switch: Duration,
+    /// The last checkpoint's length.
+    pub checkpoint_image_bytes: u64,
+    /// The journal length at which the next background checkpoint is due.
+    pub checkpoint_due_at_journal_bytes: u64,
     pub error: Option<String>,
 }
 
@@ -118,6 +138,8 @@ struct Durable {
     /// The journal's length right after the last checkpoint (the tail it copied): the next
     /// checkpoint is due once the journal has grown past this by the configured amount.
     journal_bytes_at_checkpoint: u64,
+    /// The last checkpoint's length (the one found at start, then each new one's).
+    image_bytes: u64,
     error: Option<String>,
 }
 
@@ -187,6 +209,7 @@ impl Persister {
             }
             journal_valid_len
         };
+        let image_bytes = device.len(CHECKPOINT_FILE)?.unwrap_or(0);
         let persister = Arc::new(Persister {
             device,
             store_id,
@@ -201,6 +224,7 @@ impl Persister {
                 seq: next_seq,
                 journal_bytes,
                 journal_file_bytes: journal_bytes,
+                image_bytes,
                 ..Durable::default()
             }),
             writing: Mutex::new(()),
@@ -246,6 +270,10 @@ impl Persister {
             checkpoints: d.checkpoints,
             last_checkpoint_pause: d.last_checkpoint_pause,
             last_checkpoint_switch: d.last_checkpoint_switch,
+            checkpoint_image_bytes: d.image_bytes,
+            checkpoint_due_at_journal_bytes: d
+                .journal_bytes_at_checkpoint
+                .saturating_add(self.config.checkpoint_due_bytes(d.image_bytes)),
             error: d.error.clone(),
         }
     }
@@ -750,6 +778,7 @@ impl CheckpointJob<'_> {
                 }
             }
             d.journal_bytes_at_checkpoint = journal_bytes;
+            d.image_bytes = self.image_bytes;
             d.last_checkpoint_pause = self.pause;
             d.last_checkpoint_switch = switch;
         }
@@ -829,12 +858,15 @@ fn commit_loop(persister: Weak<Persister>) {
                 continue;
             }
         }
-        let grown_bytes = {
+        let (grown_bytes, due_bytes) = {
             let d = lock(&p.durable);
-            d.journal_bytes
-                .saturating_sub(d.journal_bytes_at_checkpoint)
+            (
+                d.journal_bytes
+                    .saturating_sub(d.journal_bytes_at_checkpoint),
+                p.config.checkpoint_due_bytes(d.image_bytes),
+            )
         };
-        if grown_bytes > p.config.checkpoint_journal_bytes {
+        if grown_bytes > due_bytes {
             start_background_checkpoint(&p);
         }
     }
