@@ -478,6 +478,53 @@ def test_fsync_of_one_file_makes_earlier_changes_durable(test_base, rampart_env,
     assert_no_panic(m)
 
 
+def test_bytes_written_to_a_file_kept_open_are_durable_within_the_commit_interval(test_base, rampart_env,
+                                                                                 cleanup_mounts):
+    """Under the writeback cache the kernel holds written pages until it writes them back (up
+    to 30 s); the daemon's page flusher sends them so the commit interval holds (decision 0026).
+    Interval 1 s, crash 6 s after the write, file never closed nor fsync'd."""
+    m = new_mount(test_base, rampart_env, "openlog", cleanup_mounts, opts=("--commit-interval", "1s"))
+    p = os.path.join(m.path, "log")
+    data = os.urandom(12345)
+    fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)
+    try:
+        os.write(fd, data)
+        time.sleep(6)
+        crash(m)
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    remount(m)
+    assert read_file(p) == data, "bytes written 6 s before the crash were lost (commit interval 1 s)"
+    unmount(m)
+    assert_no_panic(m)
+
+
+def test_flushing_later_does_not_change_the_times(test_base, rampart_env, cleanup_mounts):
+    """The kernel stamps mtime and ctime at write(2) under the writeback cache; the WRITE that
+    carries the pages may come seconds later, and its time must not replace the kernel's."""
+    m = new_mount(test_base, rampart_env, "flushtimes", cleanup_mounts)
+    p = os.path.join(m.path, "f")
+    write_file(p, b"a")
+    fd = os.open(p, os.O_WRONLY)
+    try:
+        os.pwrite(fd, b"b", 1)
+        time.sleep(2.5)  # the WRITE comes with the page flusher's syncfs or the close, seconds later
+    finally:
+        os.close(fd)
+    st = os.stat(p)
+    unmount(m)
+    remount(m)
+    again = os.stat(p)
+    assert (again.st_mtime_ns, again.st_ctime_ns) == (st.st_mtime_ns, st.st_ctime_ns), \
+        f"times moved across a remount: {st.st_mtime_ns, st.st_ctime_ns} -> {again.st_mtime_ns, again.st_ctime_ns}"
+    assert read_file(p) == b"ab"
+    unmount(m)
+    assert_no_panic(m)
+
+
 @pytest.mark.parametrize("replace", [False, True], ids=["new-name", "replacing"])
 @pytest.mark.parametrize("how", ["fsync-file", "fsyncdir", "fsyncdir-old-parent"])
 def test_rename_durability(test_base, rampart_env, cleanup_mounts, how, replace):

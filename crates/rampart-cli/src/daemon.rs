@@ -176,7 +176,30 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
         fuse_transport
     );
     on_ready();
+    // Under the writeback cache, bytes written to a file kept open stay in the kernel until
+    // it writes them back; the flusher sends them within the commit interval.
+    let page_flusher = match (&own_mount, config.writeback_cache) {
+        (Some(own), true) => crate::page_flusher::start(
+            mountpoint.clone(),
+            own.device.clone(),
+            config.commit_interval,
+            mounted.counters(),
+            engine.clone(),
+        )
+        .map_err(|e| tracing::warn!("cannot start the page flusher: {e}"))
+        .ok(),
+        (None, true) => {
+            tracing::warn!(
+                "{} is not in /proc/self/mountinfo: bytes written to files kept open become \
+                 durable only when the kernel writes them back (up to 30 s)",
+                mountpoint.display()
+            );
+            None
+        }
+        (_, false) => None,
+    };
     let result = mounted.run();
+    drop(page_flusher);
     // fuser unmounts when its session ends, unless the connection is already gone. It is also
     // gone after an abort (our own, when a ring fails, or through fusectl: the session then
     // ends with ECONNABORTED, where an unmount ends it cleanly), which leaves a dead mount

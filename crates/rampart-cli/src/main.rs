@@ -16,6 +16,7 @@ mod daemon;
 mod fsck;
 mod memory_trim;
 mod mounts;
+mod page_flusher;
 mod size;
 
 use std::ffi::OsString;

@@ -61,6 +61,16 @@ impl Ctx {
     }
 }
 
+/// Who sets a regular file's mtime and ctime when it is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteTimes {
+    /// The engine, with the time of the write (a library, or FUSE without writeback cache).
+    Stamp,
+    /// The kernel (FUSE's writeback cache): a write leaves them as they are, and the kernel
+    /// sends its own with SETATTR. Not when the write drops setuid/setgid: that changes ctime.
+    KeptByKernel,
+}
+
 /// What the kernel may have cached that a change from outside it made stale.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Invalidation {
@@ -1838,6 +1848,7 @@ impl Engine {
 
     /// Writes `data` at `offset`; returns the number of bytes written (all of them). A write
     /// by an unprivileged caller clears setuid/setgid (`kill_suidgid`).
+    /// Writes `data` at `offset` and stamps the file's mtime and ctime with the time.
     pub fn write(
         &self,
         ctx: &Ctx,
@@ -1846,9 +1857,31 @@ impl Engine {
         data: &[u8],
         kill_suidgid: bool,
     ) -> FsResult<u32> {
+        self.write_with(ctx, ino, offset, data, kill_suidgid, WriteTimes::Stamp)
+    }
+
+    /// [`Engine::write`], saying who sets the file's times.
+    pub fn write_with(
+        &self,
+        ctx: &Ctx,
+        ino: Ino,
+        offset: u64,
+        data: &[u8],
+        kill_suidgid: bool,
+        times: WriteTimes,
+    ) -> FsResult<u32> {
         u32::try_from(data.len()).map_err(|_| Errno::EINVAL)?;
         let time_ns = file_time_ns();
         let mut state = self.state.write();
+        // The times before the write, to put back when the kernel owns them.
+        let kept_times = match times {
+            WriteTimes::KeptByKernel if !kill_suidgid => state
+                .table
+                .get(ino)
+                .ok()
+                .map(|inode| (inode.mtime_ns, inode.ctime_ns)),
+            _ => None,
+        };
         // One op per WRITE_LEN_MAX bytes: a journal record holds at most that much.
         let mut done = 0usize;
         let mut honour = Durability::Volatile;
@@ -1871,6 +1904,27 @@ impl Engine {
                 // A short write, as POSIX allows, once some of it is in.
                 Err(_) if done > 0 => break,
                 Err(e) => return Err(e),
+            }
+        }
+        if let Some((mtime_ns, ctime_ns)) = kept_times {
+            // Under the writeback cache a WRITE arrives when the kernel flushes its pages,
+            // maybe long after the write(2); the kernel stamped the times then and sends them
+            // itself (SETATTR) if they changed, so the flush time must not replace them.
+            let op = Op::SetAttr {
+                ino,
+                mode: None,
+                uid: None,
+                gid: None,
+                size_bytes: None,
+                atime_ns: None,
+                mtime_ns: Some(mtime_ns),
+                ctime_ns,
+                kill_suidgid: false,
+            };
+            match self.execute(&mut state, &op) {
+                Ok(d) => honour = honour.stronger(d),
+                // Times of a file just written cannot fail to be set; the write stands.
+                Err(e) => debug_assert!(false, "restoring the times after a write: {e:?}"),
             }
         }
         drop(state);

@@ -18,6 +18,6 @@ pub mod time;
 pub mod xattr;
 
 pub use attr::{Attr, Durability, FileKind, Ino, SetAttr, SetTime, StatFs, Stats, ROOT_INO};
-pub use engine::{Ctx, Engine, EngineConfig, Invalidation, Observer};
+pub use engine::{Ctx, Engine, EngineConfig, Invalidation, Observer, WriteTimes};
 pub use error::{Errno, FsResult};
 pub use op::{Op, OpSink};

@@ -400,3 +400,36 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn writes_under_kernel_owned_times_keep_them_unless_setuid_goes() {
+    use rampart_core::{SetTime, WriteTimes};
+    let e = Engine::new(EngineConfig::default());
+    let k = kernel();
+    let f = e.mknod(&k, ROOT_INO, b"f", FILE | 0o6755, 0).unwrap().ino;
+    let set = SetAttr {
+        mtime: Some(SetTime::At(1_000_000_000)),
+        ctime_ns: Some(2_000_000_000),
+        ..SetAttr::default()
+    };
+    e.setattr(&k, f, &set).unwrap();
+    e.write_with(&k, f, 0, b"data", false, WriteTimes::KeptByKernel)
+        .unwrap();
+    let a = e.getattr(f).unwrap();
+    assert_eq!((a.mtime_ns, a.ctime_ns), (1_000_000_000, 2_000_000_000));
+    assert_eq!(a.size_bytes, 4);
+    // Dropping setuid/setgid changes ctime: the write stamps then.
+    e.write_with(&k, f, 4, b"more", true, WriteTimes::KeptByKernel)
+        .unwrap();
+    let a = e.getattr(f).unwrap();
+    assert!(
+        a.ctime_ns > 2_000_000_000 && a.mtime_ns > 1_000_000_000,
+        "{a:?}"
+    );
+    assert_eq!(a.perm & 0o6000, 0);
+    // A library write stamps as before.
+    e.setattr(&k, f, &set).unwrap();
+    e.write(&k, f, 0, b"x", false).unwrap();
+    assert!(e.getattr(f).unwrap().mtime_ns > 1_000_000_000);
+    assert_consistent(&e);
+}

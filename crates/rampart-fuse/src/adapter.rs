@@ -18,7 +18,7 @@ use fuser::{
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use rampart_core::time::{to_ns, to_system_time};
-use rampart_core::{Attr, Ctx, Engine, FileKind, SetAttr, SetTime};
+use rampart_core::{Attr, Ctx, Engine, FileKind, SetAttr, SetTime, WriteTimes};
 
 use crate::counters::{RequestCounters, RequestKind};
 
@@ -223,6 +223,7 @@ impl Filesystem for RampartFs {
                 .is_err()
         {
             tracing::warn!("kernel has no writeback cache for FUSE; writing through");
+            self.cache.writeback_cache = false;
         }
         // Large writes: one request per MiB instead of per 4 KiB page.
         let _ = config.set_max_write(1 << 20);
@@ -480,7 +481,16 @@ impl Filesystem for RampartFs {
         self.counters.count(RequestKind::write);
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         guarded("write", || {
-            match self.engine.write(&ctx(req), ino.0, offset, data, kill) {
+            // Under the writeback cache the kernel owns mtime and ctime (decision 0020).
+            let times = if self.cache.writeback_cache {
+                WriteTimes::KeptByKernel
+            } else {
+                WriteTimes::Stamp
+            };
+            match self
+                .engine
+                .write_with(&ctx(req), ino.0, offset, data, kill, times)
+            {
                 Ok(n) => reply.written(n),
                 Err(e) => reply.error(errno(e)),
             }

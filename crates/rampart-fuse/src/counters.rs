@@ -62,6 +62,11 @@ impl RequestCounters {
         self.counts[kind as usize].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Requests of one kind served so far.
+    pub fn get(&self, kind: RequestKind) -> u64 {
+        self.counts[kind as usize].load(Ordering::Relaxed)
+    }
+
     /// Non-zero counts, by request name.
     pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
         RequestKind::ALL
