@@ -87,8 +87,8 @@ struct MountArgs {
     #[arg(long, short)]
     foreground: bool,
     /// Most memory the file system may hold: bytes, K/M/G/T, or a share of RAM like 50%.
-    #[arg(long, default_value = "50%")]
-    memory_cap: String,
+    #[arg(long, default_value = "50%", value_parser = parse_memory_cap)]
+    memory_cap: u64,
     /// FUSE worker threads, 1 to 256 [default: twice the cores, at least 4, at most 16].
     #[arg(long, value_parser = parse_threads)]
     threads: Option<usize>,
@@ -113,8 +113,8 @@ struct MountArgs {
     /// or K/M/G/T; 64K to 1T). Smaller: faster mounts after a crash, more checkpoint writing.
     /// `auto`: 256M, or the last checkpoint's size if that is larger, so checkpoints never
     /// write more than the journal does.
-    #[arg(long, default_value = "auto")]
-    checkpoint_after: String,
+    #[arg(long, default_value = "auto", value_parser = parse_checkpoint_after)]
+    checkpoint_after: (u64, bool),
     /// Log level.
     #[arg(long, default_value = "info", value_parser = ["error", "warn", "info", "debug", "trace"])]
     log_level: String,
@@ -125,6 +125,11 @@ struct MountArgs {
 
 /// Most FUSE worker threads: each holds a request buffer of about 1 MiB and a descriptor.
 const THREADS_MAX: usize = 256;
+
+/// `--memory-cap`: a size, or a share of this machine's RAM.
+fn parse_memory_cap(text: &str) -> Result<u64, String> {
+    size::parse_size(text, physical_memory_bytes())
+}
 
 /// `--threads`: 1 to [`THREADS_MAX`].
 fn parse_threads(text: &str) -> Result<usize, String> {
@@ -275,9 +280,8 @@ fn cmd_mkfs(store: &Path) -> Result<(), String> {
 
 fn cmd_mount(args: MountArgs) -> Result<(), String> {
     init_logging(&args.log_level);
-    let memory_cap_bytes = size::parse_size(&args.memory_cap, physical_memory_bytes())?;
-    let (checkpoint_after_bytes, checkpoint_scales_with_image) =
-        parse_checkpoint_after(&args.checkpoint_after)?;
+    let memory_cap_bytes = args.memory_cap;
+    let (checkpoint_after_bytes, checkpoint_scales_with_image) = args.checkpoint_after;
     let store = match &args.store {
         Some(s) => s.clone(),
         None => {
