@@ -1846,9 +1846,9 @@ impl Engine {
         Ok(())
     }
 
-    /// Writes `data` at `offset`; returns the number of bytes written (all of them). A write
-    /// by an unprivileged caller clears setuid/setgid (`kill_suidgid`).
-    /// Writes `data` at `offset` and stamps the file's mtime and ctime with the time.
+    /// Writes `data` at `offset` and stamps the file's mtime and ctime with the time; returns
+    /// the number of bytes written (all of them). A write by an unprivileged caller clears
+    /// setuid/setgid (`kill_suidgid`).
     pub fn write(
         &self,
         ctx: &Ctx,
@@ -1906,7 +1906,12 @@ impl Engine {
                 Err(e) => return Err(e),
             }
         }
-        if let Some((mtime_ns, ctime_ns)) = kept_times {
+        let times_now = state
+            .table
+            .get(ino)
+            .ok()
+            .map(|inode| (inode.mtime_ns, inode.ctime_ns));
+        if let Some((mtime_ns, ctime_ns)) = kept_times.filter(|&kept| Some(kept) != times_now) {
             // Under the writeback cache a WRITE arrives when the kernel flushes its pages,
             // maybe long after the write(2); the kernel stamped the times then and sends them
             // itself (SETATTR) if they changed, so the flush time must not replace them.
