@@ -756,7 +756,7 @@ def test_damaged_journal_refused_then_repaired_by_fsck(test_base, rampart_env, c
 
 # ---- a full disk under the store: umount says what was not saved ----------------------------
 
-def test_umount_reports_a_final_checkpoint_that_failed(test_base, cleanup_mounts):
+def test_umount_reports_a_final_checkpoint_that_failed(test_base, rampart_env, cleanup_mounts):
     """The store on a small file system that fills up: fsync then fails with EIO, and the
     final checkpoint at unmount fails too. `rampart umount` must say so (exit 1), not report a
     clean unmount; what was fsync'd before the disk filled is there at the next mount."""
@@ -768,7 +768,7 @@ def test_umount_reports_a_final_checkpoint_that_failed(test_base, cleanup_mounts
     if r.returncode != 0:
         pytest.skip(f"cannot loop-mount a file system here: {r.stderr.strip()}")
     try:
-        m = Mount(disk, "full")
+        m = Mount(disk, "full", env=rampart_env)
         cleanup_mounts.append(m)
         m.mount()
         synced = {}
@@ -801,7 +801,7 @@ def test_umount_reports_a_final_checkpoint_that_failed(test_base, cleanup_mounts
             assert hashlib.sha256(read_file(os.path.join(m.path, name))).hexdigest() == digest, name
         r = m.umount()
         assert r.returncode == 0, r.stderr
-        r = m.cli("fsck", m.store)
+        r = fsck(m)
         assert r.returncode == 0, f"fsck:\n{r.stdout}\n{r.stderr}"
     finally:
         if in_mount_table(os.path.join(disk, "full-mnt")):
@@ -817,20 +817,13 @@ def test_a_missing_journal_is_refused_not_silently_skipped(test_base, rampart_en
     write_file(os.path.join(m.path, "in-checkpoint"), b"A")
     unmount(m)  # a checkpoint
     remount(m)
-    m.pid = m.find_daemon_pid()
-    fd = os.open(os.path.join(m.path, "in-journal"), os.O_CREAT | os.O_WRONLY, 0o644)
-    os.write(fd, b"B")
-    os.fsync(fd)
-    os.close(fd)
+    write_synced(os.path.join(m.path, "in-journal"), b"B")
     crash(m)
     os.unlink(m.store / "journal")
-    r = m.cli("mount", m.store, m.path)
-    assert r.returncode == 1, f"a store without its journal mounted: {r.stdout}{r.stderr}"
-    assert "journal is missing" in r.stderr and "fsck --repair" in r.stderr, r.stderr
-    assert not in_mount_table(m.path)
-    r = m.cli("fsck", m.store)
+    _refused(m, "journal is missing", "fsck --repair")
+    r = fsck(m)
     assert r.returncode == 1 and "missing" in r.stdout, f"fsck exit {r.returncode}:\n{r.stdout}{r.stderr}"
-    r = m.cli("fsck", "--repair", m.store)
+    r = fsck(m, "--repair")
     assert r.returncode == 0, f"fsck --repair exit {r.returncode}:\n{r.stdout}{r.stderr}"
     remount(m)
     assert read_file(os.path.join(m.path, "in-checkpoint")) == b"A"

@@ -27,24 +27,29 @@ def test_durable_small_write_takes_six_round_trips(mnt):
     are stamped with the kernel's coarse clock, so a write in the same tick as the create
     leaves the kernel nothing to update (docs/decisions/0020). No FLUSH: the first is
     answered ENOSYS."""
-    d = os.path.join(mnt.path, "d")
-    os.mkdir(d)
     data = os.urandom(4096)
-    before = _requests(mnt)
-    for i in range(FILES):
-        fd = os.open(os.path.join(d, f"f{i}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        try:
-            assert os.write(fd, data) == len(data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    per_file = _per_file(before, _requests(mnt))
-    assert per_file.get("fsync", 0) == 1, per_file
     # A tick (1-10 ms) may pass between a create and its write now and then, more often on a
-    # loaded machine; then the kernel does send the new times. Before: one per file.
-    assert per_file.get("setattr", 0) <= 0.5, per_file
-    assert per_file.get("flush", 0) <= 0.01, per_file
-    assert sum(per_file.values()) - per_file.get("setattr", 0) <= 6.01, per_file
+    # loaded machine; then the kernel does send the new times (before: one SETATTR per file).
+    # A burst of load can make that common for a while: up to three rounds, and one must be
+    # nearly free of SETATTRs.
+    for attempt in range(3):
+        d = os.path.join(mnt.path, f"d{attempt}")
+        os.mkdir(d)
+        before = _requests(mnt)
+        for i in range(FILES):
+            fd = os.open(os.path.join(d, f"f{i}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            try:
+                assert os.write(fd, data) == len(data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        per_file = _per_file(before, _requests(mnt))
+        assert per_file.get("fsync", 0) == 1, per_file
+        assert per_file.get("flush", 0) <= 0.01, per_file
+        assert sum(per_file.values()) - per_file.get("setattr", 0) <= 6.01, per_file
+        if per_file.get("setattr", 0) <= 0.1:
+            break
+    assert per_file.get("setattr", 0) <= 0.1, f"more than 0.1 SETATTR per file in each of three rounds: {per_file}"
     for i in (0, FILES - 1):
         with open(os.path.join(d, f"f{i}"), "rb") as f:
             assert f.read() == data

@@ -119,41 +119,14 @@ pub fn status_of(
 
 /// How a daemon's shutdown ended, for `watch-exit`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Exit {
+#[serde(rename_all = "snake_case")]
+pub enum Exit {
     /// The final checkpoint was written and the FUSE session ended without an error.
-    pub clean: bool,
-    /// Changes that were acknowledged to programs (but not yet durable) are gone.
-    #[serde(default)]
-    pub changes_lost: bool,
-    pub error: Option<String>,
-}
-
-impl Exit {
-    pub fn clean() -> Exit {
-        Exit {
-            clean: true,
-            changes_lost: false,
-            error: None,
-        }
-    }
-
-    /// A shutdown that lost changes, and why.
-    pub fn lost(why: String) -> Exit {
-        Exit {
-            clean: false,
-            changes_lost: true,
-            error: Some(why),
-        }
-    }
-
-    /// A shutdown that kept everything but ended with an error.
-    pub fn failed(why: String) -> Exit {
-        Exit {
-            clean: false,
-            changes_lost: false,
-            error: Some(why),
-        }
-    }
+    Clean,
+    /// It kept everything durable but ended with an error, and why.
+    Failed(String),
+    /// Changes that were acknowledged to programs (but not yet durable) are gone, and why.
+    Lost(String),
 }
 
 /// Most `watch-exit` connections held at once.

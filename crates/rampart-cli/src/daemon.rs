@@ -233,20 +233,20 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
         Ok(()) => None,
     };
     let outcome = match (lost, result) {
-        (Some(why), _) => crate::control::Exit::lost(why),
+        (Some(why), _) => crate::control::Exit::Lost(why),
         (None, Err(e)) => {
-            crate::control::Exit::failed(format!("the FUSE session ended with an error: {e}"))
+            crate::control::Exit::Failed(format!("the FUSE session ended with an error: {e}"))
         }
-        (None, Ok(())) => crate::control::Exit::clean(),
+        (None, Ok(())) => crate::control::Exit::Clean,
     };
-    if outcome.clean {
+    if outcome == crate::control::Exit::Clean {
         tracing::info!("unmounted {}", mountpoint.display());
     }
     // After the lock is released: whoever waits for this can mount the store at once.
     socket.report_exit(&outcome);
-    match outcome.error {
-        Some(e) => Err(e),
-        None => Ok(()),
+    match outcome {
+        crate::control::Exit::Clean => Ok(()),
+        crate::control::Exit::Failed(e) | crate::control::Exit::Lost(e) => Err(e),
     }
 }
 

@@ -455,16 +455,15 @@ fn cmd_umount(mountpoint: &Path, lazy: bool) -> Result<(), String> {
     }
     let log = mount.store.join("rampart.log");
     match watched {
-        None | Some(control::Watched::Exit(control::Exit { clean: true, .. })) => Ok(()),
-        Some(control::Watched::Exit(exit)) => Err(format!(
-            "unmounted, but the daemon's shutdown failed: {}.{} (log: {})",
-            exit.error.as_deref().unwrap_or("no reason given"),
-            if exit.changes_lost {
-                " The store holds what was durable before the unmount; changes made since \
-                 its last commit are lost"
-            } else {
-                " Nothing durable was lost"
-            },
+        None | Some(control::Watched::Exit(control::Exit::Clean)) => Ok(()),
+        Some(control::Watched::Exit(control::Exit::Failed(why))) => Err(format!(
+            "unmounted, but the daemon's shutdown failed: {why}. Nothing durable was lost \
+             (log: {})",
+            log.display()
+        )),
+        Some(control::Watched::Exit(control::Exit::Lost(why))) => Err(format!(
+            "unmounted, but the daemon's shutdown failed: {why}. The store holds what was \
+             durable before the unmount; changes made since its last commit are lost (log: {})",
             log.display()
         )),
         Some(control::Watched::TimedOut) => Err(waited_too_long()),
@@ -524,4 +523,18 @@ fn cmd_status(mountpoint: &Path, json: bool) -> Result<(), String> {
     }
     outln!("fuse_transport: {}", status.fuse_transport);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_checkpoint_after;
+
+    #[test]
+    fn checkpoint_after_auto_scales_with_the_image_and_a_size_does_not() {
+        assert_eq!(parse_checkpoint_after("auto"), Ok((256 << 20, true)));
+        assert_eq!(parse_checkpoint_after("64K"), Ok((64 << 10, false)));
+        assert_eq!(parse_checkpoint_after("256M"), Ok((256 << 20, false)));
+        assert!(parse_checkpoint_after("1K").is_err());
+        assert!(parse_checkpoint_after("50%").is_err());
+    }
 }

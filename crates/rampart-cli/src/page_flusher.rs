@@ -58,15 +58,19 @@ pub fn start(
                     return;
                 }
                 let writes_before = counters.get(RequestKind::write);
-                if let Err(e) = flush(&mountpoint, &device) {
-                    if !warned {
+                match flush(&mountpoint, &device) {
+                    Err(Flush::Open(e)) if !warned => {
                         tracing::warn!(
-                            "cannot flush the kernel's dirty pages of {}: {e}",
+                            "cannot open {} to flush the kernel's dirty pages: {e}",
                             mountpoint.display()
                         );
                         warned = true;
                     }
-                    continue;
+                    // syncfs also reports writeback errors of any file since the last call
+                    // (ENOSPC at the memory cap); their writers see them at fsync or close.
+                    // Pages of other files did arrive: commit them all the same.
+                    Err(Flush::Sync(e)) => tracing::debug!("syncfs: {e}"),
+                    _ => {}
                 }
                 if counters.get(RequestKind::write) > writes_before {
                     // Errors reach the callers of fsync and the status; nobody waits here.
@@ -80,20 +84,27 @@ pub fn start(
 /// One syncfs of the mount, unless the mount point no longer shows our mount (unmounted, or
 /// another mounted over it). The descriptor is held only for the call: while it is open the
 /// mount is busy, and an unmount then is refused (both unmount paths of rampart retry).
-fn flush(mountpoint: &std::path::Path, device: &str) -> std::io::Result<()> {
+fn flush(mountpoint: &std::path::Path, device: &str) -> Result<(), Flush> {
     let root = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(mountpoint)?;
-    let dev = root.metadata()?.dev();
+        .open(mountpoint)
+        .map_err(Flush::Open)?;
+    let dev = root.metadata().map_err(Flush::Open)?.dev();
     if format!("{}:{}", libc::major(dev), libc::minor(dev)) != device {
         return Ok(());
     }
     // SAFETY: syncfs only reads the descriptor, which `root` keeps open for the call.
     if unsafe { libc::syncfs(root.as_raw_fd()) } != 0 {
-        return Err(std::io::Error::last_os_error());
+        return Err(Flush::Sync(std::io::Error::last_os_error()));
     }
     Ok(())
+}
+
+/// Why a flush did not happen (`Open`) or reported an error (`Sync`).
+enum Flush {
+    Open(std::io::Error),
+    Sync(std::io::Error),
 }
 
 #[cfg(test)]

@@ -1906,12 +1906,12 @@ impl Engine {
                 Err(e) => return Err(e),
             }
         }
-        let times_now = state
-            .table
-            .get(ino)
-            .ok()
-            .map(|inode| (inode.mtime_ns, inode.ctime_ns));
-        if let Some((mtime_ns, ctime_ns)) = kept_times.filter(|&kept| Some(kept) != times_now) {
+        // Only if the write changed them (not within the same clock tick).
+        let changed = |kept: &(TimeNs, TimeNs)| {
+            let now = state.table.get(ino).ok().map(|i| (i.mtime_ns, i.ctime_ns));
+            now != Some(*kept)
+        };
+        if let Some((mtime_ns, ctime_ns)) = kept_times.filter(changed) {
             // Under the writeback cache a WRITE arrives when the kernel flushes its pages,
             // maybe long after the write(2); the kernel stamped the times then and sends them
             // itself (SETATTR) if they changed, so the flush time must not replace them.

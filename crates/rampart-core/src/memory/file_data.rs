@@ -118,19 +118,16 @@ impl FileData {
         }
         let chunk = CHUNK_BYTES as u64;
         let (first, last) = (offset / chunk, (end - 1) / chunk);
-        // The chunk table grows as Vec does: to at least twice its capacity.
-        let capacity = self.chunks.capacity() as u64;
-        let table_growth = if last < capacity {
-            0
-        } else {
-            ((last + 1).max(2 * capacity).max(4) - capacity) * std::mem::size_of::<Vec<u8>>() as u64
-        };
+        let table_growth = super::vec_growth_bytes(
+            self.chunks.capacity(),
+            last as usize + 1,
+            std::mem::size_of::<Vec<u8>>(),
+        );
         let in_end = |index: u64| (end - index * chunk).min(chunk) as usize;
         // Chunks that exist are asked one by one; missing ones (as many as the range is long,
         // so not looped over) each need their whole part: every chunk but the last a full one.
         let have = self.chunks.len() as u64;
-        let existing: u64 = (first..=last.min(have.saturating_sub(1)))
-            .filter(|&index| index < have)
+        let existing: u64 = (first..have.min(last + 1))
             .map(|index| chunk_growth(&self.chunks[index as usize], in_end(index)) as u64)
             .sum();
         let missing_from = first.max(have);
@@ -336,8 +333,8 @@ fn grown_capacity(chunk: &Vec<u8>, len: usize) -> usize {
 /// chunk, so a file's slack is bounded by its size and by one chunk.
 fn grow_chunk(chunk: &mut Vec<u8>, len: usize) {
     debug_assert!(len <= CHUNK_BYTES);
-    if chunk.capacity() < len {
-        let target = len.max((chunk.capacity() * 2).min(CHUNK_BYTES));
+    let target = grown_capacity(chunk, len);
+    if chunk.capacity() < target {
         chunk.reserve_exact(target - chunk.len());
     }
     chunk.resize(len, 0);

@@ -155,13 +155,11 @@ impl InodeTable {
 
     /// How much the slot array would grow to insert `ino` (Vec doubles its capacity).
     pub fn growth_bytes(&self, ino: Ino) -> u64 {
-        let needed = ino as usize + 1;
-        let capacity = self.slots.capacity();
-        if needed <= capacity {
-            return 0;
-        }
-        let grown = needed.max(capacity * 2).max(4);
-        ((grown - capacity) * std::mem::size_of::<Option<Inode>>()) as u64
+        crate::memory::vec_growth_bytes(
+            self.slots.capacity(),
+            ino as usize + 1,
+            std::mem::size_of::<Option<Inode>>(),
+        )
     }
 
     /// Bytes the table itself holds.

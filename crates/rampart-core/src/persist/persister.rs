@@ -413,8 +413,10 @@ impl Persister {
         // most the memory the engine uses). Touching that many pages now, before any lock,
         // keeps page faults out of the writers' pause; if the memory is not there, the image
         // grows as it is encoded instead.
-        let last_image_bytes = self.device.len(CHECKPOINT_FILE).ok().flatten().unwrap_or(0);
-        let journal_bytes = lock(&self.durable).journal_bytes;
+        let (last_image_bytes, journal_bytes) = {
+            let d = lock(&self.durable);
+            (d.image_bytes, d.journal_bytes)
+        };
         let estimate_bytes = last_image_bytes
             .saturating_add(journal_bytes)
             .min(engine.stats().memory_used_bytes)
