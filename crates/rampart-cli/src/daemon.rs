@@ -83,6 +83,7 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
         root_uid: nix::unistd::getuid().as_raw(),
         root_gid: nix::unistd::getgid().as_raw(),
         root_mode: 0o755,
+        ..EngineConfig::default()
     };
     // Recovery: the newest checkpoint and the journal's valid prefix, through the same apply
     // path as live operations; damage is refused with a message, never guessed at.

@@ -521,6 +521,7 @@ pub fn fsck(path: &Path, repair: bool, progress: &Progress) -> Result<Report, St
         root_uid,
         root_gid,
         root_mode: 0o755,
+        ..EngineConfig::default()
     };
     let read = |name: &str| {
         device.read(name).map_err(|e| {

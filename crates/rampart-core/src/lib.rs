@@ -7,12 +7,17 @@
 //! can embed the engine directly.
 
 pub mod attr;
+pub mod clock;
+pub mod contents;
 pub mod engine;
 pub mod error;
+pub mod limits;
+pub mod lock_order;
 pub mod memory;
 pub mod namespace;
 pub mod op;
 pub mod persist;
+pub mod state;
 pub mod store;
 pub mod time;
 pub mod xattr;

@@ -3,7 +3,7 @@
 //! inode number a creation got), so applying the same ops to the same state gives the same
 //! state: the journal logs these values and replay applies them again.
 
-use crate::attr::{Durability, Ino};
+use crate::attr::Ino;
 use crate::time::TimeNs;
 
 /// `rename` flags (renameat2).
@@ -127,29 +127,9 @@ impl Op<'_> {
     }
 }
 
-/// Receives every op after it was applied, in apply order, under the engine's exclusive lock:
-/// the persistence engine's entry point.
-pub trait OpSink: Send + Sync {
-    /// `durability`: what the op must honour (the strongest of the inodes it changes); a
-    /// volatile op is not persisted at all.
-    fn applied(&self, op: &Op<'_>, durability: Durability);
-
-    /// Makes every op applied so far durable (fsync). A sink that keeps nothing has nothing
-    /// to wait for.
-    fn sync(&self) -> std::io::Result<()> {
-        Ok(())
-    }
-
-    /// Like `sync`, but calls `done` once the ops are durable instead of blocking the caller
-    /// (a FUSE worker thread), so that many fsyncs wait on one disk sync.
-    fn sync_async(&self, done: SyncDone) {
-        done(self.sync());
-    }
-
-    /// Called after each change, outside the engine's lock: blocks while too much is waiting
-    /// to be written (back-pressure, so that memory outside the cap stays bounded).
-    fn throttle(&self) {}
-}
+/// The receiver of applied ops: a persistence level (`persist::level::Level`), under its
+/// older name.
+pub use crate::persist::level::Level as OpSink;
 
 /// What to do once a `sync_async` has finished.
 pub type SyncDone = Box<dyn FnOnce(std::io::Result<()>) + Send>;

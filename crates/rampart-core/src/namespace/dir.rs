@@ -17,7 +17,7 @@ use hashbrown::HashTable;
 use crate::attr::Ino;
 
 /// Longest name of one entry, in bytes (Linux's NAME_MAX).
-pub const NAME_LEN_MAX: usize = 255;
+pub use crate::limits::NAME_LEN_MAX;
 
 /// Most entries of one directory (keeps slot indices in a `u32`).
 pub const ENTRIES_MAX: usize = (u32::MAX - 1) as usize;

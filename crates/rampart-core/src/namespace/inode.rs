@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use crate::attr::{Attr, Durability, FileKind, Ino};
-use crate::memory::file_data::FileData;
+use crate::contents::Contents;
 use crate::namespace::dir::Dir;
 use crate::time::TimeNs;
 use crate::xattr::Xattrs;
@@ -14,7 +14,7 @@ use crate::xattr::Xattrs;
 /// What an inode holds besides its attributes.
 #[derive(Debug)]
 pub enum Payload {
-    File(FileData),
+    File(Contents),
     Dir(Box<Dir>),
     Symlink(Box<[u8]>),
     /// FIFOs, sockets and device nodes; the device number for the latter.
@@ -69,8 +69,15 @@ impl Inode {
         }
     }
 
-    pub fn file(&self) -> Option<&FileData> {
+    pub fn file(&self) -> Option<&Contents> {
         match &self.payload {
+            Payload::File(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    pub fn file_mut(&mut self) -> Option<&mut Contents> {
+        match &mut self.payload {
             Payload::File(f) => Some(f),
             _ => None,
         }

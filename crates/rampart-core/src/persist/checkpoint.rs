@@ -360,7 +360,7 @@ pub fn decode_for_repair(
                 }
                 let data = FileData::from_chunks(chunks).map_err(bad)?;
                 data.check(size_bytes).map_err(bad)?;
-                Payload::File(data)
+                Payload::File(data.into())
             }
             FileKind::Directory => {
                 let parent = varint(input, "parent")?;

@@ -4,7 +4,9 @@ pub mod checkpoint;
 pub mod codec;
 pub mod device;
 pub mod journal;
+pub mod level;
 pub mod persister;
+pub mod policy;
 pub mod recovery;
 
 use std::sync::Arc;

@@ -1,0 +1,137 @@
+//! A regular file's contents, behind one type whatever holds them.
+//!
+//! The namespace and the ops see a file's contents only through [`Contents`]: read, write,
+//! truncate, punch, reserve, and what they cost. Today every file's contents are in memory
+//! ([`FileData`], the memory tier). The disk tier adds a kind here — a host file in the
+//! store's data folder, with a descriptor for FUSE passthrough, holes and trim — as a new
+//! variant and its module beside this one, without touching `namespace`, the ops' codec or
+//! the FUSE adapter (docs/ARCHITECTURE.md, "Adding a contents kind").
+//!
+//! Every mutating method returns a [`Delta`] (memory held, bytes stored) for the state's
+//! accounting, and may fail: a kind backed by a device can meet EIO or ENOSPC. The memory kind
+//! never fails once the budget has been checked.
+
+use crate::error::FsResult;
+use crate::memory::file_data::FileData;
+
+pub use crate::memory::file_data::Delta;
+
+/// Where a regular file's bytes live.
+#[derive(Debug)]
+pub enum Contents {
+    /// In RAM, as the file's final home (small files; the memory tier).
+    Memory(FileData),
+}
+
+/// The tier a file's contents are on, for `stat` and `status`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tier {
+    Memory,
+}
+
+impl Default for Contents {
+    fn default() -> Self {
+        Contents::Memory(FileData::default())
+    }
+}
+
+impl From<FileData> for Contents {
+    fn from(data: FileData) -> Self {
+        Contents::Memory(data)
+    }
+}
+
+impl Contents {
+    pub fn tier(&self) -> Tier {
+        match self {
+            Contents::Memory(_) => Tier::Memory,
+        }
+    }
+
+    /// The in-memory data, if the contents are in memory (checkpoints and materializing
+    /// copy them; contents elsewhere are referred to, not copied).
+    pub fn memory(&self) -> Option<&FileData> {
+        match self {
+            Contents::Memory(data) => Some(data),
+        }
+    }
+
+    /// Heap bytes held in RAM (charged to the memory budget).
+    pub fn heap_bytes(&self) -> u64 {
+        match self {
+            Contents::Memory(data) => data.heap_bytes(),
+        }
+    }
+
+    /// Bytes of contents held, holes left out (`st_blocks`).
+    pub fn stored_bytes(&self) -> u64 {
+        match self {
+            Contents::Memory(data) => data.stored_bytes(),
+        }
+    }
+
+    /// The chunks of in-memory contents that hold bytes, with their index; nothing for
+    /// contents held elsewhere.
+    pub fn chunks(&self) -> impl Iterator<Item = (usize, &[u8])> {
+        self.memory().into_iter().flat_map(FileData::chunks)
+    }
+
+    /// RAM a write of `len` bytes at `offset` may need at most (checked against the budget
+    /// before anything changes).
+    pub fn write_growth_bytes(&self, offset: u64, len: usize) -> u64 {
+        match self {
+            Contents::Memory(data) => data.growth_bound_bytes(offset, len),
+        }
+    }
+
+    /// RAM [`Contents::reserve`] of the range would add.
+    pub fn reserve_growth_bytes(&self, offset: u64, len: u64) -> u64 {
+        match self {
+            Contents::Memory(data) => data.reserve_growth_bytes(offset, len),
+        }
+    }
+
+    /// Reads up to `len` bytes at `offset` of a file of `size_bytes` into `out` (cleared
+    /// first); holes read as zeros.
+    pub fn read(&self, size_bytes: u64, offset: u64, len: u32, out: &mut Vec<u8>) -> FsResult<()> {
+        match self {
+            Contents::Memory(data) => data.read(size_bytes, offset, len, out),
+        }
+        Ok(())
+    }
+
+    pub fn write(&mut self, offset: u64, bytes: &[u8]) -> FsResult<Delta> {
+        match self {
+            Contents::Memory(data) => Ok(data.write(offset, bytes)),
+        }
+    }
+
+    /// Drops every byte at or past `size_bytes` (a shrinking truncate).
+    pub fn truncate(&mut self, size_bytes: u64) -> FsResult<Delta> {
+        match self {
+            Contents::Memory(data) => Ok(data.truncate(size_bytes)),
+        }
+    }
+
+    /// Makes `[offset, offset + len)` a hole (PUNCH_HOLE, and the first step of ZERO_RANGE).
+    pub fn punch_hole(&mut self, offset: u64, len: u64) -> FsResult<Delta> {
+        match self {
+            Contents::Memory(data) => Ok(data.punch_hole(offset, len)),
+        }
+    }
+
+    /// Reserves room for `[offset, offset + len)` so that writes into it cannot fail with
+    /// ENOSPC (fallocate).
+    pub fn reserve(&mut self, offset: u64, len: u64) -> FsResult<Delta> {
+        match self {
+            Contents::Memory(data) => Ok(data.reserve(offset, len)),
+        }
+    }
+
+    /// Checks the kind's invariants against the file size.
+    pub fn check(&self, size_bytes: u64) -> Result<(), String> {
+        match self {
+            Contents::Memory(data) => data.check(size_bytes),
+        }
+    }
+}

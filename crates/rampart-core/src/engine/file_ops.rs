@@ -1,0 +1,185 @@
+//! The file operations of the engine: attributes, reads, writes, fallocate.
+
+use super::{Ctx, Engine, Invalidation, Mutation, WriteTimes};
+use crate::attr::{Attr, Ino, SetAttr, SetTime};
+use crate::error::{Errno, FsResult};
+use crate::limits::RELATIME_INTERVAL_NS;
+use crate::op::Op;
+use crate::persist::codec::WRITE_LEN_MAX;
+use crate::time::TimeNs;
+
+/// Per-call scratch buffer for reads.
+pub type ReadBuf = Vec<u8>;
+
+fn resolve_time(t: SetTime, now: TimeNs) -> TimeNs {
+    match t {
+        SetTime::At(ns) => ns,
+        SetTime::Now => now,
+    }
+}
+
+impl Engine {
+    pub fn setattr(&self, ctx: &Ctx, ino: Ino, set: &SetAttr) -> FsResult<Attr> {
+        self.mutate(
+            ctx,
+            |m, now| {
+                m.apply(&Op::SetAttr {
+                    ino,
+                    mode: set.mode,
+                    uid: set.uid,
+                    gid: set.gid,
+                    size_bytes: set.size_bytes,
+                    atime_ns: set.atime.map(|t| resolve_time(t, now)),
+                    mtime_ns: set.mtime.map(|t| resolve_time(t, now)),
+                    ctime_ns: set.ctime_ns.unwrap_or(now),
+                    kill_suidgid: set.kill_suidgid,
+                })?;
+                Ok(m.state().inode(ino)?.attr(ino))
+            },
+            |_| vec![Invalidation::Inode { ino }],
+        )
+    }
+
+    /// Reads up to `size` bytes at `offset` into `out` (cleared first).
+    pub fn read(&self, ino: Ino, offset: u64, size: u32, out: &mut ReadBuf) -> FsResult<()> {
+        let state = self.read_state();
+        let inode = state.regular_file(ino)?;
+        inode
+            .file()
+            .expect("regular file")
+            .read(inode.size_bytes, offset, size, out)?;
+        // relatime: refresh the access time only when it is older than the last change or a day.
+        let atime = inode.atime();
+        let now = self.now_ns();
+        if atime <= inode.mtime_ns || atime <= inode.ctime_ns || now - atime > RELATIME_INTERVAL_NS
+        {
+            inode.set_atime(now);
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at `offset` and stamps the file's mtime and ctime with the time; returns
+    /// the number of bytes written (all of them). A write by an unprivileged caller clears
+    /// setuid/setgid (`kill_suidgid`).
+    pub fn write(
+        &self,
+        ctx: &Ctx,
+        ino: Ino,
+        offset: u64,
+        data: &[u8],
+        kill_suidgid: bool,
+    ) -> FsResult<u32> {
+        self.write_with(ctx, ino, offset, data, kill_suidgid, WriteTimes::Stamp)
+    }
+
+    /// [`Engine::write`], saying who sets the file's times.
+    pub fn write_with(
+        &self,
+        ctx: &Ctx,
+        ino: Ino,
+        offset: u64,
+        data: &[u8],
+        kill_suidgid: bool,
+        times: WriteTimes,
+    ) -> FsResult<u32> {
+        u32::try_from(data.len()).map_err(|_| Errno::EINVAL)?;
+        self.mutate(
+            ctx,
+            |m, time_ns| {
+                // The times before the write, to put back when the kernel owns them.
+                let kept_times = match times {
+                    WriteTimes::KeptByKernel if !kill_suidgid => {
+                        m.state().inode(ino).ok().map(|i| (i.mtime_ns, i.ctime_ns))
+                    }
+                    _ => None,
+                };
+                let done = write_pieces(m, ino, offset, data, time_ns, kill_suidgid)?;
+                if let Some(kept) = kept_times {
+                    restore_times(m, ino, kept);
+                }
+                Ok(done as u32)
+            },
+            |_| vec![Invalidation::Inode { ino }],
+        )
+    }
+
+    pub fn fallocate(
+        &self,
+        ctx: &Ctx,
+        ino: Ino,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> FsResult<()> {
+        self.mutate(
+            ctx,
+            |m, time_ns| {
+                m.apply(&Op::Fallocate {
+                    ino,
+                    offset,
+                    length,
+                    mode,
+                    time_ns,
+                })
+            },
+            |_| vec![Invalidation::Inode { ino }],
+        )
+    }
+}
+
+/// Applies a write as one op per WRITE_LEN_MAX bytes (a journal record holds at most that
+/// much); returns how many bytes went in. A short write, as POSIX allows, once some of it is
+/// in; an error if none is.
+fn write_pieces(
+    m: &mut Mutation<'_>,
+    ino: Ino,
+    offset: u64,
+    data: &[u8],
+    time_ns: TimeNs,
+    kill_suidgid: bool,
+) -> FsResult<usize> {
+    let mut done = 0usize;
+    // An empty write is still an op (it updates the times).
+    let empty = data.is_empty().then_some(&data[..0]);
+    for piece in data.chunks(WRITE_LEN_MAX).chain(empty) {
+        let op = Op::Write {
+            ino,
+            offset: offset + done as u64,
+            data: piece,
+            time_ns,
+            kill_suidgid,
+        };
+        match m.apply(&op) {
+            Ok(()) => done += piece.len(),
+            Err(_) if done > 0 => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+/// Under the writeback cache a WRITE arrives when the kernel flushes its pages, maybe long
+/// after the write(2); the kernel stamped the times then and sends them itself (SETATTR) if
+/// they changed, so the flush time must not replace them. Only if the write changed them (not
+/// within the same clock tick).
+fn restore_times(m: &mut Mutation<'_>, ino: Ino, (mtime_ns, ctime_ns): (TimeNs, TimeNs)) {
+    let now = m.state().inode(ino).ok().map(|i| (i.mtime_ns, i.ctime_ns));
+    if now == Some((mtime_ns, ctime_ns)) {
+        return;
+    }
+    let op = Op::SetAttr {
+        ino,
+        mode: None,
+        uid: None,
+        gid: None,
+        size_bytes: None,
+        atime_ns: None,
+        mtime_ns: Some(mtime_ns),
+        ctime_ns,
+        kill_suidgid: false,
+    };
+    if let Err(e) = m.apply(&op) {
+        // Times of a file just written cannot fail to be set; the write stands.
+        debug_assert!(false, "restoring the times after a write: {e:?}");
+    }
+}

@@ -1,0 +1,41 @@
+//! What the engine reports about itself: statfs, counts and memory, invariants.
+
+use super::Engine;
+use crate::attr::{StatFs, Stats};
+use crate::limits::{BLOCK_SIZE_BYTES, ENTRY_COST_BYTES, NAME_LEN_MAX};
+use crate::namespace::inode::Inode;
+
+impl Engine {
+    pub fn statfs(&self) -> StatFs {
+        let state = self.read_state();
+        let bs = u64::from(BLOCK_SIZE_BYTES);
+        let inode_bytes = (std::mem::size_of::<Inode>() as u64 + ENTRY_COST_BYTES + 16).max(1);
+        let free = state.budget.free_bytes();
+        StatFs {
+            block_size: BLOCK_SIZE_BYTES,
+            blocks_total: state.budget.cap_bytes() / bs,
+            blocks_free: free / bs,
+            files_total: state.table.live() + free / inode_bytes,
+            files_free: free / inode_bytes,
+            name_len_max: NAME_LEN_MAX as u32,
+        }
+    }
+
+    pub fn stats(&self) -> Stats {
+        let state = self.read_state();
+        Stats {
+            files: state.counts.files,
+            directories: state.counts.directories,
+            symlinks: state.counts.symlinks,
+            other: state.counts.other,
+            data_bytes: state.counts.data_bytes,
+            memory_used_bytes: state.budget.total_bytes(),
+            memory_cap_bytes: state.budget.cap_bytes(),
+        }
+    }
+
+    /// Checks every invariant; an empty list means the state is consistent.
+    pub fn check(&self) -> Vec<String> {
+        self.read_state().check()
+    }
+}

@@ -1,0 +1,347 @@
+//! The engine: the public API of the file system, over the state (`crate::state`) behind one
+//! reader-writer lock, handing every applied op to the persistence levels.
+//!
+//! Reads (lookup, getattr, read, readdir) share the lock; mutations take it exclusively. One
+//! lock keeps multi-directory operations (rename) trivially atomic; the critical sections are
+//! short memory operations, so on the machines we target the lock is not the bottleneck (see
+//! docs/decisions/0002-one-engine-lock.md).
+//!
+//! Every mutation takes one sequence ([`Engine::mutate`]): the time, the lock, build and
+//! apply the op (`State::apply`), ask the policy what each level must honour and hand the op
+//! to the levels, drop the lock, tell the observer what the kernel may have cached, then
+//! honour the durability (throttle; sync before returning where asked).
+
+mod file_ops;
+mod info;
+mod namespace_ops;
+mod xattr_ops;
+
+use std::sync::Arc;
+
+use parking_lot::{RwLock, RwLockWriteGuard};
+
+use crate::attr::Durability;
+use crate::clock::{Clock, SystemClock};
+use crate::error::{Errno, FsResult};
+use crate::lock_order::{self, Rank};
+use crate::op::{Op, OpSink};
+use crate::persist::level::{Levels, Route};
+use crate::persist::policy;
+use crate::time::TimeNs;
+
+pub use crate::limits::{LINK_COUNT_MAX, SYMLINK_TARGET_LEN_MAX};
+pub use crate::state::State;
+
+/// Block size reported by statfs and stat.
+pub const BLOCK_SIZE: u32 = crate::limits::BLOCK_SIZE_BYTES;
+
+/// Who asks: the owner of new inodes, and whether the caller is the kernel (whose lookups are
+/// counted, and which needs no cache invalidation for the changes it makes itself).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ctx {
+    pub uid: u32,
+    pub gid: u32,
+    pub kernel: bool,
+}
+
+impl Ctx {
+    /// A library caller acting as `uid:gid`.
+    pub fn library(uid: u32, gid: u32) -> Ctx {
+        Ctx {
+            uid,
+            gid,
+            kernel: false,
+        }
+    }
+}
+
+/// Who sets a regular file's mtime and ctime when it is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteTimes {
+    /// The engine, with the time of the write (a library, or FUSE without writeback cache).
+    Stamp,
+    /// The kernel (FUSE's writeback cache): a write leaves them as they are, and the kernel
+    /// sends its own with SETATTR. Not when the write drops setuid/setgid: that changes ctime.
+    KeptByKernel,
+}
+
+/// What the kernel may have cached that a change from outside it made stale.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Invalidation {
+    /// An entry of a directory (its name now points elsewhere, or nowhere).
+    Entry {
+        parent: crate::attr::Ino,
+        name: Vec<u8>,
+    },
+    /// The attributes and data of an inode.
+    Inode { ino: crate::attr::Ino },
+}
+
+/// Told of changes made by library callers, so that a mount can invalidate the kernel's caches.
+pub trait Observer: Send + Sync {
+    fn invalidate(&self, what: &[Invalidation]);
+}
+
+/// Settings of an engine.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub memory_cap_bytes: u64,
+    pub root_uid: u32,
+    pub root_gid: u32,
+    pub root_mode: u32,
+    /// Where file times come from (tests drive a `clock::ManualClock`).
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            memory_cap_bytes: crate::memory::budget::default_cap_bytes(),
+            root_uid: 0,
+            root_gid: 0,
+            root_mode: 0o755,
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+/// The file-system engine. Shared between threads (`Arc<Engine>`).
+pub struct Engine {
+    state: RwLock<State>,
+    levels: RwLock<Levels>,
+    observer: RwLock<Option<Arc<dyn Observer>>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").finish_non_exhaustive()
+    }
+}
+
+/// A mutation in progress: the exclusive lock, and what the ops applied so far must honour.
+pub(crate) struct Mutation<'e> {
+    engine: &'e Engine,
+    state: RwLockWriteGuard<'e, State>,
+    route: Route,
+    _rank: lock_order::Held,
+}
+
+impl Mutation<'_> {
+    /// The state as the ops applied so far left it.
+    pub(crate) fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// Applies `op` and hands it to the levels with what the policy says it must honour.
+    pub(crate) fn apply(&mut self, op: &Op<'_>) -> FsResult<()> {
+        self.state.apply(op)?;
+        let route = policy::route(&self.state, op);
+        self.engine.levels.read().applied(op, &route);
+        self.route = self.route.stronger(route);
+        Ok(())
+    }
+
+    /// Hands the levels the ops that rebuild `ino`'s current contents (a volatile file made
+    /// durable: the levels never saw its data changes), with `route`. They are already true
+    /// of the state, so they are not applied.
+    pub(crate) fn materialize(&mut self, ino: crate::attr::Ino, route: Route) {
+        let levels = self.engine.levels.read();
+        policy::materialize(&self.state, ino, |op| levels.applied(op, &route));
+        self.route = self.route.stronger(route);
+    }
+}
+
+impl Engine {
+    /// An engine over a state rebuilt by recovery, with the system clock.
+    pub fn from_state(state: State) -> Engine {
+        Engine::with_clock(state, Arc::new(SystemClock))
+    }
+
+    /// An engine over `state`, stamping times from `clock`.
+    pub fn with_clock(state: State, clock: Arc<dyn Clock>) -> Engine {
+        Engine {
+            state: RwLock::new(state),
+            levels: RwLock::new(Levels::default()),
+            observer: RwLock::new(None),
+            clock,
+        }
+    }
+
+    pub fn new(config: EngineConfig) -> Engine {
+        Engine::with_clock(State::new(&config), config.clock.clone())
+    }
+
+    /// Runs `f` with shared access to the state (a checkpoint encodes it meanwhile; writers
+    /// wait).
+    pub fn with_state<T>(&self, f: impl FnOnce(&State) -> T) -> T {
+        let _rank = lock_order::acquire(Rank::EngineState);
+        f(&self.state.read())
+    }
+
+    /// Installs the persistence levels the engine hands its ops to.
+    pub fn set_levels(&self, levels: Levels) {
+        *self.levels.write() = levels;
+    }
+
+    /// Installs one level, the local store (or none).
+    pub fn set_sink(&self, sink: Option<Arc<dyn OpSink>>) {
+        self.set_levels(sink.map_or_else(Levels::default, Levels::one));
+    }
+
+    /// The levels attached now.
+    pub fn levels(&self) -> Levels {
+        self.levels.read().clone()
+    }
+
+    /// Like [`Engine::sync`], without blocking: `done` runs once every change so far is durable.
+    pub fn sync_async(&self, done: crate::op::SyncDone) {
+        let levels = self.levels.read().clone();
+        levels.sync_async(done);
+    }
+
+    /// Makes every change so far durable, as far as the levels go (fsync).
+    pub fn sync(&self) -> std::io::Result<()> {
+        let levels = self.levels.read().clone();
+        levels.sync()
+    }
+
+    /// Installs the receiver of cache invalidations (a mount).
+    pub fn set_observer(&self, observer: Option<Arc<dyn Observer>>) {
+        *self.observer.write() = observer;
+    }
+
+    /// The time stamped on inodes now.
+    pub(crate) fn now_ns(&self) -> TimeNs {
+        self.clock.file_time_ns()
+    }
+
+    /// Shared access to the state for a read-only operation.
+    pub(crate) fn read_state(&self) -> ReadState<'_> {
+        let rank = lock_order::acquire(Rank::EngineState);
+        ReadState {
+            guard: self.state.read(),
+            _rank: rank,
+        }
+    }
+
+    /// The exclusive lock, for a change that is not an op (freeing an unreferenced inode).
+    pub(crate) fn write_state(&self) -> WriteState<'_> {
+        let rank = lock_order::acquire(Rank::EngineState);
+        WriteState {
+            guard: self.state.write(),
+            _rank: rank,
+        }
+    }
+
+    /// The one sequence of every mutation. `body` gets the time and a [`Mutation`] through
+    /// which it applies its ops; once it returns Ok, the lock is dropped, the observer is told
+    /// what `invalidations` lists (for library callers: the kernel knows its own changes),
+    /// and the ops' durability is honoured. A failed `body` has changed nothing the levels
+    /// saw after its last successful `apply`.
+    pub(crate) fn mutate<T>(
+        &self,
+        ctx: &crate::Ctx,
+        body: impl FnOnce(&mut Mutation<'_>, TimeNs) -> FsResult<T>,
+        invalidations: impl FnOnce(&T) -> Vec<Invalidation>,
+    ) -> FsResult<T> {
+        let time_ns = self.now_ns();
+        let rank = lock_order::acquire(Rank::EngineState);
+        let mut mutation = Mutation {
+            engine: self,
+            state: self.state.write(),
+            route: Route::VOLATILE,
+            _rank: rank,
+        };
+        let out = body(&mut mutation, time_ns);
+        let route = mutation.route;
+        drop(mutation);
+        let out = out?;
+        // The change is in memory whatever honouring it does, so the kernel is told first.
+        if !ctx.kernel {
+            if let Some(observer) = self.observer.read().clone() {
+                observer.invalidate(&invalidations(&out));
+            }
+        }
+        self.honour(route)?;
+        Ok(out)
+    }
+
+    /// After the lock is dropped: writers wait while too much waits to be written, and a
+    /// before-return change is made durable before returning.
+    fn honour(&self, route: Route) -> FsResult<()> {
+        let levels = self.levels.read().clone();
+        levels.throttle();
+        if !route.before_return() {
+            return Ok(());
+        }
+        levels.sync().map_err(|e| {
+            tracing::error!("a before-return change could not be made durable: {e}");
+            Errno::EIO
+        })
+    }
+
+    /// Sets how soon changes to `ino` must reach the store. A volatile file made durable has
+    /// its whole current content handed to the levels at once (its changes were not).
+    pub fn set_durability(
+        &self,
+        ctx: &crate::Ctx,
+        ino: crate::attr::Ino,
+        durability: Durability,
+    ) -> FsResult<()> {
+        self.mutate(
+            ctx,
+            |m, time_ns| {
+                let before = m.state().inode(ino)?.durability();
+                m.apply(&Op::SetDurability {
+                    ino,
+                    durability: durability.code(),
+                    time_ns,
+                })?;
+                if before == Durability::Volatile && durability != Durability::Volatile {
+                    m.materialize(
+                        ino,
+                        Route::store(Durability::default().stronger(durability)),
+                    );
+                }
+                Ok(())
+            },
+            |_| vec![Invalidation::Inode { ino }],
+        )
+    }
+}
+
+/// Shared access to the state, with its place in the lock order.
+pub(crate) struct ReadState<'e> {
+    guard: parking_lot::RwLockReadGuard<'e, State>,
+    _rank: lock_order::Held,
+}
+
+impl std::ops::Deref for ReadState<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.guard
+    }
+}
+
+/// Exclusive access to the state outside an op, with its place in the lock order.
+pub(crate) struct WriteState<'e> {
+    guard: RwLockWriteGuard<'e, State>,
+    _rank: lock_order::Held,
+}
+
+impl std::ops::Deref for WriteState<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for WriteState<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.guard
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,286 @@
+//! The namespace operations of the engine: lookups, creation, links, removal, rename, readdir.
+
+use std::sync::atomic::Ordering;
+
+use super::{Ctx, Engine, Invalidation, Mutation};
+use crate::attr::{Attr, FileKind, Ino, ROOT_INO};
+use crate::error::{Errno, FsResult};
+use crate::limits::PATH_DEPTH_MAX;
+use crate::namespace::inode::{Inode, Payload};
+use crate::op::Op;
+
+fn count_lookup(ctx: &Ctx, inode: &Inode) {
+    if ctx.kernel {
+        inode.lookups.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// The attributes of `ino` after an op made or linked it, counting the kernel's lookup.
+fn looked_up(m: &Mutation<'_>, ctx: &Ctx, ino: Ino) -> FsResult<Attr> {
+    let inode = m.state().inode(ino)?;
+    count_lookup(ctx, inode);
+    Ok(inode.attr(ino))
+}
+
+impl Engine {
+    /// Looks `name` up in `parent`; a kernel caller's lookup is counted until `forget`.
+    pub fn lookup(&self, ctx: &Ctx, parent: Ino, name: &[u8]) -> FsResult<Attr> {
+        let state = self.read_state();
+        let (ino, _) = state.child(parent, name)?;
+        let inode = state.inode(ino)?;
+        count_lookup(ctx, inode);
+        Ok(inode.attr(ino))
+    }
+
+    /// Drops `count` kernel references; frees the inode if it has no links left either.
+    pub fn forget(&self, ino: Ino, count: u64) {
+        let free = {
+            let state = self.read_state();
+            match state.inode(ino) {
+                Ok(inode) => {
+                    let before = inode
+                        .lookups
+                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                            Some(n.saturating_sub(count))
+                        })
+                        .unwrap_or(0);
+                    before <= count && inode.nlink == 0
+                }
+                Err(_) => false,
+            }
+        };
+        if free {
+            self.write_state().free_if_unreferenced(ino);
+        }
+    }
+
+    pub fn getattr(&self, ino: Ino) -> FsResult<Attr> {
+        let state = self.read_state();
+        Ok(state.inode(ino)?.attr(ino))
+    }
+
+    /// Resolves a path relative to the root ("/a/b" or "a/b"), following no symlinks.
+    pub fn lookup_path(&self, path: &[u8]) -> FsResult<Attr> {
+        let state = self.read_state();
+        let mut ino = ROOT_INO;
+        let parts = path
+            .split(|&b| b == b'/')
+            .filter(|p| !p.is_empty() && *p != b".");
+        for (depth, part) in parts.enumerate() {
+            if depth >= PATH_DEPTH_MAX {
+                return Err(Errno::ENAMETOOLONG);
+            }
+            ino = if part == b".." {
+                state.dir(ino)?.parent
+            } else {
+                state.child(ino, part)?.0
+            };
+        }
+        Ok(state.inode(ino)?.attr(ino))
+    }
+
+    pub fn readlink(&self, ino: Ino) -> FsResult<Vec<u8>> {
+        let state = self.read_state();
+        match &state.inode(ino)?.payload {
+            Payload::Symlink(t) => Ok(t.to_vec()),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    /// Creates an inode of the kind in `mode`'s type bits (regular file, directory, FIFO,
+    /// socket, device; symlinks go through [`Engine::symlink`]). `mode` has the umask applied.
+    pub fn mknod(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+    ) -> FsResult<Attr> {
+        let kind = FileKind::from_mode(mode).ok_or(Errno::EINVAL)?;
+        if kind == FileKind::Symlink {
+            return Err(Errno::EINVAL);
+        }
+        self.create_inode(ctx, parent, name, mode, rdev, b"")
+    }
+
+    pub fn mkdir(&self, ctx: &Ctx, parent: Ino, name: &[u8], mode: u32) -> FsResult<Attr> {
+        self.create_inode(ctx, parent, name, libc::S_IFDIR | (mode & 0o7777), 0, b"")
+    }
+
+    pub fn symlink(&self, ctx: &Ctx, parent: Ino, name: &[u8], target: &[u8]) -> FsResult<Attr> {
+        self.create_inode(ctx, parent, name, libc::S_IFLNK | 0o777, 0, target)
+    }
+
+    fn create_inode(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        name: &[u8],
+        mut mode: u32,
+        rdev: u32,
+        target: &[u8],
+    ) -> FsResult<Attr> {
+        self.mutate(
+            ctx,
+            |m, time_ns| {
+                let parent_inode = m.state().live_dir(parent)?;
+                let mut gid = ctx.gid;
+                if parent_inode.mode & libc::S_ISGID != 0 {
+                    // BSD group semantics of a setgid directory, as ext4 and tmpfs do.
+                    gid = parent_inode.gid;
+                    if mode & libc::S_IFMT == libc::S_IFDIR {
+                        mode |= libc::S_ISGID;
+                    }
+                }
+                let (ino, generation) = m.state().table.next_allocation()?;
+                m.apply(&Op::Create {
+                    parent,
+                    name,
+                    ino,
+                    generation,
+                    mode,
+                    uid: ctx.uid,
+                    gid,
+                    rdev,
+                    target,
+                    time_ns,
+                })?;
+                looked_up(m, ctx, ino)
+            },
+            |_| {
+                vec![
+                    Invalidation::Entry {
+                        parent,
+                        name: name.to_vec(),
+                    },
+                    Invalidation::Inode { ino: parent },
+                ]
+            },
+        )
+    }
+
+    pub fn link(&self, ctx: &Ctx, ino: Ino, new_parent: Ino, new_name: &[u8]) -> FsResult<Attr> {
+        self.mutate(
+            ctx,
+            |m, time_ns| {
+                m.apply(&Op::Link {
+                    ino,
+                    parent: new_parent,
+                    name: new_name,
+                    time_ns,
+                })?;
+                looked_up(m, ctx, ino)
+            },
+            |_| {
+                vec![
+                    Invalidation::Entry {
+                        parent: new_parent,
+                        name: new_name.to_vec(),
+                    },
+                    Invalidation::Inode { ino },
+                    Invalidation::Inode { ino: new_parent },
+                ]
+            },
+        )
+    }
+
+    pub fn unlink(&self, ctx: &Ctx, parent: Ino, name: &[u8]) -> FsResult<()> {
+        self.remove_entry(ctx, parent, name, false)
+    }
+
+    pub fn rmdir(&self, ctx: &Ctx, parent: Ino, name: &[u8]) -> FsResult<()> {
+        self.remove_entry(ctx, parent, name, true)
+    }
+
+    fn remove_entry(&self, ctx: &Ctx, parent: Ino, name: &[u8], dir: bool) -> FsResult<()> {
+        self.mutate(
+            ctx,
+            |m, time_ns| {
+                m.apply(&if dir {
+                    Op::Rmdir {
+                        parent,
+                        name,
+                        time_ns,
+                    }
+                } else {
+                    Op::Unlink {
+                        parent,
+                        name,
+                        time_ns,
+                    }
+                })
+            },
+            |_| {
+                vec![Invalidation::Entry {
+                    parent,
+                    name: name.to_vec(),
+                }]
+            },
+        )
+    }
+
+    pub fn rename(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        name: &[u8],
+        new_parent: Ino,
+        new_name: &[u8],
+        flags: u32,
+    ) -> FsResult<()> {
+        self.mutate(
+            ctx,
+            |m, time_ns| {
+                m.apply(&Op::Rename {
+                    parent,
+                    name,
+                    new_parent,
+                    new_name,
+                    flags,
+                    time_ns,
+                })
+            },
+            |_| {
+                vec![
+                    Invalidation::Entry {
+                        parent,
+                        name: name.to_vec(),
+                    },
+                    Invalidation::Entry {
+                        parent: new_parent,
+                        name: new_name.to_vec(),
+                    },
+                ]
+            },
+        )
+    }
+
+    /// Lists `ino` from `cookie` on: ".", "..", then the entries. `emit(ino, next_cookie, kind,
+    /// name)` returns false when the caller's buffer is full.
+    pub fn readdir(
+        &self,
+        ino: Ino,
+        cookie: u64,
+        mut emit: impl FnMut(Ino, u64, FileKind, &[u8]) -> bool,
+    ) -> FsResult<()> {
+        let state = self.read_state();
+        let inode = state.inode(ino)?;
+        let dir = inode.dir().ok_or(Errno::ENOTDIR)?;
+        if cookie == 0 && !emit(ino, 1, FileKind::Directory, b".") {
+            return Ok(());
+        }
+        if cookie <= 1 && !emit(dir.parent, 2, FileKind::Directory, b"..") {
+            return Ok(());
+        }
+        dir.list_from(cookie.max(2), |e| {
+            let kind = FileKind::from_code(e.kind_code).unwrap_or(FileKind::RegularFile);
+            emit(e.ino, e.next_cookie, kind, e.name)
+        });
+        let atime = inode.atime();
+        if atime <= inode.mtime_ns || atime <= inode.ctime_ns {
+            inode.set_atime(self.now_ns());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,481 @@
+//! Applying ops: the one path of every mutation, live or replayed. Each `apply_*` validates
+//! completely before it changes anything, so a failed op leaves no trace.
+
+use std::sync::atomic::{AtomicI64, AtomicU64};
+
+use super::privileges::{kill_privileges, Strip};
+use super::{check_entry_name, entry_cost, inode_base_cost, State};
+use crate::attr::{Durability, FileKind, Ino};
+use crate::contents::{Contents, Delta};
+use crate::error::{Errno, FsResult};
+use crate::limits::{LINK_COUNT_MAX, SYMLINK_TARGET_LEN_MAX};
+use crate::memory::file_data::FILE_SIZE_MAX_BYTES;
+use crate::namespace::dir::Dir;
+use crate::namespace::inode::{Inode, Payload};
+use crate::op::{Op, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE};
+use crate::time::TimeNs;
+use crate::xattr::{self, Xattrs};
+
+impl State {
+    /// Applies one op: validates it completely, then changes the state. The one path of every
+    /// mutation, live or replayed.
+    pub fn apply(&mut self, op: &Op<'_>) -> FsResult<()> {
+        match *op {
+            Op::Create {
+                parent,
+                name,
+                ino,
+                generation,
+                mode,
+                uid,
+                gid,
+                rdev,
+                target,
+                time_ns,
+            } => self.apply_create(
+                parent, name, ino, generation, mode, uid, gid, rdev, target, time_ns,
+            ),
+            Op::Link {
+                ino,
+                parent,
+                name,
+                time_ns,
+            } => self.apply_link(ino, parent, name, time_ns),
+            Op::Unlink {
+                parent,
+                name,
+                time_ns,
+            } => self.apply_unlink(parent, name, time_ns),
+            Op::Rmdir {
+                parent,
+                name,
+                time_ns,
+            } => self.apply_rmdir(parent, name, time_ns),
+            Op::Rename {
+                parent,
+                name,
+                new_parent,
+                new_name,
+                flags,
+                time_ns,
+            } => self.apply_rename(parent, name, new_parent, new_name, flags, time_ns),
+            Op::SetAttr {
+                ino,
+                mode,
+                uid,
+                gid,
+                size_bytes,
+                atime_ns,
+                mtime_ns,
+                ctime_ns,
+                kill_suidgid,
+            } => self.apply_setattr(
+                ino,
+                mode,
+                uid,
+                gid,
+                size_bytes,
+                atime_ns,
+                mtime_ns,
+                ctime_ns,
+                kill_suidgid,
+            ),
+            Op::Write {
+                ino,
+                offset,
+                data,
+                time_ns,
+                kill_suidgid,
+            } => self.apply_write(ino, offset, data, time_ns, kill_suidgid),
+            Op::Fallocate {
+                ino,
+                offset,
+                length,
+                mode,
+                time_ns,
+            } => self.apply_fallocate(ino, offset, length, mode, time_ns),
+            Op::SetXattr {
+                ino,
+                name,
+                value,
+                flags,
+                time_ns,
+            } => self.apply_setxattr(ino, name, value, flags, time_ns),
+            Op::RemoveXattr { ino, name, time_ns } => self.apply_removexattr(ino, name, time_ns),
+            Op::SetDurability {
+                ino,
+                durability,
+                time_ns,
+            } => self.apply_set_durability(ino, durability, time_ns),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn apply_create(
+        &mut self,
+        parent: Ino,
+        name: &[u8],
+        ino: Ino,
+        generation: u32,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        rdev: u32,
+        target: &[u8],
+        time_ns: TimeNs,
+    ) -> FsResult<()> {
+        check_entry_name(name)?;
+        let kind = FileKind::from_mode(mode).ok_or(Errno::EINVAL)?;
+        let parent_inode = self.live_dir(parent)?;
+        if parent_inode.dir().expect("dir").get(name).is_some() {
+            return Err(Errno::EEXIST);
+        }
+        if kind == FileKind::Directory && parent_inode.nlink >= LINK_COUNT_MAX {
+            return Err(Errno::EMLINK);
+        }
+        if kind == FileKind::Symlink {
+            if target.is_empty() {
+                return Err(Errno::ENOENT);
+            }
+            if target.len() > SYMLINK_TARGET_LEN_MAX {
+                return Err(Errno::ENAMETOOLONG);
+            }
+        }
+        if self.table.get(ino).is_ok() || ino == 0 {
+            return Err(Errno::EIO);
+        }
+        let payload = match kind {
+            FileKind::RegularFile => Payload::File(Contents::default()),
+            FileKind::Directory => Payload::Dir(Box::new(Dir::new(parent))),
+            FileKind::Symlink => Payload::Symlink(target.into()),
+            _ => Payload::Special { rdev },
+        };
+        let inode = Inode {
+            mode,
+            uid,
+            gid,
+            nlink: if kind == FileKind::Directory { 2 } else { 1 },
+            generation,
+            durability: Durability::default().code(),
+            lookups: AtomicU64::new(0),
+            size_bytes: if kind == FileKind::Symlink {
+                target.len() as u64
+            } else {
+                0
+            },
+            atime_ns: AtomicI64::new(time_ns),
+            mtime_ns: time_ns,
+            ctime_ns: time_ns,
+            payload,
+            xattrs: None,
+        };
+        let cost = inode_base_cost(&inode) + entry_cost(name);
+        self.budget.check(cost + self.table.growth_bytes(ino))?;
+        // Validation is over: from here on nothing fails.
+        self.budget.apply(cost as i64);
+        self.table.insert(ino, inode);
+        self.budget.set_table_bytes(self.table.heap_bytes());
+        *self.counts.slot(kind) += 1;
+        self.dir_mut(parent).insert(name, ino, kind.code());
+        let parent_inode = self.table.get_mut(parent).expect("parent");
+        if kind == FileKind::Directory {
+            parent_inode.nlink += 1;
+        }
+        parent_inode.mtime_ns = time_ns;
+        parent_inode.ctime_ns = time_ns;
+        Ok(())
+    }
+
+    fn apply_link(&mut self, ino: Ino, parent: Ino, name: &[u8], time_ns: TimeNs) -> FsResult<()> {
+        check_entry_name(name)?;
+        let inode = self.inode(ino)?;
+        if inode.is_dir() {
+            return Err(Errno::EPERM);
+        }
+        if inode.nlink == 0 {
+            return Err(Errno::ENOENT);
+        }
+        if inode.nlink >= LINK_COUNT_MAX {
+            return Err(Errno::EMLINK);
+        }
+        let kind = inode.kind();
+        if self
+            .live_dir(parent)?
+            .dir()
+            .expect("dir")
+            .get(name)
+            .is_some()
+        {
+            return Err(Errno::EEXIST);
+        }
+        let cost = entry_cost(name);
+        self.budget.check(cost)?;
+        self.budget.apply(cost as i64);
+        self.dir_mut(parent).insert(name, ino, kind.code());
+        let inode = self.table.get_mut(ino).expect("inode");
+        inode.nlink += 1;
+        inode.ctime_ns = time_ns;
+        self.touch_dir(parent, time_ns);
+        Ok(())
+    }
+
+    fn apply_unlink(&mut self, parent: Ino, name: &[u8], time_ns: TimeNs) -> FsResult<()> {
+        let (ino, kind_code) = self.child(parent, name)?;
+        if FileKind::from_code(kind_code) == Some(FileKind::Directory) {
+            return Err(Errno::EISDIR);
+        }
+        self.dir_mut(parent).remove(name);
+        self.budget.apply(-(entry_cost(name) as i64));
+        self.touch_dir(parent, time_ns);
+        self.drop_link(ino, time_ns);
+        Ok(())
+    }
+
+    fn apply_rmdir(&mut self, parent: Ino, name: &[u8], time_ns: TimeNs) -> FsResult<()> {
+        let (ino, _) = self.child(parent, name)?;
+        let dir = self.dir(ino)?;
+        if !dir.is_empty() {
+            return Err(Errno::ENOTEMPTY);
+        }
+        self.dir_mut(parent).remove(name);
+        self.budget.apply(-(entry_cost(name) as i64));
+        let parent_inode = self.table.get_mut(parent).expect("parent");
+        parent_inode.nlink -= 1;
+        self.touch_dir(parent, time_ns);
+        self.drop_link(ino, time_ns);
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn apply_setattr(
+        &mut self,
+        ino: Ino,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size_bytes: Option<u64>,
+        atime_ns: Option<TimeNs>,
+        mtime_ns: Option<TimeNs>,
+        ctime_ns: TimeNs,
+        kill_suidgid: bool,
+    ) -> FsResult<()> {
+        let inode = self.inode(ino)?;
+        let chown = (uid.is_some() || gid.is_some()) && !inode.is_dir();
+        if let Some(size) = size_bytes {
+            match inode.payload {
+                Payload::File(_) => {}
+                Payload::Dir(_) => return Err(Errno::EISDIR),
+                _ => return Err(Errno::EINVAL),
+            }
+            if size > FILE_SIZE_MAX_BYTES {
+                return Err(Errno::EFBIG);
+            }
+        }
+        if let Some(size) = size_bytes {
+            // Growing exposes zeros (no chunk holds bytes past the size) and keeps what
+            // fallocate reserved past the end, as ext4 does; only shrinking drops bytes.
+            if size < inode.size_bytes {
+                self.change_contents(ino, |c| c.truncate(size))?;
+            }
+        }
+        let inode = self.table.get_mut(ino).expect("inode");
+        if let Some(size) = size_bytes {
+            inode.size_bytes = size;
+            inode.mtime_ns = ctime_ns;
+        }
+        if let Some(mode) = mode {
+            inode.mode = (inode.mode & libc::S_IFMT) | (mode & 0o7777);
+        }
+        if let Some(uid) = uid {
+            inode.uid = uid;
+        }
+        if let Some(gid) = gid {
+            inode.gid = gid;
+        }
+        if let Some(t) = atime_ns {
+            inode.set_atime(t);
+        }
+        if let Some(t) = mtime_ns {
+            inode.mtime_ns = t;
+        }
+        inode.ctime_ns = ctime_ns;
+        if chown || size_bytes.is_some() {
+            let strip = if chown || kill_suidgid {
+                Strip::SetuidAndExecSetgid
+            } else {
+                Strip::Nothing
+            };
+            let freed = kill_privileges(inode, strip);
+            self.budget.apply(freed);
+        }
+        Ok(())
+    }
+
+    /// Changes a regular file's contents and accounts for what that changed. Called once the
+    /// op is validated: a memory file cannot fail here; a file on a device can (EIO, ENOSPC),
+    /// and then nothing else of the op has changed yet.
+    fn change_contents(
+        &mut self,
+        ino: Ino,
+        change: impl FnOnce(&mut Contents) -> FsResult<Delta>,
+    ) -> FsResult<()> {
+        let contents = self.table.get_mut(ino)?.file_mut().ok_or(Errno::EINVAL)?;
+        let delta = change(contents)?;
+        self.budget.apply(delta.heap_bytes);
+        self.counts.add_data(delta.stored_bytes);
+        Ok(())
+    }
+
+    pub(crate) fn regular_file(&self, ino: Ino) -> FsResult<&Inode> {
+        let inode = self.inode(ino)?;
+        match inode.payload {
+            Payload::File(_) => Ok(inode),
+            Payload::Dir(_) => Err(Errno::EISDIR),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    fn apply_write(
+        &mut self,
+        ino: Ino,
+        offset: u64,
+        data: &[u8],
+        time_ns: TimeNs,
+        kill_suidgid: bool,
+    ) -> FsResult<()> {
+        let inode = self.regular_file(ino)?;
+        let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
+        if end > FILE_SIZE_MAX_BYTES {
+            return Err(Errno::EFBIG);
+        }
+        let file = inode.file().expect("regular file");
+        self.budget
+            .check(file.write_growth_bytes(offset, data.len()))?;
+        self.change_contents(ino, |c| c.write(offset, data))?;
+        let inode = self.table.get_mut(ino).expect("inode");
+        if !data.is_empty() {
+            inode.size_bytes = inode.size_bytes.max(end);
+        }
+        inode.mtime_ns = time_ns;
+        inode.ctime_ns = time_ns;
+        let strip = if kill_suidgid {
+            Strip::KernelFlagged
+        } else {
+            Strip::Nothing
+        };
+        let freed = kill_privileges(inode, strip);
+        self.budget.apply(freed);
+        Ok(())
+    }
+
+    fn apply_fallocate(
+        &mut self,
+        ino: Ino,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        time_ns: TimeNs,
+    ) -> FsResult<()> {
+        let inode = self.regular_file(ino)?;
+        if length == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
+        let keep_size = mode & FALLOC_FL_KEEP_SIZE != 0;
+        let punch = mode & FALLOC_FL_PUNCH_HOLE != 0;
+        let zero = mode & FALLOC_FL_ZERO_RANGE != 0;
+        if mode & !(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) != 0
+            || (punch && (!keep_size || zero))
+        {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if !keep_size && end > FILE_SIZE_MAX_BYTES {
+            return Err(Errno::EFBIG);
+        }
+        // Allocation (mode 0, KEEP_SIZE, ZERO_RANGE) reserves the range's memory now, as
+        // tmpfs and disk file systems do, so that writes into it cannot fail with ENOSPC. A
+        // punched or zeroed range gives its bytes back first, so it needs at most the rest.
+        let file = inode.file().expect("regular file");
+        let reserve = !punch;
+        if reserve {
+            self.budget
+                .check(file.reserve_growth_bytes(offset, length))?;
+        }
+        if punch || zero {
+            self.change_contents(ino, |c| c.punch_hole(offset, length))?;
+        }
+        if reserve {
+            self.change_contents(ino, |c| {
+                let delta = c.reserve(offset, length)?;
+                debug_assert_eq!(delta.stored_bytes, 0, "a reservation stores nothing");
+                Ok(delta)
+            })?;
+        }
+        let inode = self.table.get_mut(ino).expect("inode");
+        if punch || zero {
+            inode.mtime_ns = time_ns;
+        }
+        if !keep_size && end > inode.size_bytes {
+            inode.size_bytes = end;
+            inode.mtime_ns = time_ns;
+        }
+        inode.ctime_ns = time_ns;
+        Ok(())
+    }
+
+    fn apply_setxattr(
+        &mut self,
+        ino: Ino,
+        name: &[u8],
+        value: &[u8],
+        flags: i32,
+        time_ns: TimeNs,
+    ) -> FsResult<()> {
+        let inode = self.inode(ino)?;
+        let empty = Xattrs::default();
+        let current = inode.xattrs.as_deref().unwrap_or(&empty);
+        let growth = current.check_set(name, value, flags)?;
+        self.budget.check(growth)?;
+        let inode = self.table.get_mut(ino).expect("inode");
+        let xattrs = inode.xattrs.get_or_insert_with(Default::default);
+        let before = xattrs.heap_bytes() as i64;
+        xattrs.set(name, value);
+        let delta = xattrs.heap_bytes() as i64 - before;
+        inode.ctime_ns = time_ns;
+        self.budget.apply(delta);
+        Ok(())
+    }
+
+    fn apply_removexattr(&mut self, ino: Ino, name: &[u8], time_ns: TimeNs) -> FsResult<()> {
+        let inode = self.table.get_mut(ino)?;
+        xattr::check_name(name)?;
+        let xattrs = inode.xattrs.as_mut().ok_or(Errno::ENODATA)?;
+        let before = xattrs.heap_bytes() as i64;
+        xattrs.remove(name)?;
+        let after = xattrs.heap_bytes() as i64;
+        if xattrs.is_empty() {
+            inode.xattrs = None;
+        }
+        inode.ctime_ns = time_ns;
+        self.budget.apply(after - before);
+        if inode.xattrs.is_none() {
+            // The emptied list's capacity is gone with it.
+            self.budget.apply(-after);
+        }
+        Ok(())
+    }
+
+    fn apply_set_durability(&mut self, ino: Ino, code: u8, time_ns: TimeNs) -> FsResult<()> {
+        let inode = self.table.get_mut(ino)?;
+        if Durability::from_code(code) == Durability::Volatile
+            && !matches!(inode.payload, Payload::File(_))
+        {
+            // A directory's contents, a link target: volatility is for regular files (a
+            // directory takes the strongest persistence of what it holds, DESIGN.md §4).
+            return Err(Errno::EINVAL);
+        }
+        inode.durability = code;
+        inode.ctime_ns = time_ns;
+        Ok(())
+    }
+}

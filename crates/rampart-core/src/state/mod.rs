@@ -1,0 +1,288 @@
+//! The whole in-memory file system: the inode table, the memory budget and the counts, and the
+//! one path every mutation takes, [`State::apply`] (in `apply`), live or replayed.
+//!
+//! `apply` validates everything before it changes anything, so a failed op leaves no trace.
+//! Besides applying ops the state checks its invariants (`check`) and repairs them as fsck
+//! does (`repair`). It holds no lock and does no I/O: the engine (`crate::engine`) owns the
+//! lock, and the persistence levels see only the ops.
+
+mod apply;
+mod check;
+mod privileges;
+mod rename;
+mod repair;
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::attr::{Durability, FileKind, Ino, ROOT_INO};
+use crate::clock::Clock;
+use crate::engine::EngineConfig;
+use crate::error::{Errno, FsResult};
+use crate::limits::{ENTRY_COST_BYTES, NAME_LEN_MAX};
+use crate::memory::budget::Budget;
+use crate::namespace::dir::Dir;
+use crate::namespace::inode::{Inode, Payload};
+use crate::namespace::table::InodeTable;
+use crate::time::TimeNs;
+
+pub(crate) use privileges::CAPABILITY_XATTR;
+
+/// How many inodes of each kind, and the bytes of file contents stored.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Counts {
+    pub(crate) files: u64,
+    pub(crate) directories: u64,
+    pub(crate) symlinks: u64,
+    pub(crate) other: u64,
+    pub(crate) data_bytes: u64,
+}
+
+impl Counts {
+    fn slot(&mut self, kind: FileKind) -> &mut u64 {
+        match kind {
+            FileKind::RegularFile => &mut self.files,
+            FileKind::Directory => &mut self.directories,
+            FileKind::Symlink => &mut self.symlinks,
+            _ => &mut self.other,
+        }
+    }
+
+    /// Adds a change of stored content bytes.
+    fn add_data(&mut self, stored_bytes: i64) {
+        self.data_bytes = self.data_bytes.wrapping_add_signed(stored_bytes);
+    }
+}
+
+/// Everything behind the engine's lock.
+#[derive(Debug)]
+pub struct State {
+    pub(crate) table: InodeTable,
+    pub(crate) budget: Budget,
+    pub(crate) counts: Counts,
+    /// For what the state stamps itself (a repair's /lost+found); ops carry their own times.
+    clock: Arc<dyn Clock>,
+}
+
+fn check_entry_name(name: &[u8]) -> FsResult<()> {
+    if name.len() > NAME_LEN_MAX {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
+    {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
+/// What an inode costs the budget when created: its struct and fixed payload.
+fn inode_base_cost(inode: &Inode) -> u64 {
+    let payload = match &inode.payload {
+        Payload::Dir(_) => std::mem::size_of::<Dir>(),
+        Payload::Symlink(t) => t.len(),
+        _ => 0,
+    };
+    (std::mem::size_of::<Inode>() + payload) as u64
+}
+
+/// What one directory entry costs the budget.
+pub(crate) fn entry_cost(name: &[u8]) -> u64 {
+    ENTRY_COST_BYTES + name.len() as u64
+}
+
+/// Everything charged to the budget for an inode besides its entries: its struct and fixed
+/// payload when created, then its file contents and xattrs by exact deltas. (Directory slots
+/// and names are charged per entry, not by capacity.)
+fn inode_charge(inode: &Inode) -> u64 {
+    let data = inode.file().map_or(0, |f| f.heap_bytes());
+    let xattrs = inode.xattrs.as_ref().map_or(0, |x| x.heap_bytes());
+    inode_base_cost(inode) + data + xattrs
+}
+
+impl State {
+    /// Every live inode, in increasing number order (the checkpoint writes them so).
+    pub(crate) fn inodes(&self) -> impl Iterator<Item = (Ino, &Inode)> {
+        self.table.iter()
+    }
+
+    /// Replay turns the memory cap off (see `Budget::set_enforced`).
+    pub(crate) fn set_replaying(&mut self, replaying: bool) {
+        self.budget.set_enforced(!replaying);
+    }
+
+    pub(crate) fn next_generation(&self) -> u32 {
+        self.table.next_generation()
+    }
+
+    /// Builds a state from whole inodes (a checkpoint): the memory charge and the counts are
+    /// recomputed and every invariant is checked. Structural errors (no root, a repeated
+    /// number) are refused; broken invariants are returned beside the state, for the caller
+    /// to refuse or to repair.
+    pub(crate) fn from_inodes(
+        config: &EngineConfig,
+        next_generation: u32,
+        inodes: Vec<(Ino, Inode)>,
+    ) -> Result<(State, Vec<String>), Vec<String>> {
+        let mut state = State {
+            table: InodeTable::new(),
+            budget: Budget::new(config.memory_cap_bytes),
+            counts: Counts::default(),
+            clock: config.clock.clone(),
+        };
+        let mut charged = 0u64;
+        for (ino, inode) in inodes {
+            if ino == 0 || state.table.get(ino).is_ok() || ino > crate::namespace::table::INODES_MAX
+            {
+                return Err(vec![format!("inode number {ino} is invalid or repeated")]);
+            }
+            charged += inode_charge(&inode);
+            if let Some(d) = inode.dir() {
+                d.list_from(0, |e| {
+                    charged += entry_cost(e.name);
+                    true
+                });
+            }
+            *state.counts.slot(inode.kind()) += 1;
+            if let Some(f) = inode.file() {
+                state.counts.data_bytes += f.stored_bytes();
+            }
+            state.table.insert(ino, inode);
+        }
+        state.budget.set_table_bytes(state.table.heap_bytes());
+        state.table.raise_next_generation(next_generation);
+        if state.table.get(ROOT_INO).map(|r| r.is_dir()) != Ok(true) {
+            return Err(vec!["there is no root directory".into()]);
+        }
+        state.budget.apply(charged as i64);
+        let problems = state.check();
+        Ok((state, problems))
+    }
+
+    /// A new, empty file system: just the root directory.
+    pub(crate) fn new(config: &EngineConfig) -> State {
+        let mut state = State {
+            table: InodeTable::new(),
+            budget: Budget::new(config.memory_cap_bytes),
+            counts: Counts::default(),
+            clock: config.clock.clone(),
+        };
+        let now = state.clock.file_time_ns();
+        let root = Inode {
+            mode: libc::S_IFDIR | (config.root_mode & 0o7777),
+            uid: config.root_uid,
+            gid: config.root_gid,
+            nlink: 2,
+            generation: 0,
+            durability: Durability::default().code(),
+            lookups: AtomicU64::new(0),
+            size_bytes: 0,
+            atime_ns: AtomicI64::new(now),
+            mtime_ns: now,
+            ctime_ns: now,
+            payload: Payload::Dir(Box::new(Dir::new(ROOT_INO))),
+            xattrs: None,
+        };
+        let (ino, _) = state.table.next_allocation().expect("empty table");
+        assert_eq!(ino, ROOT_INO);
+        state.budget.apply(inode_base_cost(&root) as i64);
+        state.table.insert(ROOT_INO, root);
+        state.budget.set_table_bytes(state.table.heap_bytes());
+        state.counts.directories = 1;
+        state
+    }
+
+    pub(crate) fn inode(&self, ino: Ino) -> FsResult<&Inode> {
+        self.table.get(ino)
+    }
+
+    pub(crate) fn dir(&self, ino: Ino) -> FsResult<&Dir> {
+        self.inode(ino)?.dir().ok_or(Errno::ENOTDIR)
+    }
+
+    /// A directory that can still get entries (not removed).
+    pub(crate) fn live_dir(&self, ino: Ino) -> FsResult<&Inode> {
+        let inode = self.inode(ino)?;
+        if !inode.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        if inode.nlink == 0 {
+            return Err(Errno::ENOENT);
+        }
+        Ok(inode)
+    }
+
+    pub(crate) fn child(&self, parent: Ino, name: &[u8]) -> FsResult<(Ino, u8)> {
+        if name.len() > NAME_LEN_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        self.dir(parent)?.get(name).ok_or(Errno::ENOENT)
+    }
+
+    pub(crate) fn dir_mut(&mut self, ino: Ino) -> &mut Dir {
+        self.table
+            .get_mut(ino)
+            .ok()
+            .and_then(Inode::dir_mut)
+            .expect("validated directory")
+    }
+
+    pub(crate) fn touch_dir(&mut self, ino: Ino, time_ns: TimeNs) {
+        if let Ok(d) = self.table.get_mut(ino) {
+            d.mtime_ns = time_ns;
+            d.ctime_ns = time_ns;
+        }
+    }
+
+    /// Frees an inode that has no links and no kernel references left.
+    pub(crate) fn free_if_unreferenced(&mut self, ino: Ino) {
+        let inode = match self.table.get(ino) {
+            Ok(i) => i,
+            Err(_) => return,
+        };
+        if ino == ROOT_INO || inode.nlink > 0 || inode.lookups.load(Ordering::Acquire) > 0 {
+            return;
+        }
+        let inode = self.table.remove(ino);
+        self.budget.set_table_bytes(self.table.heap_bytes());
+        self.budget.apply(-(inode_charge(&inode) as i64));
+        *self.counts.slot(inode.kind()) -= 1;
+        if let Payload::File(f) = &inode.payload {
+            self.counts.data_bytes -= f.stored_bytes();
+        }
+    }
+
+    pub(crate) fn drop_link(&mut self, ino: Ino, time_ns: TimeNs) {
+        let inode = self.table.get_mut(ino).expect("validated inode");
+        debug_assert!(inode.nlink > 0);
+        inode.ctime_ns = time_ns;
+        if inode.is_dir() {
+            inode.nlink = 0;
+        } else {
+            inode.nlink -= 1;
+        }
+        self.free_if_unreferenced(ino);
+    }
+
+    /// True if `ancestor` is `ino` or one of its ancestors.
+    pub(crate) fn is_ancestor(&self, ancestor: Ino, mut ino: Ino) -> FsResult<bool> {
+        // Bounded by the number of directories: parents form a tree rooted at ROOT_INO.
+        let mut steps = 0u64;
+        loop {
+            if ino == ancestor {
+                return Ok(true);
+            }
+            if ino == ROOT_INO {
+                return Ok(false);
+            }
+            ino = self.dir(ino)?.parent;
+            steps += 1;
+            debug_assert!(
+                steps <= self.counts.directories,
+                "cycle in the directory tree"
+            );
+            if steps > self.counts.directories {
+                return Err(Errno::EIO);
+            }
+        }
+    }
+}
