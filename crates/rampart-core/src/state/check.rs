@@ -60,30 +60,7 @@ impl State {
                 _ => {}
             }
         }
-        for (ino, inode) in self.table.iter() {
-            let names = names_per_inode.get(&ino).copied().unwrap_or(0);
-            let expected = if inode.is_dir() {
-                if inode.nlink == 0 {
-                    0
-                } else {
-                    2 + subdirs.get(&ino).copied().unwrap_or(0)
-                }
-            } else {
-                names
-            };
-            if inode.nlink != expected {
-                problems.push(format!(
-                    "inode {ino}: nlink {} but {expected} expected",
-                    inode.nlink
-                ));
-            }
-            if inode.is_dir() && ino != ROOT_INO && inode.nlink > 0 && names != 1 {
-                problems.push(format!("directory {ino} has {names} names"));
-            }
-            if inode.nlink == 0 && inode.lookups.load(Ordering::Relaxed) == 0 && ino != ROOT_INO {
-                problems.push(format!("inode {ino} is unreferenced but not freed"));
-            }
-        }
+        self.check_links(&names_per_inode, &subdirs, &mut problems);
         let mut reached = HashSet::new();
         self.reachable_from(ROOT_INO, &mut reached);
         for (ino, inode) in self.table.iter() {
@@ -111,5 +88,38 @@ impl State {
             ));
         }
         problems
+    }
+
+    /// Link counts against the entries, and inodes with no names nor references.
+    fn check_links(
+        &self,
+        names_per_inode: &HashMap<Ino, u32>,
+        subdirs: &HashMap<Ino, u32>,
+        problems: &mut Vec<String>,
+    ) {
+        for (ino, inode) in self.table.iter() {
+            let names = names_per_inode.get(&ino).copied().unwrap_or(0);
+            let expected = if inode.is_dir() {
+                if inode.nlink == 0 {
+                    0
+                } else {
+                    2 + subdirs.get(&ino).copied().unwrap_or(0)
+                }
+            } else {
+                names
+            };
+            if inode.nlink != expected {
+                problems.push(format!(
+                    "inode {ino}: nlink {} but {expected} expected",
+                    inode.nlink
+                ));
+            }
+            if inode.is_dir() && ino != ROOT_INO && inode.nlink > 0 && names != 1 {
+                problems.push(format!("directory {ino} has {names} names"));
+            }
+            if inode.nlink == 0 && inode.lookups.load(Ordering::Relaxed) == 0 && ino != ROOT_INO {
+                problems.push(format!("inode {ino} is unreferenced but not freed"));
+            }
+        }
     }
 }

@@ -29,37 +29,14 @@ impl State {
         let src_is_dir = FileKind::from_code(src_code) == Some(FileKind::Directory);
 
         if flags & RENAME_EXCHANGE != 0 {
-            let (dst, dst_code) = dst.ok_or(Errno::ENOENT)?;
-            if src == dst {
-                return Ok(());
-            }
-            let dst_is_dir = FileKind::from_code(dst_code) == Some(FileKind::Directory);
-            if (src_is_dir && self.is_ancestor(src, new_parent)?)
-                || (dst_is_dir && self.is_ancestor(dst, parent)?)
-            {
-                return Err(Errno::EINVAL);
-            }
-            self.dir_mut(parent).replace(name, dst, dst_code);
-            self.dir_mut(new_parent).replace(new_name, src, src_code);
-            if parent != new_parent && src_is_dir != dst_is_dir {
-                let (into_new, into_old) = if src_is_dir { (1, -1) } else { (-1, 1) };
-                let p = self.table.get_mut(parent).expect("parent");
-                p.nlink = p.nlink.wrapping_add_signed(into_old);
-                let np = self.table.get_mut(new_parent).expect("new parent");
-                np.nlink = np.nlink.wrapping_add_signed(into_new);
-            }
-            if src_is_dir {
-                self.dir_mut(src).parent = new_parent;
-            }
-            if dst_is_dir {
-                self.dir_mut(dst).parent = parent;
-            }
-            for ino in [src, dst] {
-                self.table.get_mut(ino).expect("inode").ctime_ns = time_ns;
-            }
-            self.touch_dir(parent, time_ns);
-            self.touch_dir(new_parent, time_ns);
-            return Ok(());
+            let dst = dst.ok_or(Errno::ENOENT)?;
+            return self.rename_exchange(
+                [parent, new_parent],
+                [name, new_name],
+                (src, src_code),
+                dst,
+                time_ns,
+            );
         }
 
         if let Some((dst, dst_code)) = dst {
@@ -115,6 +92,48 @@ impl State {
             }
         }
         self.table.get_mut(src).expect("source").ctime_ns = time_ns;
+        self.touch_dir(parent, time_ns);
+        self.touch_dir(new_parent, time_ns);
+        Ok(())
+    }
+
+    /// RENAME_EXCHANGE: `names[0]` in `parents[0]` and `names[1]` in `parents[1]` swap inodes.
+    fn rename_exchange(
+        &mut self,
+        [parent, new_parent]: [Ino; 2],
+        [name, new_name]: [&[u8]; 2],
+        (src, src_code): (Ino, u8),
+        (dst, dst_code): (Ino, u8),
+        time_ns: TimeNs,
+    ) -> FsResult<()> {
+        let src_is_dir = FileKind::from_code(src_code) == Some(FileKind::Directory);
+        if src == dst {
+            return Ok(());
+        }
+        let dst_is_dir = FileKind::from_code(dst_code) == Some(FileKind::Directory);
+        if (src_is_dir && self.is_ancestor(src, new_parent)?)
+            || (dst_is_dir && self.is_ancestor(dst, parent)?)
+        {
+            return Err(Errno::EINVAL);
+        }
+        self.dir_mut(parent).replace(name, dst, dst_code);
+        self.dir_mut(new_parent).replace(new_name, src, src_code);
+        if parent != new_parent && src_is_dir != dst_is_dir {
+            let (into_new, into_old) = if src_is_dir { (1, -1) } else { (-1, 1) };
+            let p = self.table.get_mut(parent).expect("parent");
+            p.nlink = p.nlink.wrapping_add_signed(into_old);
+            let np = self.table.get_mut(new_parent).expect("new parent");
+            np.nlink = np.nlink.wrapping_add_signed(into_new);
+        }
+        if src_is_dir {
+            self.dir_mut(src).parent = new_parent;
+        }
+        if dst_is_dir {
+            self.dir_mut(dst).parent = parent;
+        }
+        for ino in [src, dst] {
+            self.table.get_mut(ino).expect("inode").ctime_ns = time_ns;
+        }
         self.touch_dir(parent, time_ns);
         self.touch_dir(new_parent, time_ns);
         Ok(())

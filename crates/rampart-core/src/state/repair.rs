@@ -112,9 +112,18 @@ impl State {
     pub fn repair(&mut self) -> Vec<String> {
         let mut done = Vec::new();
         let inos: Vec<Ino> = self.table.iter().map(|(i, _)| i).collect();
-        // 1. Entries: drop those naming missing inodes, fix kinds, keep one name per directory.
+        let mut dir_named = self.repair_entries(&inos, &mut done);
+        self.relink_unreached(&inos, &mut dir_named, &mut done);
+        self.repair_links(&dir_named, &mut done);
+        self.recompute_accounting(&mut done);
+        done
+    }
+
+    /// Entries: drops those naming missing inodes, fixes kinds, keeps one name per directory.
+    /// Returns the directory that names each directory.
+    fn repair_entries(&mut self, inos: &[Ino], done: &mut Vec<String>) -> HashMap<Ino, Ino> {
         let mut dir_named: HashMap<Ino, Ino> = HashMap::new();
-        for &dir_ino in &inos {
+        for &dir_ino in inos {
             let Some(dir) = self.table.get(dir_ino).ok().and_then(Inode::dir) else {
                 continue;
             };
@@ -156,9 +165,18 @@ impl State {
                 }
             }
         }
-        // 2. Inodes the root does not reach go to /lost+found: directories first (each taken
-        //    out of wherever it was named, which also breaks cycles cut off from the root),
-        //    then what is still unreached.
+        dir_named
+    }
+
+    /// Inodes the root does not reach go to /lost+found: directories first (each taken out of
+    /// wherever it was named, which also breaks cycles cut off from the root), then what is
+    /// still unreached.
+    fn relink_unreached(
+        &mut self,
+        inos: &[Ino],
+        dir_named: &mut HashMap<Ino, Ino>,
+        done: &mut Vec<String>,
+    ) {
         let mut reached = HashSet::new();
         self.reachable_from(ROOT_INO, &mut reached);
         let mut unreached: Vec<Ino> = inos
@@ -189,7 +207,10 @@ impl State {
                 "linked unreachable inode {ino} as /lost+found/{name}"
             ));
         }
-        // 3. Parents and link counts from the entries.
+    }
+
+    /// Parents and link counts, from the entries.
+    fn repair_links(&mut self, dir_named: &HashMap<Ino, Ino>, done: &mut Vec<String>) {
         let mut names: HashMap<Ino, u32> = HashMap::new();
         let mut subdirs: HashMap<Ino, u32> = HashMap::new();
         for (dir_ino, inode) in self.table.iter() {
@@ -229,7 +250,10 @@ impl State {
                 }
             }
         }
-        // 4. The accounting, recomputed.
+    }
+
+    /// The counts and the memory accounting, recomputed.
+    fn recompute_accounting(&mut self, done: &mut Vec<String>) {
         let mut counts = Counts::default();
         let mut charged = 0u64;
         for (_, inode) in self.table.iter() {
@@ -251,6 +275,5 @@ impl State {
             let used = self.budget.used_bytes() as i64;
             self.budget.apply(charged as i64 - used);
         }
-        done
     }
 }
