@@ -63,10 +63,10 @@ impl CachedFile {
         })
     }
 
-    /// Writes `data` at `offset` (at most `*len`) and updates `*len`, the locked length: on an
-    /// error a part may have been written, so the length is asked of the file system then.
+    /// Writes `data` at `offset` (past `*len` it leaves a hole) and updates `*len`, the locked
+    /// length: on an error a part may have been written, so the length is asked of the file
+    /// system then.
     fn write_tracked(&self, len: &mut u64, offset: u64, data: &[u8]) -> io::Result<()> {
-        debug_assert!(offset <= *len);
         let result = self.file.write_all_at(data, offset);
         *len = match &result {
             Ok(()) => (*len).max(offset + data.len() as u64),
@@ -339,6 +339,67 @@ impl Device for DirDevice {
         file.write_tracked(&mut len, offset, data)
     }
 
+    fn write_at_sparse(&self, name: &str, offset: u64, data: &[u8]) -> io::Result<()> {
+        validate_name(name)?;
+        self.check_writable("write", name)?;
+        let file = self.open_existing(name)?;
+        let mut len = file.len_bytes.lock();
+        file.write_tracked(&mut len, offset, data)
+    }
+
+    fn set_len(&self, name: &str, len: u64) -> io::Result<()> {
+        validate_name(name)?;
+        self.check_writable("set the length of", name)?;
+        let file = self.open_existing(name)?;
+        let mut current = file.len_bytes.lock();
+        file.set_len(len)?;
+        *current = len;
+        Ok(())
+    }
+
+    fn punch_hole(&self, name: &str, offset: u64, len: u64) -> io::Result<()> {
+        validate_name(name)?;
+        self.check_writable("punch a hole in", name)?;
+        let file = self.open_existing(name)?;
+        let _len = file.len_bytes.lock(); // no write of the same file meanwhile
+        if len == 0 {
+            return Ok(()); // fallocate would say EINVAL
+        }
+        let too_big = || io::Error::new(io::ErrorKind::InvalidInput, "hole past 2^63 bytes");
+        let start = libc::off_t::try_from(offset).map_err(|_| too_big())?;
+        // Clamped: past the end, KEEP_SIZE makes the rest a no-op anyway.
+        let span = libc::off_t::try_from(len).unwrap_or(libc::off_t::MAX - start);
+        let span = span.min(libc::off_t::MAX - start);
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: fallocate(2) on a descriptor `file` keeps open, with in-range arguments; it
+        // touches no memory of ours. The result is checked.
+        if unsafe { libc::fallocate(file.as_raw_fd(), mode, start, span) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    fn file_for_passthrough(&self, name: &str) -> io::Result<Option<File>> {
+        validate_name(name)?;
+        let mode = if self.read_only {
+            libc::O_RDONLY
+        } else {
+            libc::O_RDWR
+        };
+        let file = self.open_at(name, mode)?;
+        // Writes through it change the length behind the cached one: forget that, so the next
+        // call through the device starts from the file's real length.
+        let mut cache = self.cache.lock();
+        if cache
+            .files
+            .get(name)
+            .is_some_and(|f| Arc::strong_count(f) == 1)
+        {
+            cache.files.remove(name);
+        }
+        Ok(Some(file))
+    }
+
     fn truncate(&self, name: &str, len: u64) -> io::Result<()> {
         validate_name(name)?;
         self.check_writable("truncate", name)?;
@@ -510,6 +571,9 @@ mod tests {
             ("rename to itself", ro.rename("journal", "journal")),
             ("remove", ro.remove("journal")),
             ("remove absent", ro.remove("absent")),
+            ("write_at_sparse", ro.write_at_sparse("journal", 100, b"x")),
+            ("set_len", ro.set_len("journal", 100)),
+            ("punch_hole", ro.punch_hole("journal", 0, 2)),
         ];
         for (what, result) in refused {
             let e = result.unwrap_err();
@@ -521,6 +585,12 @@ mod tests {
             ro.write("a/b", b"x").unwrap_err().kind(),
             io::ErrorKind::InvalidInput
         );
+        // The passthrough descriptor only reads.
+        let mut file = ro.file_for_passthrough("journal").unwrap().unwrap();
+        let mut content = Vec::new();
+        std::io::Read::read_to_end(&mut file, &mut content).unwrap();
+        assert_eq!(content, b"batch");
+        assert!(std::io::Write::write_all(&mut file, b"x").is_err());
         assert_eq!(listing(dir.path()), before);
         assert_eq!(fs::read(dir.path().join("journal")).unwrap(), b"batch");
         let meta = fs::metadata(dir.path().join("journal")).unwrap();

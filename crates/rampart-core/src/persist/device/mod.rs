@@ -14,8 +14,9 @@
 //! [`DirDevice`] relies on Linux file systems to provide these rules; [`SimDevice`] enforces
 //! exactly them, no more, no less.
 //!
-//! 1. `append`, `write`, `write_at` and `truncate` change the volatile content only. A crash
-//!    may lose them, partly or wholly, until the next `sync` of that file.
+//! 1. `append`, `write`, `write_at`, `write_at_sparse`, `truncate`, `set_len` and `punch_hole`
+//!    change the volatile content only. A crash may lose them, partly or wholly, until the
+//!    next `sync` of that file. (A hole reads as zeros, in both contents.)
 //! 2. `sync(name)` makes the file's volatile content its durable content, and the file's
 //!    existence durable too ([`DirDevice`] also fsyncs the folder the first time it syncs a
 //!    file it created). Nothing else becomes durable: each file is synced on its own.
@@ -46,15 +47,25 @@
 //!    checksums must catch.
 //! 5. A failed `sync`, `rename` or `remove` (EIO) makes nothing durable, and the caller must
 //!    not assume anything reached the disk (on Linux a failed fsync may even drop the dirty
-//!    pages, so retrying it proves nothing). A failed `append`, `write` or `write_at` (ENOSPC)
-//!    changes nothing in the simulation; on a real disk it may have written a part.
+//!    pages, so retrying it proves nothing). A failed write (ENOSPC) changes nothing in the
+//!    simulation; on a real disk it may have written a part.
 //! 6. [`SimDevice::flip_bit`] damages durable content, as media corruption does. Detecting it is
 //!    the job of the formats' checksums, never of this layer.
 //!
-//! Sync points, which [`SimDevice::sync_count`] counts and [`SimDevice::fail_after_syncs`]
-//! makes fail, are the successful calls of `sync`, `rename`, and `remove` of an existing file:
-//! the moments when the durable state changes. A test crashes "at every sync point" by running
-//! a workload with `fail_after_syncs(k)` for each `k` and calling [`SimDevice::crash`].
+//! Sync points, which [`SimDevice::sync_count`] counts and [`FailSyncs`] makes fail, are the
+//! successful calls of `sync`, `rename`, and `remove` of an existing file: the moments when
+//! the durable state changes. A test crashes "at every sync point" either by running a
+//! workload with `fail_after_syncs(k)` for each `k` and calling [`SimDevice::crash`], or in
+//! one run with [`CrashImages`], which keeps the image a crash just before each one leaves.
+//! The other faults ([`Faults`]: failing writes, a full disk, slow files) are options of the
+//! simulated device too, never wrappers around it.
+//!
+//! # Large files
+//!
+//! The disk tier keeps each large file as one host file, read and written through FUSE
+//! passthrough: for it a device writes past a file's end (`write_at_sparse`, leaving a hole),
+//! grows or shrinks a file to any length (`set_len`), frees a range (`punch_hole`), and hands
+//! out the host file's descriptor where it has one (`file_for_passthrough`).
 //!
 //! Names are flat: not empty, not `.` or `..`, no `/` or NUL, at most 255 bytes; anything else
 //! is an `InvalidInput` error on both devices.
@@ -62,10 +73,12 @@
 use std::io;
 
 mod dir;
+pub mod faults;
 mod sim;
 
 pub use dir::{DirDevice, MAX_CACHED_FILES};
-pub use sim::{CrashMode, SimDevice};
+pub use faults::{CrashImages, Delay, FailSyncs, Faults, Files, SyncOp};
+pub use sim::{CrashMode, Event, SimDevice, EVENTS_MAX};
 
 #[cfg(test)]
 mod tests;
@@ -109,6 +122,39 @@ pub trait Device: Send + Sync + std::fmt::Debug {
         let data = self.read(name)?.ok_or_else(|| os_error(libc::ENOENT))?;
         Ok(copy_window(&data, offset, buf))
     }
+    /// Writes `data` over an existing file from `offset`, anywhere: past the end, the bytes
+    /// between the old end and `offset` become a hole that reads as zeros (not durable until
+    /// `sync`). ENOENT if the file does not exist. The default: Unsupported.
+    fn write_at_sparse(&self, name: &str, _offset: u64, _data: &[u8]) -> io::Result<()> {
+        Err(unsupported("write_at_sparse", name))
+    }
+    /// Sets an existing file's length: shrinking drops the bytes past `len`, growing adds a
+    /// hole (not durable until `sync`). ENOENT if the file does not exist. The default:
+    /// Unsupported.
+    fn set_len(&self, name: &str, _len: u64) -> io::Result<()> {
+        Err(unsupported("set_len", name))
+    }
+    /// Frees the bytes `offset..offset + len` of an existing file, which then read as zeros;
+    /// the length stays (fallocate PUNCH_HOLE | KEEP_SIZE). The part past the end is ignored.
+    /// Not durable until `sync`. ENOENT if the file does not exist. The default: Unsupported.
+    fn punch_hole(&self, name: &str, _offset: u64, _len: u64) -> io::Result<()> {
+        Err(unsupported("punch_hole", name))
+    }
+    /// A new open descriptor of the host file behind `name`, for the kernel to read and write
+    /// directly (FUSE passthrough); Ok(None) if the device has no host files (the default).
+    /// ENOENT if the file does not exist. Writes through it bypass the device: the caller
+    /// writes the file only through such descriptors while it holds one, and calls `sync`
+    /// for durability as usual.
+    fn file_for_passthrough(&self, _name: &str) -> io::Result<Option<std::fs::File>> {
+        Ok(None)
+    }
+}
+
+fn unsupported(what: &str, name: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!("{what} of {name:?}: this device does not support it"),
+    )
 }
 
 /// Copies `data[offset..]` into `buf` as far as both go; returns how many bytes (0 past the end).

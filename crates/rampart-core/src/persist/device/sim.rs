@@ -1,11 +1,12 @@
 //! [`SimDevice`]: the simulated faulty device of the crash tests.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::io;
 
 use parking_lot::Mutex;
 
+use super::faults::{Faults, SyncOp, CRASH_IMAGES_MAX};
 use super::{copy_window, os_error, past_end, shrink_only, validate_name, Device};
 
 /// What a simulated power cut does to the changes not yet synced (see the module's model).
@@ -20,9 +21,22 @@ pub enum CrashMode {
     Random,
 }
 
+/// A write or sync the device served, as [`SimDevice::events`] lists them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// Bytes changed by `append`, `write`, `write_at`, `write_at_sparse` or `punch_hole`.
+    Write { name: String, offset: u64, len: u64 },
+    /// A successful `sync`.
+    Sync { name: String },
+}
+
+/// How many of the latest events a device keeps.
+pub const EVENTS_MAX: usize = 4096;
+
 /// The simulated faulty device for crash tests: deterministic from its seed, shared through
 /// `Arc<SimDevice>`. [`SimDevice::crash`] returns a new device holding the state after a power
-/// cut, as stated by the module's model.
+/// cut, as stated by the module's model; [`SimDevice::set_faults`] injects failures, delays, a
+/// full disk and crash images taken before sync points.
 pub struct SimDevice {
     state: Mutex<SimState>,
 }
@@ -33,21 +47,66 @@ struct SimFile {
     volatile: Vec<u8>,
     /// What survives a crash; None if the file would not exist after one.
     durable: Option<Vec<u8>>,
+    /// The bytes the writes since the last sync that carried data (any byte not zero) cover,
+    /// first to last: where a torn write is cut (not in the zeros a writer reserves after).
+    data_span: Option<(u64, u64)>,
+}
+
+impl SimFile {
+    fn new() -> SimFile {
+        SimFile {
+            volatile: Vec::new(),
+            durable: None,
+            data_span: None,
+        }
+    }
+
+    /// Puts `data` at `offset` (zeros fill a hole before it) and notes where it carried data.
+    fn put(&mut self, offset: u64, data: &[u8]) {
+        let (at, end) = (offset as usize, offset as usize + data.len());
+        if end > self.volatile.len() {
+            self.volatile.resize(end, 0);
+        }
+        self.volatile[at..end].copy_from_slice(data);
+        if data.iter().any(|&b| b != 0) {
+            let (start, stop) = self.data_span.unwrap_or((offset, end as u64));
+            self.data_span = Some((start.min(offset), stop.max(end as u64)));
+        }
+    }
+
+    fn synced(&mut self) {
+        self.durable = Some(self.volatile.clone());
+        self.data_span = None;
+    }
 }
 
 struct SimState {
     files: BTreeMap<String, SimFile>,
     rng: SplitMix64,
     syncs: u64,
-    fail_after_syncs: Option<u64>,
-    fail_writes: bool,
+    faults: Faults,
+    /// Sync points failed by `faults.fail_syncs` so far.
+    syncs_failed: u64,
+    crash_images: Vec<SimDevice>,
+    events: VecDeque<Event>,
 }
 
 impl SimState {
-    /// Passes a sync point: fails with EIO if syncs are set to fail, else counts it.
-    fn sync_point(&mut self) -> io::Result<()> {
-        if let Some(limit) = self.fail_after_syncs {
-            if self.syncs >= limit {
+    /// Passes a sync point of `op` on `name`: takes the crash image asked for, then fails
+    /// with EIO if syncs are set to fail, else counts it.
+    fn sync_point(&mut self, op: SyncOp, name: &str) -> io::Result<()> {
+        if let Some(images) = &self.faults.crash_images {
+            let now = images.at.is_none_or(|k| k == self.syncs);
+            if now && images.ops.contains(&op) && self.crash_images.len() < CRASH_IMAGES_MAX {
+                let image = self.crash_image(images.mode);
+                self.crash_images.push(image);
+            }
+        }
+        if let Some(fail) = &self.faults.fail_syncs {
+            let armed =
+                self.syncs >= fail.after && fail.count.is_none_or(|n| self.syncs_failed < n);
+            if armed && fail.ops.contains(&op) && fail.files.matches(name) {
+                self.syncs_failed += 1;
                 return Err(os_error(libc::EIO));
             }
         }
@@ -55,12 +114,37 @@ impl SimState {
         Ok(())
     }
 
-    fn check_writes(&self) -> io::Result<()> {
-        if self.fail_writes {
-            Err(os_error(libc::ENOSPC))
-        } else {
-            Ok(())
+    /// Fails with ENOSPC if writes to `name` fail, or if the device would hold more than its
+    /// capacity once `name` is `new_len` bytes long.
+    fn check_write(&self, name: &str, new_len: u64) -> io::Result<()> {
+        if self
+            .faults
+            .fail_writes
+            .as_ref()
+            .is_some_and(|f| f.matches(name))
+        {
+            return Err(os_error(libc::ENOSPC));
         }
+        if let Some(capacity) = self.faults.capacity_bytes {
+            let others: u64 = self
+                .files
+                .iter()
+                .filter(|(n, _)| *n != name)
+                .map(|(_, f)| f.volatile.len() as u64)
+                .sum();
+            let current = self.files.get(name).map_or(0, |f| f.volatile.len() as u64);
+            if new_len > current && others + new_len > capacity {
+                return Err(os_error(libc::ENOSPC));
+            }
+        }
+        Ok(())
+    }
+
+    fn log(&mut self, event: Event) {
+        if self.events.len() >= EVENTS_MAX {
+            self.events.pop_front();
+        }
+        self.events.push_back(event);
     }
 
     fn file_mut(&mut self, name: &str) -> io::Result<&mut SimFile> {
@@ -72,10 +156,57 @@ impl SimState {
     fn file_or_create(&mut self, name: &str) -> &mut SimFile {
         self.files
             .entry(name.to_owned())
-            .or_insert_with(|| SimFile {
-                volatile: Vec::new(),
-                durable: None,
-            })
+            .or_insert_with(SimFile::new)
+    }
+
+    /// A new device holding the state a power cut now would leave (see `SimDevice::crash`).
+    fn crash_image(&mut self, mode: CrashMode) -> SimDevice {
+        let mut rng = SplitMix64(self.rng.next());
+        let mut files = BTreeMap::new();
+        for (name, file) in &self.files {
+            let mode = match mode {
+                CrashMode::Random if rng.below(2) == 0 => CrashMode::LoseUnsynced,
+                CrashMode::Random => CrashMode::TornTail,
+                other => other,
+            };
+            let image = match (mode, &file.durable) {
+                (CrashMode::TornTail, Some(durable)) if file.volatile.len() >= durable.len() => {
+                    // The changes since the sync reach the disk in file order, up to a
+                    // random byte: from the first byte that differs, the new bytes up to the
+                    // cut, the durable ones after it.
+                    let first_change = durable
+                        .iter()
+                        .zip(&file.volatile)
+                        .position(|(a, b)| a != b)
+                        .unwrap_or(durable.len());
+                    let cut = rng.torn_cut(first_change, file.volatile.len(), file.data_span);
+                    let mut content = file.volatile[..cut].to_vec();
+                    if cut < durable.len() {
+                        content.extend_from_slice(&durable[cut..]);
+                    }
+                    Some(content)
+                }
+                (CrashMode::TornTail, None) => {
+                    if rng.below(2) == 0 {
+                        None
+                    } else {
+                        let keep = rng.torn_cut(0, file.volatile.len(), file.data_span);
+                        Some(file.volatile[..keep].to_vec())
+                    }
+                }
+                (_, durable) => durable.clone(),
+            };
+            if let Some(content) = image {
+                let file = SimFile {
+                    volatile: content.clone(),
+                    durable: Some(content),
+                    data_span: None,
+                };
+                files.insert(name.clone(), file);
+            }
+        }
+        let next = SplitMix64(rng.next());
+        SimDevice::from_files(files, next)
     }
 }
 
@@ -97,18 +228,40 @@ impl SplitMix64 {
         ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
     }
 
-    /// How many of `n` unsynced bytes a torn write keeps: none and all are each likely (1/4),
-    /// so recovery meets both edges often, else uniform in `0..=n`.
-    fn torn_len(&mut self, n: usize) -> usize {
-        if n == 0 {
-            return 0;
+    /// Where a torn write of the unsynced bytes `from..to` stops: at `from` (nothing) or `to`
+    /// (all) each with chance 1/4, so recovery meets both edges often; else anywhere inside
+    /// `data_span`, the bytes of the unsynced writes that carried data, so that the tear
+    /// lands in them rather than in zeros reserved after them (anywhere in `from..=to` if
+    /// no such write lies there).
+    fn torn_cut(&mut self, from: usize, to: usize, data_span: Option<(u64, u64)>) -> usize {
+        if from >= to {
+            return from;
         }
+        let (lo, hi) = match data_span {
+            Some((start, end)) if (start as usize) < to && (end as usize) > from => {
+                ((start as usize).max(from), (end as usize).min(to))
+            }
+            _ => (from, to),
+        };
         match self.below(4) {
-            0 => 0,
-            1 => n,
-            _ => self.below(n as u64 + 1) as usize,
+            0 => from,
+            1 => to,
+            _ => lo + self.below((hi - lo) as u64 + 1) as usize,
         }
     }
+}
+
+/// Where a write puts its bytes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// At the end (the file is created if absent).
+    Append,
+    /// As the whole new content (the file is created if absent).
+    Replace,
+    /// At an offset of an existing file, at most its length.
+    At(u64),
+    /// At any offset of an existing file, a hole before it if past the end.
+    AtSparse(u64),
 }
 
 impl SimDevice {
@@ -123,8 +276,10 @@ impl SimDevice {
                 files,
                 rng,
                 syncs: 0,
-                fail_after_syncs: None,
-                fail_writes: false,
+                faults: Faults::default(),
+                syncs_failed: 0,
+                crash_images: Vec::new(),
+                events: VecDeque::new(),
             }),
         }
     }
@@ -134,24 +289,53 @@ impl SimDevice {
         self.state.lock().syncs
     }
 
+    /// Injects `faults` from now on, in place of the ones before (see [`Faults`]).
+    pub fn set_faults(&self, faults: Faults) {
+        let mut state = self.state.lock();
+        state.faults = faults;
+        state.syncs_failed = 0;
+    }
+
+    /// The faults injected now.
+    pub fn faults(&self) -> Faults {
+        self.state.lock().faults.clone()
+    }
+
     /// Once `n` sync points have passed (counting from the device's creation, see
     /// [`SimDevice::sync_count`]), every further `sync`, `rename` and `remove` fails with EIO
-    /// and makes nothing durable. `fail_after_syncs(0)` fails them all from now on.
+    /// and makes nothing durable. `fail_after_syncs(0)` fails them all from now on. The same
+    /// as `fail_syncs: Some(FailSyncs::after(n))` in [`Faults`], the other faults kept.
     pub fn fail_after_syncs(&self, n: u64) {
-        self.state.lock().fail_after_syncs = Some(n);
+        let mut state = self.state.lock();
+        state.faults.fail_syncs = Some(super::faults::FailSyncs::after(n));
+        state.syncs_failed = 0;
     }
 
     /// While `fail` is true, `append`, `write` and `write_at` fail with ENOSPC and change
-    /// nothing.
+    /// nothing. The same as `fail_writes: Some(Files::All)` in [`Faults`], the others kept.
     pub fn set_fail_writes(&self, fail: bool) {
-        self.state.lock().fail_writes = fail;
+        self.state.lock().faults.fail_writes = fail.then_some(super::faults::Files::All);
     }
 
-    /// Ends every injected fault (`fail_after_syncs`, `set_fail_writes`).
+    /// Ends every injected fault.
     pub fn clear_faults(&self) {
-        let mut state = self.state.lock();
-        state.fail_after_syncs = None;
-        state.fail_writes = false;
+        self.set_faults(Faults::default());
+    }
+
+    /// The crash images taken before sync points since the last call (see
+    /// [`CrashImages`](super::faults::CrashImages)), oldest first.
+    pub fn take_crash_images(&self) -> Vec<SimDevice> {
+        std::mem::take(&mut self.state.lock().crash_images)
+    }
+
+    /// How many crash images are waiting for `take_crash_images`.
+    pub fn crash_images_taken(&self) -> usize {
+        self.state.lock().crash_images.len()
+    }
+
+    /// The latest writes and syncs (at most [`EVENTS_MAX`]), oldest first.
+    pub fn events(&self) -> Vec<Event> {
+        self.state.lock().events.iter().cloned().collect()
     }
 
     /// The names of the files that exist now, in order.
@@ -173,54 +357,66 @@ impl SimDevice {
     /// new device's files are all durable; its sync count starts at 0, without faults, and its
     /// random choices follow from this device's. This device is unchanged and usable (its
     /// random state advances, so the next crash may differ).
+    ///
+    /// Under [`CrashMode::TornTail`] the cut falls, half of the time, inside the unsynced
+    /// writes that carried data (the last batch, not the zeros reserved after it), else at
+    /// either end of the unsynced changes.
     pub fn crash(&self, mode: CrashMode) -> SimDevice {
-        let mut state = self.state.lock();
-        let mut rng = SplitMix64(state.rng.next());
-        let mut files = BTreeMap::new();
-        for (name, file) in &state.files {
-            let mode = match mode {
-                CrashMode::Random if rng.below(2) == 0 => CrashMode::LoseUnsynced,
-                CrashMode::Random => CrashMode::TornTail,
-                other => other,
-            };
-            let image = match (mode, &file.durable) {
-                (CrashMode::TornTail, Some(durable)) if file.volatile.len() >= durable.len() => {
-                    // The changes since the sync reach the disk in file order, up to a
-                    // random byte: from the first byte that differs, the new bytes up to the
-                    // cut, the durable ones after it.
-                    let first_change = durable
-                        .iter()
-                        .zip(&file.volatile)
-                        .position(|(a, b)| a != b)
-                        .unwrap_or(durable.len());
-                    let changed = &file.volatile[first_change..];
-                    let cut = first_change + rng.torn_len(changed.len());
-                    let mut content = file.volatile[..cut].to_vec();
-                    if cut < durable.len() {
-                        content.extend_from_slice(&durable[cut..]);
-                    }
-                    Some(content)
-                }
-                (CrashMode::TornTail, None) => {
-                    if rng.below(2) == 0 {
-                        None
-                    } else {
-                        let keep = rng.torn_len(file.volatile.len());
-                        Some(file.volatile[..keep].to_vec())
-                    }
-                }
-                (_, durable) => durable.clone(),
-            };
-            if let Some(content) = image {
-                let file = SimFile {
-                    volatile: content.clone(),
-                    durable: Some(content),
-                };
-                files.insert(name.clone(), file);
+        self.state.lock().crash_image(mode)
+    }
+
+    /// Sleeps as `Faults::delay` asks before a write (or a sync) of `name`; the state is not
+    /// locked meanwhile.
+    fn delay(&self, name: &str, sync: bool) {
+        let delay = self.state.lock().faults.delay.clone();
+        if let Some(delay) = delay.filter(|d| d.files.matches(name)) {
+            let pause = if sync { delay.sync } else { delay.write };
+            if !pause.is_zero() {
+                std::thread::sleep(pause);
             }
         }
-        let next = SplitMix64(rng.next());
-        SimDevice::from_files(files, next)
+    }
+
+    /// The writes: checks, faults (ENOENT before ENOSPC, as `DirDevice` reports them), then
+    /// the bytes put in place.
+    fn write_to(&self, name: &str, place: Place, data: &[u8]) -> io::Result<()> {
+        validate_name(name)?;
+        self.delay(name, false);
+        let mut state = self.state.lock();
+        let len = match (state.files.get(name), place) {
+            (Some(file), _) => file.volatile.len() as u64,
+            (None, Place::Append | Place::Replace) => 0,
+            (None, Place::At(_) | Place::AtSparse(_)) => return Err(os_error(libc::ENOENT)),
+        };
+        let offset = match place {
+            Place::Append => len,
+            Place::Replace => 0,
+            Place::At(offset) | Place::AtSparse(offset) => offset,
+        };
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|&end| usize::try_from(end).is_ok())
+            .ok_or_else(|| os_error(libc::EFBIG))?;
+        let new_len = if place == Place::Replace {
+            end
+        } else {
+            len.max(end)
+        };
+        state.check_write(name, new_len)?;
+        if place == Place::At(offset) && offset > len {
+            return Err(past_end(name, len, offset));
+        }
+        let file = state.file_or_create(name);
+        if place == Place::Replace {
+            file.volatile.clear();
+        }
+        file.put(offset, data);
+        state.log(Event::Write {
+            name: name.to_owned(),
+            offset,
+            len: data.len() as u64,
+        });
+        Ok(())
     }
 
     /// Flips bit `bit_index` (bit `i % 8` of byte `i / 8`) of the file's durable content, as
@@ -328,19 +524,11 @@ impl Device for SimDevice {
     }
 
     fn append(&self, name: &str, data: &[u8]) -> io::Result<()> {
-        validate_name(name)?;
-        let mut state = self.state.lock();
-        state.check_writes()?;
-        state.file_or_create(name).volatile.extend_from_slice(data);
-        Ok(())
+        self.write_to(name, Place::Append, data)
     }
 
     fn write(&self, name: &str, data: &[u8]) -> io::Result<()> {
-        validate_name(name)?;
-        let mut state = self.state.lock();
-        state.check_writes()?;
-        state.file_or_create(name).volatile = data.to_vec();
-        Ok(())
+        self.write_to(name, Place::Replace, data)
     }
 
     fn start_writeback(&self, name: &str) -> io::Result<()> {
@@ -350,21 +538,11 @@ impl Device for SimDevice {
     }
 
     fn write_at(&self, name: &str, offset: u64, data: &[u8]) -> io::Result<()> {
-        validate_name(name)?;
-        let mut state = self.state.lock();
-        let writable = state.check_writes(); // reported after ENOENT, as DirDevice does
-        let file = state.file_mut(name)?;
-        writable?;
-        let len = file.volatile.len() as u64;
-        if offset > len {
-            return Err(past_end(name, len, offset));
-        }
-        let (at, end) = (offset as usize, offset as usize + data.len());
-        if end > file.volatile.len() {
-            file.volatile.resize(end, 0);
-        }
-        file.volatile[at..end].copy_from_slice(data);
-        Ok(())
+        self.write_to(name, Place::At(offset), data)
+    }
+
+    fn write_at_sparse(&self, name: &str, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.write_to(name, Place::AtSparse(offset), data)
     }
 
     fn truncate(&self, name: &str, len: u64) -> io::Result<()> {
@@ -379,13 +557,53 @@ impl Device for SimDevice {
         Ok(())
     }
 
-    fn sync(&self, name: &str) -> io::Result<()> {
+    fn set_len(&self, name: &str, len: u64) -> io::Result<()> {
         validate_name(name)?;
         let mut state = self.state.lock();
-        state.file_mut(name)?;
-        state.sync_point()?;
+        let current = state.file_mut(name)?.volatile.len() as u64;
+        let len_usize = usize::try_from(len).map_err(|_| os_error(libc::EFBIG))?;
+        if len > current {
+            state.check_write(name, len)?;
+        }
+        state.file_mut(name)?.volatile.resize(len_usize, 0);
+        Ok(())
+    }
+
+    fn punch_hole(&self, name: &str, offset: u64, len: u64) -> io::Result<()> {
+        validate_name(name)?;
+        let mut state = self.state.lock();
         let file = state.file_mut(name)?;
-        file.durable = Some(file.volatile.clone());
+        let size = file.volatile.len() as u64;
+        let (start, end) = (offset.min(size), offset.saturating_add(len).min(size));
+        if start == end {
+            return Ok(());
+        }
+        file.volatile[start as usize..end as usize].fill(0);
+        state.log(Event::Write {
+            name: name.to_owned(),
+            offset: start,
+            len: end - start,
+        });
+        Ok(())
+    }
+
+    fn file_for_passthrough(&self, name: &str) -> io::Result<Option<std::fs::File>> {
+        validate_name(name)?;
+        // No host file; still an error for a file that does not exist, as on `DirDevice`.
+        self.state.lock().file_mut(name)?;
+        Ok(None)
+    }
+
+    fn sync(&self, name: &str) -> io::Result<()> {
+        validate_name(name)?;
+        self.delay(name, true);
+        let mut state = self.state.lock();
+        state.file_mut(name)?;
+        state.sync_point(SyncOp::Sync, name)?;
+        state.file_mut(name)?.synced();
+        state.log(Event::Sync {
+            name: name.to_owned(),
+        });
         Ok(())
     }
 
@@ -394,12 +612,12 @@ impl Device for SimDevice {
         validate_name(to)?;
         let mut state = self.state.lock();
         state.file_mut(from)?;
-        state.sync_point()?;
+        state.sync_point(SyncOp::Rename, from)?;
         if from != to {
             let file = state.files.remove(from).expect("checked above");
             let moved = SimFile {
-                volatile: file.volatile,
                 durable: Some(file.durable.unwrap_or_default()),
+                ..file
             };
             state.files.insert(to.to_owned(), moved);
         }
@@ -410,7 +628,7 @@ impl Device for SimDevice {
         validate_name(name)?;
         let mut state = self.state.lock();
         if state.files.contains_key(name) {
-            state.sync_point()?;
+            state.sync_point(SyncOp::Remove, name)?;
             state.files.remove(name);
         }
         Ok(())

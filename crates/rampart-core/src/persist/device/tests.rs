@@ -160,6 +160,9 @@ enum Action {
     Sync(u8),
     Rename(u8, u8),
     Remove(u8),
+    WriteAtSparse(u8, u64, Vec<u8>),
+    SetLen(u8, u64),
+    PunchHole(u8, u64, u64),
 }
 
 fn action() -> impl proptest::strategy::Strategy<Value = Action> {
@@ -168,11 +171,14 @@ fn action() -> impl proptest::strategy::Strategy<Value = Action> {
     prop_oneof![
         (0..4u8, data.clone()).prop_map(|(f, d)| Action::Append(f, d)),
         (0..4u8, data.clone()).prop_map(|(f, d)| Action::Write(f, d)),
-        (0..4u8, 0..30u64, data).prop_map(|(f, o, d)| Action::WriteAt(f, o, d)),
+        (0..4u8, 0..30u64, data.clone()).prop_map(|(f, o, d)| Action::WriteAt(f, o, d)),
         (0..4u8, 0..30u64).prop_map(|(f, l)| Action::Truncate(f, l)),
         (0..4u8).prop_map(Action::Sync),
         (0..4u8, 0..4u8).prop_map(|(a, b)| Action::Rename(a, b)),
         (0..4u8).prop_map(Action::Remove),
+        (0..4u8, 0..40u64, data).prop_map(|(f, o, d)| Action::WriteAtSparse(f, o, d)),
+        (0..4u8, 0..40u64).prop_map(|(f, l)| Action::SetLen(f, l)),
+        (0..4u8, 0..30u64, 0..30u64).prop_map(|(f, o, l)| Action::PunchHole(f, o, l)),
     ]
 }
 
@@ -186,6 +192,9 @@ fn apply(dev: &dyn Device, action: &Action) -> Result<(), io::ErrorKind> {
         Action::Sync(f) => dev.sync(&n(f)),
         Action::Rename(a, b) => dev.rename(&n(a), &n(b)),
         Action::Remove(f) => dev.remove(&n(f)),
+        Action::WriteAtSparse(f, o, d) => dev.write_at_sparse(&n(f), *o, d),
+        Action::SetLen(f, l) => dev.set_len(&n(f), *l),
+        Action::PunchHole(f, o, l) => dev.punch_hole(&n(f), *o, *l),
     }
     .map_err(|e| e.kind())
 }
@@ -226,4 +235,127 @@ proptest::proptest! {
             proptest::prop_assert_eq!(lost.read(&name).unwrap(), sim.durable(&name));
         }
     }
+}
+
+/// The calls for large files, the same on both devices.
+fn large_file_contract(dev: &dyn Device) {
+    dev.write("big", b"abcdef").unwrap();
+    // write_at_sparse: past the end leaves a hole of zeros; within, it overwrites.
+    dev.write_at_sparse("big", 10, b"XY").unwrap();
+    assert_eq!(dev.read("big").unwrap().unwrap(), b"abcdef\0\0\0\0XY");
+    assert_eq!(dev.len("big").unwrap(), Some(12));
+    dev.write_at_sparse("big", 1, b"B").unwrap();
+    assert_eq!(dev.read("big").unwrap().unwrap(), b"aBcdef\0\0\0\0XY");
+    // Plain write_at still refuses holes.
+    assert_eq!(
+        dev.write_at("big", 13, b"z").unwrap_err().kind(),
+        io::ErrorKind::InvalidInput
+    );
+    // punch_hole zeroes a range and keeps the length; past the end is ignored.
+    dev.punch_hole("big", 2, 3).unwrap();
+    assert_eq!(dev.read("big").unwrap().unwrap(), b"aB\0\0\0f\0\0\0\0XY");
+    dev.punch_hole("big", 11, 100).unwrap();
+    dev.punch_hole("big", 50, 1).unwrap();
+    dev.punch_hole("big", 0, 0).unwrap();
+    assert_eq!(dev.read("big").unwrap().unwrap(), b"aB\0\0\0f\0\0\0\0X\0");
+    // set_len grows (a hole) and shrinks.
+    dev.set_len("big", 20).unwrap();
+    assert_eq!(dev.len("big").unwrap(), Some(20));
+    let mut tail = [9u8; 8];
+    assert_eq!(dev.read_at("big", 12, &mut tail).unwrap(), 8);
+    assert_eq!(tail, [0; 8]);
+    dev.set_len("big", 3).unwrap();
+    assert_eq!(dev.read("big").unwrap().unwrap(), b"aB\0");
+    dev.append("big", b"!").unwrap(); // appends find the new end
+    assert_eq!(dev.read("big").unwrap().unwrap(), b"aB\0!");
+    dev.sync("big").unwrap();
+    for result in [
+        dev.write_at_sparse("absent", 5, b"x"),
+        dev.set_len("absent", 5),
+        dev.punch_hole("absent", 0, 5),
+    ] {
+        assert_eq!(result.unwrap_err().kind(), io::ErrorKind::NotFound);
+    }
+    assert_eq!(dev.read("absent").unwrap(), None);
+    for name in bad_names() {
+        let kind = io::ErrorKind::InvalidInput;
+        assert_eq!(
+            dev.write_at_sparse(&name, 0, b"x").unwrap_err().kind(),
+            kind
+        );
+        assert_eq!(dev.set_len(&name, 0).unwrap_err().kind(), kind);
+        assert_eq!(dev.punch_hole(&name, 0, 1).unwrap_err().kind(), kind);
+        assert_eq!(dev.file_for_passthrough(&name).unwrap_err().kind(), kind);
+    }
+}
+
+#[test]
+fn dir_device_large_files() {
+    use std::io::{Read, Seek, Write};
+    use std::os::unix::fs::MetadataExt;
+    let (dir, dev) = dir_device();
+    large_file_contract(&dev);
+
+    // A hole takes no blocks, and punch_hole frees them.
+    dev.write("sparse", b"x").unwrap();
+    dev.set_len("sparse", 64 << 20).unwrap();
+    let path = dir.path().join("sparse");
+    assert!(std::fs::metadata(&path).unwrap().blocks() * 512 < 1 << 20);
+    dev.write("dense", &vec![7u8; 4 << 20]).unwrap();
+    dev.sync("dense").unwrap();
+    let dense = dir.path().join("dense");
+    let before = std::fs::metadata(&dense).unwrap().blocks();
+    dev.punch_hole("dense", 0, 4 << 20).unwrap();
+    let after = std::fs::metadata(&dense).unwrap();
+    assert_eq!(after.len(), 4 << 20);
+    assert!(
+        after.blocks() < before / 2,
+        "{before} -> {}",
+        after.blocks()
+    );
+
+    // The passthrough descriptor is the host file; the device sees what is written through
+    // it, length included.
+    let mut file = dev.file_for_passthrough("big").unwrap().unwrap();
+    let mut content = Vec::new();
+    file.read_to_end(&mut content).unwrap();
+    assert_eq!(content, b"aB\0!");
+    file.seek(std::io::SeekFrom::End(0)).unwrap();
+    file.write_all(b" more").unwrap();
+    assert_eq!(dev.len("big").unwrap(), Some(9));
+    dev.append("big", b"?").unwrap();
+    assert_eq!(dev.read("big").unwrap().unwrap(), b"aB\0! more?");
+    assert_eq!(
+        dev.file_for_passthrough("absent").unwrap_err().kind(),
+        io::ErrorKind::NotFound
+    );
+}
+
+#[test]
+fn sim_device_large_files() {
+    let dev = SimDevice::new(3);
+    large_file_contract(&dev);
+    // No host file to hand out.
+    assert!(dev.file_for_passthrough("big").unwrap().is_none());
+    // The new calls change the volatile content only, until a sync.
+    dev.write("f", b"abcd").unwrap();
+    dev.sync("f").unwrap();
+    dev.punch_hole("f", 1, 2).unwrap();
+    dev.write_at_sparse("f", 6, b"z").unwrap();
+    assert_eq!(dev.read("f").unwrap().unwrap(), b"a\0\0d\0\0z");
+    let after = dev.crash(CrashMode::LoseUnsynced);
+    assert_eq!(after.read("f").unwrap().unwrap(), b"abcd");
+    dev.set_len("f", 2).unwrap();
+    assert_eq!(
+        dev.crash(CrashMode::TornTail).read("f").unwrap().unwrap(),
+        b"abcd"
+    );
+    dev.sync("f").unwrap();
+    assert_eq!(
+        dev.crash(CrashMode::LoseUnsynced)
+            .read("f")
+            .unwrap()
+            .unwrap(),
+        b"a\0"
+    );
 }
