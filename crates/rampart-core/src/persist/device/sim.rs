@@ -1088,4 +1088,299 @@ mod tests {
             previous_durable_bytes = bytes;
         }
     }
+
+    use crate::persist::device::faults::{CrashImages, Delay, FailSyncs, Faults, Files, SyncOp};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn failing_syncs_can_be_scoped_to_calls_and_files() {
+        // What a failed rename of one file looks like: its sync and other renames pass.
+        let dev = SimDevice::new(0);
+        dev.set_faults(Faults {
+            fail_syncs: Some(FailSyncs {
+                ops: &[SyncOp::Rename],
+                files: Files::Named("journal.tmp".into()),
+                ..FailSyncs::after(0)
+            }),
+            ..Faults::default()
+        });
+        dev.write("journal.tmp", b"j").unwrap();
+        dev.write("checkpoint.tmp", b"c").unwrap();
+        dev.sync("journal.tmp").unwrap();
+        dev.sync("checkpoint.tmp").unwrap();
+        dev.rename("checkpoint.tmp", "checkpoint").unwrap();
+        let e = dev.rename("journal.tmp", "journal").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EIO));
+        assert_eq!(dev.names(), ["checkpoint", "journal.tmp"]);
+        assert_eq!(dev.sync_count(), 3);
+        dev.clear_faults();
+        dev.rename("journal.tmp", "journal").unwrap();
+
+        // The nth sync point fails, the ones before and after it pass.
+        let dev = SimDevice::new(0);
+        dev.set_faults(Faults {
+            fail_syncs: Some(FailSyncs::nth(1)),
+            ..Faults::default()
+        });
+        dev.append("a", b"1").unwrap();
+        dev.sync("a").unwrap();
+        dev.append("a", b"2").unwrap();
+        assert!(dev.sync("a").is_err());
+        assert_eq!(dev.durable("a").as_deref(), Some(&b"1"[..]));
+        dev.sync("a").unwrap();
+        assert_eq!(dev.durable("a").as_deref(), Some(&b"12"[..]));
+        assert_eq!(dev.sync_count(), 2);
+
+        // A prefix, and a predicate.
+        let dev = SimDevice::new(0);
+        dev.set_faults(Faults {
+            fail_syncs: Some(FailSyncs {
+                files: Files::Prefix("journal".into()),
+                ..FailSyncs::after(0)
+            }),
+            ..Faults::default()
+        });
+        for name in ["journal", "journal.tmp", "checkpoint"] {
+            dev.append(name, b"x").unwrap();
+        }
+        assert!(dev.sync("journal").is_err());
+        assert!(dev.sync("journal.tmp").is_err());
+        assert!(dev.remove("journal.tmp").is_err());
+        dev.sync("checkpoint").unwrap();
+        dev.set_faults(Faults {
+            fail_syncs: Some(FailSyncs {
+                files: Files::Matching(|n| n.ends_with(".tmp")),
+                ..FailSyncs::after(0)
+            }),
+            ..Faults::default()
+        });
+        dev.sync("journal").unwrap();
+        assert!(dev.sync("journal.tmp").is_err());
+        assert!(dev.faults().fail_syncs.is_some());
+    }
+
+    #[test]
+    fn failing_writes_can_be_scoped_to_files() {
+        let dev = SimDevice::new(0);
+        dev.write("journal", b"j").unwrap();
+        dev.set_faults(Faults {
+            fail_writes: Some(Files::Prefix("checkpoint".into())),
+            ..Faults::default()
+        });
+        let enospc = Some(libc::ENOSPC);
+        assert_eq!(
+            dev.write("checkpoint.tmp", b"x")
+                .unwrap_err()
+                .raw_os_error(),
+            enospc
+        );
+        assert_eq!(dev.read("checkpoint.tmp").unwrap(), None);
+        dev.append("journal", b"+").unwrap();
+        dev.write_at("journal", 0, b"J").unwrap();
+        assert_eq!(dev.read("journal").unwrap().as_deref(), Some(&b"J+"[..]));
+        dev.set_faults(Faults {
+            fail_writes: Some(Files::Named("journal".into())),
+            ..Faults::default()
+        });
+        for result in [
+            dev.append("journal", b"x"),
+            dev.write_at("journal", 0, b"x"),
+            dev.write_at_sparse("journal", 9, b"x"),
+            dev.set_len("journal", 9),
+        ] {
+            assert_eq!(result.unwrap_err().raw_os_error(), enospc);
+        }
+        // What frees space still works.
+        dev.punch_hole("journal", 0, 1).unwrap();
+        dev.set_len("journal", 1).unwrap();
+        dev.truncate("journal", 0).unwrap();
+        dev.write("checkpoint.tmp", b"fine").unwrap();
+    }
+
+    #[test]
+    fn a_full_disk_refuses_growth_past_its_capacity() {
+        let dev = SimDevice::new(0);
+        dev.set_faults(Faults {
+            capacity_bytes: Some(10),
+            ..Faults::default()
+        });
+        let enospc = Some(libc::ENOSPC);
+        dev.append("a", b"123456").unwrap();
+        assert_eq!(
+            dev.append("b", b"12345").unwrap_err().raw_os_error(),
+            enospc
+        );
+        assert_eq!(dev.read("b").unwrap(), None);
+        dev.append("b", b"1234").unwrap(); // exactly full
+        assert_eq!(dev.append("a", b"7").unwrap_err().raw_os_error(), enospc);
+        assert_eq!(dev.set_len("b", 5).unwrap_err().raw_os_error(), enospc);
+        assert_eq!(
+            dev.write_at_sparse("b", 4, b"x")
+                .unwrap_err()
+                .raw_os_error(),
+            enospc
+        );
+        // Overwriting in place, or replacing with no more, still fits.
+        dev.write_at("a", 0, b"abcdef").unwrap();
+        dev.write("b", b"wxyz").unwrap();
+        // Freeing space makes room again.
+        dev.truncate("a", 2).unwrap();
+        dev.append("b", b"1234").unwrap();
+        dev.remove("a").unwrap();
+        dev.set_len("b", 10).unwrap();
+        assert_eq!(dev.len("b").unwrap(), Some(10));
+        assert_eq!(dev.read("a").unwrap(), None);
+    }
+
+    #[test]
+    fn delays_slow_down_only_the_chosen_files() {
+        let pause = Duration::from_millis(150);
+        let dev = SimDevice::new(0);
+        dev.append("slow", b"x").unwrap();
+        dev.append("fast", b"x").unwrap();
+        dev.set_faults(Faults {
+            delay: Some(Delay {
+                files: Files::Named("slow".into()),
+                write: pause,
+                sync: pause * 2,
+            }),
+            ..Faults::default()
+        });
+        let timed = |f: &dyn Fn()| {
+            let start = Instant::now();
+            f();
+            start.elapsed()
+        };
+        assert!(timed(&|| dev.append("slow", b"y").unwrap()) >= pause);
+        assert!(timed(&|| dev.write_at("slow", 0, b"z").unwrap()) >= pause);
+        assert!(timed(&|| dev.sync("slow").unwrap()) >= pause * 2);
+        assert!(timed(&|| dev.truncate("slow", 1).unwrap()) < pause);
+        assert!(timed(&|| dev.append("fast", b"y").unwrap()) < pause);
+        assert!(timed(&|| dev.sync("fast").unwrap()) < pause);
+        // The device is not locked while a write sleeps: other files go on meanwhile.
+        let dev = std::sync::Arc::new(dev);
+        let slow = {
+            let dev = dev.clone();
+            std::thread::spawn(move || dev.append("slow", b"w").unwrap())
+        };
+        std::thread::sleep(pause / 3);
+        assert!(timed(&|| dev.append("fast", b"z").unwrap()) < pause);
+        slow.join().unwrap();
+        assert_eq!(dev.read("slow").unwrap().as_deref(), Some(&b"zw"[..]));
+    }
+
+    #[test]
+    fn crash_images_are_taken_before_the_chosen_sync_points() {
+        let every = |ops| CrashImages {
+            mode: CrashMode::LoseUnsynced,
+            at: None,
+            ops,
+        };
+        let dev = SimDevice::new(0);
+        dev.set_faults(Faults {
+            crash_images: Some(every(&[SyncOp::Sync, SyncOp::Rename])),
+            ..Faults::default()
+        });
+        dev.append("j", b"1").unwrap();
+        dev.sync("j").unwrap(); // image: nothing durable yet
+        dev.append("j", b"2").unwrap();
+        dev.sync("j").unwrap(); // image: "1"
+        dev.rename("j", "k").unwrap(); // image: "12" at j
+        dev.remove("k").unwrap(); // not a chosen call
+        assert_eq!(dev.crash_images_taken(), 3);
+        let images = dev.take_crash_images();
+        assert_eq!(dev.crash_images_taken(), 0);
+        let j: Vec<_> = images.iter().map(|i| i.read("j").unwrap()).collect();
+        assert_eq!(j, [None, Some(b"1".to_vec()), Some(b"12".to_vec())]);
+
+        // Only before one sync point, even one that fails.
+        let dev = SimDevice::new(0);
+        dev.set_faults(Faults {
+            crash_images: Some(CrashImages {
+                at: Some(1),
+                ..every(super::super::faults::ALL_SYNC_OPS)
+            }),
+            fail_syncs: Some(FailSyncs::after(1)),
+            ..Faults::default()
+        });
+        dev.append("j", b"1").unwrap();
+        dev.sync("j").unwrap();
+        dev.append("j", b"2").unwrap();
+        assert!(dev.sync("j").is_err());
+        assert!(dev.sync("j").is_err());
+        let images = dev.take_crash_images();
+        // Two calls came while the count was 1 (the failed ones do not count).
+        assert_eq!(images.len(), 2);
+        assert_eq!(images[0].read("j").unwrap().as_deref(), Some(&b"1"[..]));
+    }
+
+    #[test]
+    fn torn_writes_tear_inside_the_bytes_written_not_the_reserved_zeros() {
+        // A journal's commit: a batch over reserved zeros, then more zeros reserved after it.
+        let header = [b'H'; 64];
+        let reserve = vec![0u8; 4096];
+        let batch: Vec<u8> = (1..=100u8).collect();
+        let (mut none, mut whole, mut torn) = (0, 0, 0);
+        for seed in 0..400 {
+            let dev = SimDevice::new(seed);
+            dev.write("journal", &header).unwrap();
+            dev.append("journal", &reserve).unwrap();
+            dev.sync("journal").unwrap();
+            let end = header.len() + reserve.len();
+            dev.write_at("journal", 64, &batch).unwrap();
+            dev.write_at("journal", end as u64, &reserve).unwrap();
+            let volatile = dev.read("journal").unwrap().unwrap();
+            let image = dev
+                .crash(CrashMode::TornTail)
+                .read("journal")
+                .unwrap()
+                .unwrap();
+            let durable = dev.durable("journal").unwrap();
+            assert!(is_torn_in_order(&image, &durable, &volatile));
+            match image[64..164].iter().take_while(|&&b| b != 0).count() {
+                0 => none += 1,
+                100 => whole += 1,
+                _ => torn += 1,
+            }
+        }
+        // About half the images cut the batch itself (a cut anywhere in the 8,292 changed
+        // bytes would land in its 100 bytes one time in 80).
+        assert!(torn > 120, "{none} {whole} {torn}");
+        assert!(none > 50 && whole > 50, "{none} {whole} {torn}");
+
+        // A file never synced tears inside its data too.
+        let torn_new = (0..200)
+            .filter(|&seed| {
+                let dev = SimDevice::new(seed);
+                dev.append("c", &batch).unwrap();
+                dev.set_len("c", 10_000).unwrap();
+                let image = dev.crash(CrashMode::TornTail).read("c").unwrap();
+                image.is_some_and(|c| !c.is_empty() && c.len() < batch.len())
+            })
+            .count();
+        assert!(torn_new > 40, "{torn_new}");
+    }
+
+    #[test]
+    fn events_list_the_latest_writes_and_syncs() {
+        let dev = SimDevice::new(0);
+        dev.append("j", b"abc").unwrap();
+        dev.write_at("j", 1, b"X").unwrap();
+        dev.punch_hole("j", 0, 1).unwrap();
+        dev.sync("j").unwrap();
+        let _ = dev.sync("absent");
+        let w = |offset, len| Event::Write {
+            name: "j".into(),
+            offset,
+            len,
+        };
+        let sync = Event::Sync { name: "j".into() };
+        assert_eq!(dev.events(), [w(0, 3), w(1, 1), w(0, 1), sync]);
+        for _ in 0..EVENTS_MAX {
+            dev.append("j", b"x").unwrap();
+        }
+        let events = dev.events();
+        assert_eq!(events.len(), EVENTS_MAX);
+        assert_eq!(events.last(), Some(&w(3 + EVENTS_MAX as u64 - 1, 1)));
+    }
 }
