@@ -24,8 +24,14 @@ pub enum CrashMode {
 /// A write or sync the device served, as [`SimDevice::events`] lists them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// Bytes changed by `append`, `write`, `write_at`, `write_at_sparse` or `punch_hole`.
-    Write { name: String, offset: u64, len: u64 },
+    /// Bytes changed by `append`, `write`, `write_at`, `write_at_sparse` or `punch_hole`;
+    /// `zeros` if all of them are zero (reserved room, a hole), none carrying data.
+    Write {
+        name: String,
+        offset: u64,
+        len: u64,
+        zeros: bool,
+    },
     /// A successful `sync`.
     Sync { name: String },
 }
@@ -415,6 +421,7 @@ impl SimDevice {
             name: name.to_owned(),
             offset,
             len: data.len() as u64,
+            zeros: data.iter().all(|&b| b == 0),
         });
         Ok(())
     }
@@ -583,6 +590,7 @@ impl Device for SimDevice {
             name: name.to_owned(),
             offset: start,
             len: end - start,
+            zeros: true,
         });
         Ok(())
     }
@@ -1369,18 +1377,24 @@ mod tests {
         dev.punch_hole("j", 0, 1).unwrap();
         dev.sync("j").unwrap();
         let _ = dev.sync("absent");
-        let w = |offset, len| Event::Write {
+        let w = |offset, len, zeros| Event::Write {
             name: "j".into(),
             offset,
             len,
+            zeros,
         };
         let sync = Event::Sync { name: "j".into() };
-        assert_eq!(dev.events(), [w(0, 3), w(1, 1), w(0, 1), sync]);
+        assert_eq!(
+            dev.events(),
+            [w(0, 3, false), w(1, 1, false), w(0, 1, true), sync]
+        );
         for _ in 0..EVENTS_MAX {
             dev.append("j", b"x").unwrap();
         }
         let events = dev.events();
         assert_eq!(events.len(), EVENTS_MAX);
-        assert_eq!(events.last(), Some(&w(3 + EVENTS_MAX as u64 - 1, 1)));
+        assert_eq!(events.last(), Some(&w(3 + EVENTS_MAX as u64 - 1, 1, false)));
+        dev.write_at("j", 0, &[0, 0]).unwrap();
+        assert_eq!(dev.events().last(), Some(&w(0, 2, true)));
     }
 }
