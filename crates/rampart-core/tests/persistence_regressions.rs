@@ -1,12 +1,13 @@
 //! Regression tests from the review of the persistence layer: each of these once failed.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rampart_core::op::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE};
-use rampart_core::persist::device::{CrashMode, Device, SimDevice};
+use rampart_core::persist::device::{
+    CrashMode, Delay, Device, Event, FailSyncs, Faults, Files, SimDevice, SyncOp,
+};
 use rampart_core::persist::journal;
 use rampart_core::persist::persister::{PersistConfig, Persister};
 use rampart_core::{Ctx, Durability, Engine, EngineConfig, SetAttr, ROOT_INO};
@@ -79,54 +80,8 @@ fn volatile_files_dropped_at_recovery_do_not_break_the_next_one() {
     assert!(r.is_ok(), "second recovery refused: {}", r.err().unwrap());
 }
 
-/// Fails `rename("journal.tmp", _)` while armed: a checkpoint whose image was renamed into
-/// place but whose new journal was not (EIO), or equivalently a crash at that instant.
-#[derive(Debug)]
-struct FailJournalTmp {
-    inner: SimDevice,
-    armed: AtomicBool,
-}
-impl Device for FailJournalTmp {
-    fn read(&self, n: &str) -> std::io::Result<Option<Vec<u8>>> {
-        self.inner.read(n)
-    }
-    fn len(&self, n: &str) -> std::io::Result<Option<u64>> {
-        self.inner.len(n)
-    }
-    fn append(&self, n: &str, d: &[u8]) -> std::io::Result<()> {
-        self.inner.append(n, d)
-    }
-    fn write(&self, n: &str, d: &[u8]) -> std::io::Result<()> {
-        self.inner.write(n, d)
-    }
-    fn write_at(&self, n: &str, o: u64, d: &[u8]) -> std::io::Result<()> {
-        self.inner.write_at(n, o, d)
-    }
-    fn truncate(&self, n: &str, l: u64) -> std::io::Result<()> {
-        self.inner.truncate(n, l)
-    }
-    fn sync(&self, n: &str) -> std::io::Result<()> {
-        self.inner.sync(n)
-    }
-    fn rename(&self, a: &str, b: &str) -> std::io::Result<()> {
-        if a == "journal.tmp" && self.armed.load(Ordering::SeqCst) {
-            return Err(std::io::Error::from_raw_os_error(libc::EIO));
-        }
-        self.inner.rename(a, b)
-    }
-    fn remove(&self, n: &str) -> std::io::Result<()> {
-        self.inner.remove(n)
-    }
-    fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.inner.read_at(name, offset, buf)
-    }
-}
-
 fn checkpoint_ahead_of_journal(new_batches: usize) -> Result<(), String> {
-    let device = Arc::new(FailJournalTmp {
-        inner: SimDevice::new(3),
-        armed: AtomicBool::new(false),
-    });
+    let device = Arc::new(SimDevice::new(3));
     let ec = EngineConfig::default();
     let (e, p) = mount(device.clone(), &ec).unwrap();
     let c = Ctx::library(0, 0);
@@ -135,9 +90,18 @@ fn checkpoint_ahead_of_journal(new_batches: usize) -> Result<(), String> {
     e.sync().unwrap();
     // Ops pending (not committed) when the checkpoint is taken: S > N.
     e.mknod(&c, ROOT_INO, b"pending", FILE, 0).unwrap();
-    device.armed.store(true, Ordering::SeqCst);
+    // `rename("journal.tmp", _)` fails: a checkpoint whose image was renamed into place but
+    // whose new journal was not (EIO), or equivalently a crash at that instant.
+    device.set_faults(Faults {
+        fail_syncs: Some(FailSyncs {
+            ops: &[SyncOp::Rename],
+            files: Files::Named("journal.tmp".into()),
+            ..FailSyncs::after(0)
+        }),
+        ..Faults::default()
+    });
     assert!(p.checkpoint(&e).is_err());
-    let image = Arc::new(device.inner.crash(CrashMode::LoseUnsynced));
+    let image = Arc::new(device.crash(CrashMode::LoseUnsynced));
     let (e2, _p2) = mount(image.clone(), &ec).unwrap();
     assert!(e2.lookup_path(b"/pending").is_ok());
     for i in 0..new_batches {
@@ -165,86 +129,63 @@ fn checkpoint_ahead_of_journal_two_batches() {
     checkpoint_ahead_of_journal(2).unwrap();
 }
 
-/// Journal batch writes take 300 ms, like a slow disk, so writers gather ops past one batch
-/// meanwhile. Counts the batches written to the journal, in all and the most between two of
-/// its syncs.
-#[derive(Debug)]
-struct SlowJournal {
-    inner: SimDevice,
-    batches: AtomicU64,
-    since_sync: AtomicU64,
-    most_per_sync: AtomicU64,
-}
-impl SlowJournal {
-    fn new(seed: u64) -> SlowJournal {
-        SlowJournal {
-            inner: SimDevice::new(seed),
-            batches: AtomicU64::new(0),
-            since_sync: AtomicU64::new(0),
-            most_per_sync: AtomicU64::new(0),
-        }
-    }
-}
-impl Device for SlowJournal {
-    fn read(&self, n: &str) -> std::io::Result<Option<Vec<u8>>> {
-        self.inner.read(n)
-    }
-    fn len(&self, n: &str) -> std::io::Result<Option<u64>> {
-        self.inner.len(n)
-    }
-    fn append(&self, n: &str, d: &[u8]) -> std::io::Result<()> {
-        self.inner.append(n, d)
-    }
-    fn write(&self, n: &str, d: &[u8]) -> std::io::Result<()> {
-        self.inner.write(n, d)
-    }
-    fn write_at(&self, n: &str, o: u64, d: &[u8]) -> std::io::Result<()> {
-        if n == "journal" && d.starts_with(b"RPJB") {
-            // Whole batches from the start of the write (reserved zeros may follow them).
-            let (mut at, mut batches) = (0, 0u64);
-            while d.len() >= at + journal::BATCH_HEADER_BYTES && &d[at..at + 4] == b"RPJB" {
-                let body = u32::from_le_bytes(d[at + 4..at + 8].try_into().unwrap()) as usize;
-                at += journal::BATCH_HEADER_BYTES + body;
-                batches += 1;
-            }
-            self.batches.fetch_add(batches, Ordering::SeqCst);
-            self.since_sync.fetch_add(batches, Ordering::SeqCst);
-            std::thread::sleep(Duration::from_millis(300));
-        }
-        self.inner.write_at(n, o, d)
-    }
-    fn truncate(&self, n: &str, l: u64) -> std::io::Result<()> {
-        self.inner.truncate(n, l)
-    }
-    fn sync(&self, n: &str) -> std::io::Result<()> {
-        if n == "journal" {
-            let since = self.since_sync.swap(0, Ordering::SeqCst);
-            self.most_per_sync.fetch_max(since, Ordering::SeqCst);
-        }
-        self.inner.sync(n)
-    }
-    fn rename(&self, a: &str, b: &str) -> std::io::Result<()> {
-        self.inner.rename(a, b)
-    }
-    fn remove(&self, n: &str) -> std::io::Result<()> {
-        self.inner.remove(n)
-    }
-    fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.inner.read_at(name, offset, buf)
-    }
+/// A device whose journal writes take 300 ms, like a slow disk, so writers gather ops past
+/// one batch meanwhile.
+fn slow_journal(seed: u64) -> SimDevice {
+    let device = SimDevice::new(seed);
+    device.set_faults(Faults {
+        delay: Some(Delay {
+            files: Files::Named("journal".into()),
+            write: Duration::from_millis(300),
+            sync: Duration::ZERO,
+        }),
+        ..Faults::default()
+    });
+    device
 }
 
-/// A mount on a `SlowJournal` with room for large writes, and an empty file `big` in it.
+/// The batches in the journal, and the most of them whose starts were written between two
+/// syncs of the journal (from the device's events; the zeros reserved after a batch, where
+/// the next one will start, carry none).
+fn journal_batches(device: &SimDevice) -> (u64, u64) {
+    let bytes = device.read("journal").unwrap().unwrap();
+    let scan = journal::scan(&bytes).unwrap();
+    let starts: Vec<u64> = scan.batches.iter().map(|b| b.offset).collect();
+    let (mut since_sync, mut most_per_sync) = (0u64, 0u64);
+    for event in device.events() {
+        match event {
+            Event::Write {
+                name,
+                offset,
+                len,
+                zeros: false,
+            } if name == "journal" => {
+                since_sync += starts
+                    .iter()
+                    .filter(|&&s| s >= offset && s < offset + len)
+                    .count() as u64;
+            }
+            Event::Sync { name } if name == "journal" => {
+                most_per_sync = most_per_sync.max(since_sync);
+                since_sync = 0;
+            }
+            _ => {}
+        }
+    }
+    (starts.len() as u64, most_per_sync)
+}
+
+/// A mount on a `slow_journal` with room for large writes, and an empty file `big` in it.
 fn big_file_on_a_slow_journal(
     seed: u64,
 ) -> (
-    Arc<SlowJournal>,
+    Arc<SimDevice>,
     EngineConfig,
     Arc<Engine>,
     Arc<Persister>,
     u64,
 ) {
-    let device = Arc::new(SlowJournal::new(seed));
+    let device = Arc::new(slow_journal(seed));
     let ec = EngineConfig {
         memory_cap_bytes: 1 << 30,
         ..EngineConfig::default()
@@ -266,11 +207,11 @@ fn batches_stay_under_the_limit_however_much_gathers() {
         e.write(&c, f, i << 20, &mib, false).unwrap();
     }
     e.sync().unwrap();
-    eprintln!("batches: {}", device.batches.load(Ordering::SeqCst));
-    let bytes = device.inner.read("journal").unwrap().unwrap();
+    eprintln!("batches: {}", journal_batches(&device).0);
+    let bytes = device.read("journal").unwrap().unwrap();
     let scan = journal::scan(&bytes).unwrap();
     eprintln!("tail: {:?}", scan.tail);
-    let image: Arc<dyn Device> = Arc::new(device.inner.crash(CrashMode::LoseUnsynced));
+    let image: Arc<dyn Device> = Arc::new(device.crash(CrashMode::LoseUnsynced));
     let (r, _) = mount(image, &ec).unwrap();
     let size = r.lookup_path(b"/big").unwrap().size_bytes;
     assert_eq!(size, 100 << 20, "fsync'd data lost");
@@ -522,15 +463,16 @@ fn a_commit_of_several_batches_syncs_each_before_the_next() {
             .unwrap();
     }
     e.sync().unwrap();
+    let (batches, most_per_sync) = journal_batches(&device);
     // Some commit held more than one batch (else this tests nothing) ...
     assert!(
-        device.batches.load(Ordering::SeqCst) > p.stats().commits,
-        "{device:?} {:?}",
+        batches > p.stats().commits,
+        "{batches} batches, {:?}",
         p.stats()
     );
     // ... and no sync covered more than one.
-    assert_eq!(device.most_per_sync.load(Ordering::SeqCst), 1, "{device:?}");
-    let image: Arc<dyn Device> = Arc::new(device.inner.crash(CrashMode::LoseUnsynced));
+    assert_eq!(most_per_sync, 1, "{batches} batches");
+    let image: Arc<dyn Device> = Arc::new(device.crash(CrashMode::LoseUnsynced));
     let (r, _rp) = mount(image, &ec).unwrap();
     assert_eq!(content(&r, b"/big"), [chunk.as_slice(); 6].concat());
 }
