@@ -2,10 +2,10 @@
 //!
 //! The journal and the checkpoints never touch `std::fs`: they read, append, write, truncate,
 //! sync, rename and remove flat-named files of the store folder through a [`Device`].
-//! Production uses [`DirDevice`] (files in a folder). Crash tests use [`SimDevice`], a
-//! deterministic simulated disk that loses unsynced writes, tears the last appends, fails syncs
-//! or writes on demand and flips bits, in the style of SQLite's test VFS and TigerBeetle's
-//! simulated storage.
+//! Production uses [`DirDevice`] (files in a folder; [`DirDevice::open_read_only`] to check a
+//! store without changing it). Crash tests use [`SimDevice`], a deterministic simulated disk
+//! that loses unsynced writes, tears the last appends, fails syncs or writes on demand and
+//! flips bits, in the style of SQLite's test VFS and TigerBeetle's simulated storage.
 //!
 //! # The durability model
 //!
@@ -190,6 +190,9 @@ pub struct DirDevice {
     dir: PathBuf,
     dir_file: File,
     cache: Mutex<DirCache>,
+    /// Opened by [`DirDevice::open_read_only`]: files are opened O_RDONLY, never created, and
+    /// every method that would change the folder fails with EROFS.
+    read_only: bool,
 }
 
 /// An open store file. Opened without O_APPEND (pwrite ignores the offset under it), so
@@ -257,7 +260,18 @@ fn c_name(name: &str) -> io::Result<CString> {
 impl DirDevice {
     /// A device over the files of the folder `dir`, which is opened now.
     pub fn open(dir: impl Into<PathBuf>) -> io::Result<DirDevice> {
-        let dir = dir.into();
+        DirDevice::open_mode(dir.into(), false)
+    }
+
+    /// A device that only reads the files of the folder `dir`: it opens them read-only, never
+    /// creates, writes, syncs, renames or removes anything, and every such call fails with
+    /// EROFS (`ErrorKind::ReadOnlyFilesystem`) naming the file. For checking a store without
+    /// changing it, possibly a copy on read-only media.
+    pub fn open_read_only(dir: impl Into<PathBuf>) -> io::Result<DirDevice> {
+        DirDevice::open_mode(dir.into(), true)
+    }
+
+    fn open_mode(dir: PathBuf, read_only: bool) -> io::Result<DirDevice> {
         let dir_file = OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_DIRECTORY)
@@ -266,7 +280,27 @@ impl DirDevice {
             dir,
             dir_file,
             cache: Mutex::new(DirCache::default()),
+            read_only,
         })
+    }
+
+    /// Whether this device was opened by [`DirDevice::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Fails with EROFS if the device is read-only: `what` it refused, and on which file.
+    fn check_writable(&self, what: &str, name: &str) -> io::Result<()> {
+        if !self.read_only {
+            return Ok(());
+        }
+        Err(io::Error::new(
+            io::ErrorKind::ReadOnlyFilesystem,
+            format!(
+                "cannot {what} {name:?}: the store {} is opened read-only",
+                self.dir.display()
+            ),
+        ))
     }
 
     /// The folder, as it was named when opened.
@@ -331,9 +365,14 @@ impl DirDevice {
             return Ok(Some(Arc::clone(file)));
         }
         // Not O_APPEND: see `CachedFile`.
-        let file = match self.open_at(name, libc::O_RDWR) {
+        let mode = if self.read_only {
+            libc::O_RDONLY
+        } else {
+            libc::O_RDWR
+        };
+        let file = match self.open_at(name, mode) {
             Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::NotFound && create => {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && create && !self.read_only => {
                 // Not O_TRUNC: it was not there a moment ago.
                 let file = self.open_at(name, libc::O_RDWR | libc::O_CREAT)?;
                 cache.new_entries.insert(name.to_owned());
@@ -377,7 +416,10 @@ impl DirDevice {
 
 impl fmt::Debug for DirDevice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DirDevice").field("dir", &self.dir).finish()
+        f.debug_struct("DirDevice")
+            .field("dir", &self.dir)
+            .field("read_only", &self.read_only)
+            .finish()
     }
 }
 
@@ -424,6 +466,8 @@ impl Device for DirDevice {
     }
 
     fn append(&self, name: &str, data: &[u8]) -> io::Result<()> {
+        validate_name(name)?;
+        self.check_writable("append to", name)?;
         let file = self.open_existing_or_create(name)?;
         let mut len = file.len_bytes.lock();
         let end = *len;
@@ -431,6 +475,8 @@ impl Device for DirDevice {
     }
 
     fn write(&self, name: &str, data: &[u8]) -> io::Result<()> {
+        validate_name(name)?;
+        self.check_writable("write", name)?;
         let file = self.open_existing_or_create(name)?;
         let mut len = file.len_bytes.lock();
         file.set_len(0)?;
@@ -439,6 +485,8 @@ impl Device for DirDevice {
     }
 
     fn write_at(&self, name: &str, offset: u64, data: &[u8]) -> io::Result<()> {
+        validate_name(name)?;
+        self.check_writable("write", name)?;
         let file = self.open_existing(name)?;
         let mut len = file.len_bytes.lock();
         if offset > *len {
@@ -448,6 +496,8 @@ impl Device for DirDevice {
     }
 
     fn truncate(&self, name: &str, len: u64) -> io::Result<()> {
+        validate_name(name)?;
+        self.check_writable("truncate", name)?;
         let file = self.open_existing(name)?;
         let mut current = file.len_bytes.lock();
         if len > *current {
@@ -459,6 +509,8 @@ impl Device for DirDevice {
     }
 
     fn sync(&self, name: &str) -> io::Result<()> {
+        validate_name(name)?;
+        self.check_writable("sync", name)?;
         let file = self.open_existing(name)?;
         file.sync_data()?;
         let is_new = self.cache.lock().new_entries.contains(name);
@@ -471,6 +523,9 @@ impl Device for DirDevice {
 
     fn start_writeback(&self, name: &str) -> io::Result<()> {
         let file = self.open_existing(name)?;
+        if self.read_only {
+            return Ok(()); // nothing of ours to write back
+        }
         // SAFETY: sync_file_range(2) on a descriptor that `file` keeps open, with valid flags;
         // it touches no memory of ours. The result is checked.
         let rc =
@@ -484,6 +539,7 @@ impl Device for DirDevice {
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {
         validate_name(from)?;
         validate_name(to)?;
+        self.check_writable("rename", from)?;
         if from == to {
             // POSIX: renaming a file to itself does nothing; it must exist.
             return self.open_existing(from).map(drop);
@@ -533,6 +589,7 @@ impl Device for DirDevice {
 
     fn remove(&self, name: &str) -> io::Result<()> {
         validate_name(name)?;
+        self.check_writable("remove", name)?;
         let removed = {
             let mut cache = self.cache.lock();
             cache.files.remove(name);
@@ -1090,6 +1147,75 @@ mod tests {
     #[test]
     fn sim_device_contract() {
         contract(&SimDevice::new(1));
+    }
+
+    #[test]
+    fn dir_device_read_only_reads_and_changes_nothing() {
+        let (dir, dev) = dir_device();
+        dev.append("journal", b"batch").unwrap();
+        dev.sync("journal").unwrap();
+        drop(dev);
+        let listing = |dir: &Path| {
+            let mut names: Vec<_> = fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            names.sort();
+            names
+        };
+        let before = listing(dir.path());
+        let stamp = fs::metadata(dir.path().join("journal"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        // A read-only file too: for a non-root user a writable open of it would fail.
+        fs::set_permissions(
+            dir.path().join("journal"),
+            fs::Permissions::from_mode(0o400),
+        )
+        .unwrap();
+
+        let ro = DirDevice::open_read_only(dir.path()).unwrap();
+        assert!(ro.is_read_only());
+        assert!(!DirDevice::open(dir.path()).unwrap().is_read_only());
+        assert!(format!("{ro:?}").contains("read_only: true"));
+        assert_eq!(ro.read("journal").unwrap().as_deref(), Some(&b"batch"[..]));
+        assert_eq!(ro.len("journal").unwrap(), Some(5));
+        let mut buf = [0u8; 3];
+        assert_eq!(ro.read_at("journal", 2, &mut buf).unwrap(), 3);
+        assert_eq!(&buf, b"tch");
+        assert_eq!(ro.read("absent").unwrap(), None);
+        assert_eq!(ro.len("absent").unwrap(), None);
+        ro.start_writeback("journal").unwrap();
+        ro.release_replaced();
+
+        let refused: Vec<(&str, io::Result<()>)> = vec![
+            ("append", ro.append("journal", b"x")),
+            ("append new", ro.append("new", b"x")),
+            ("write", ro.write("journal", b"x")),
+            ("write new", ro.write("new", b"x")),
+            ("write_at", ro.write_at("journal", 0, b"x")),
+            ("truncate", ro.truncate("journal", 0)),
+            ("sync", ro.sync("journal")),
+            ("rename", ro.rename("journal", "moved")),
+            ("rename to itself", ro.rename("journal", "journal")),
+            ("remove", ro.remove("journal")),
+            ("remove absent", ro.remove("absent")),
+        ];
+        for (what, result) in refused {
+            let e = result.unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::ReadOnlyFilesystem, "{what}: {e}");
+            assert!(e.to_string().contains("read-only"), "{what}: {e}");
+        }
+        // Bad names are still InvalidInput, as on a writable device.
+        assert_eq!(
+            ro.write("a/b", b"x").unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        assert_eq!(listing(dir.path()), before);
+        assert_eq!(fs::read(dir.path().join("journal")).unwrap(), b"batch");
+        let meta = fs::metadata(dir.path().join("journal")).unwrap();
+        assert_eq!(meta.modified().unwrap(), stamp);
     }
 
     #[test]
