@@ -9,10 +9,12 @@
 pub mod attr;
 pub mod engine;
 pub mod error;
+pub mod fsck;
 pub mod memory;
 pub mod namespace;
 pub mod op;
 pub mod persist;
+pub mod rampart;
 pub mod store;
 pub mod time;
 pub mod xattr;
@@ -20,4 +22,5 @@ pub mod xattr;
 pub use attr::{Attr, Durability, FileKind, Ino, SetAttr, SetTime, StatFs, Stats, ROOT_INO};
 pub use engine::{Ctx, Engine, EngineConfig, Invalidation, Observer, WriteTimes};
 pub use error::{Errno, FsResult};
+pub use rampart::Rampart;
 pub use op::{Op, OpSink};
