@@ -128,7 +128,8 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
         fuse_transport
     );
     on_ready();
-    let page_flusher = start_page_flusher(config, &mountpoint, own_mount.as_ref(), &mounted, &engine);
+    let page_flusher =
+        start_page_flusher(config, &mountpoint, own_mount.as_ref(), &mounted, &engine);
     let result = mounted.run();
     drop(page_flusher);
     detach_if_aborted(&result, own_mount.as_ref(), &mountpoint);

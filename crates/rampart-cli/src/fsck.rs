@@ -381,9 +381,14 @@ mod tests {
         r.superblock.format_version = Some(1);
         r.superblock.store_id = Some("ab".into());
         let text = render(&r, false);
-        assert!(text.starts_with("rampart fsck /s\n  superblock  ok (format version 1, store ab)\n"));
+        assert!(
+            text.starts_with("rampart fsck /s\n  superblock  ok (format version 1, store ab)\n")
+        );
         assert!(text.contains("  journal     none\n"), "{text}");
-        assert!(text.ends_with("clean (1.2 ms)\n") || text.ends_with("clean (1.3 ms)\n"), "{text}");
+        assert!(
+            text.ends_with("clean (1.2 ms)\n") || text.ends_with("clean (1.3 ms)\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -221,7 +221,11 @@ impl fmt::Display for FsckError {
         match self {
             FsckError::Store(e) => write!(f, "{e}"),
             FsckError::Folder { path, error } => {
-                write!(f, "cannot open the store folder {}: {error}", path.display())
+                write!(
+                    f,
+                    "cannot open the store folder {}: {error}",
+                    path.display()
+                )
             }
             FsckError::Read { path, error } => write!(
                 f,

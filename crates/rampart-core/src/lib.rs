@@ -22,5 +22,5 @@ pub mod xattr;
 pub use attr::{Attr, Durability, FileKind, Ino, SetAttr, SetTime, StatFs, Stats, ROOT_INO};
 pub use engine::{Ctx, Engine, EngineConfig, Invalidation, Observer, WriteTimes};
 pub use error::{Errno, FsResult};
-pub use rampart::Rampart;
 pub use op::{Op, OpSink};
+pub use rampart::Rampart;

@@ -49,12 +49,16 @@ impl Rampart {
         let store_id = store.superblock().store_id;
         let device = Arc::new(DirDevice::open(path.clone()).map_err(folder_error)?);
         let as_device: Arc<dyn Device> = device.clone();
-        let (engine, persister, recovery) =
-            crate::persist::open(as_device, store_id, &options.engine, options.persist.clone())
-                .map_err(|error| OpenError::Start {
-                    path: path.clone(),
-                    error,
-                })?;
+        let (engine, persister, recovery) = crate::persist::open(
+            as_device,
+            store_id,
+            &options.engine,
+            options.persist.clone(),
+        )
+        .map_err(|error| OpenError::Start {
+            path: path.clone(),
+            error,
+        })?;
         Ok(Rampart {
             path,
             store_id,
@@ -180,7 +184,10 @@ mod tests {
             }
         ));
         let text = e.to_string();
-        assert!(text.starts_with("cannot recover ") && text.contains("journal is missing"), "{text}");
+        assert!(
+            text.starts_with("cannot recover ") && text.contains("journal is missing"),
+            "{text}"
+        );
     }
 
     #[test]

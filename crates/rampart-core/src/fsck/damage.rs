@@ -106,7 +106,7 @@ mod tests {
         let found = count_after_damage(&bytes, id, starts[2]);
         assert_eq!((found.batches, found.ops, found.next_seq), (2, 8, 10 + 15));
         assert_eq!(found.end, bytes.len() as u64); // the last valid batch ends the journal
-        // Nothing valid at the offset: nothing counted.
+                                                   // Nothing valid at the offset: nothing counted.
         assert_eq!(count_after_damage(&bytes, id, starts[1]).batches, 0);
     }
 }

@@ -117,7 +117,13 @@ fn run(path: &Path, repair: bool, progress: &dyn Progress) -> Result<Report, Fsc
     let mut base = phases::checkpoint(&mut r, &ctx)?;
     let from_seq = base.as_ref().map_or(0, |(_, seq)| *seq);
     let journal_bytes = ctx.read(crate::persist::recovery::JOURNAL_FILE)?;
-    let journal = phases::journal(&mut r, &ctx, journal_bytes.as_deref(), base.is_some(), from_seq);
+    let journal = phases::journal(
+        &mut r,
+        &ctx,
+        journal_bytes.as_deref(),
+        base.is_some(),
+        from_seq,
+    );
     if let (Some((state, from_seq)), Some(scan)) = (base.as_mut(), journal.scan.as_ref()) {
         phases::replay(&mut r, &ctx, state, scan, *from_seq);
     }

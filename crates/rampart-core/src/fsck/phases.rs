@@ -32,23 +32,30 @@ pub(super) fn superblock_damaged(r: &mut Report, path: &Path, e: StoreError) {
 
 /// Phase 1: the state to replay onto, and the first op it does not hold (None: there is
 /// none to build on).
-pub(super) fn checkpoint(r: &mut Report, ctx: &Ctx<'_>) -> Result<Option<(State, u64)>, super::FsckError> {
+pub(super) fn checkpoint(
+    r: &mut Report,
+    ctx: &Ctx<'_>,
+) -> Result<Option<(State, u64)>, super::FsckError> {
     let Some(bytes) = ctx.read(CHECKPOINT_FILE)? else {
         return Ok(Some((State::new(&ctx.config), 0)));
     };
     let checkpoint_path = ctx.file(CHECKPOINT_FILE).display().to_string();
     r.checkpoint.present = true;
     r.checkpoint.bytes = bytes.len() as u64;
-    ctx.progress.phase(Phase::CheckpointDecode, bytes.len() as u64);
+    ctx.progress
+        .phase(Phase::CheckpointDecode, bytes.len() as u64);
     let loaded = recovery::load_checkpoint(&bytes, ctx.store_id, &ctx.config);
     ctx.progress.done();
     let e = match loaded {
         Ok(loaded) => {
             r.checkpoint.seq = Some(loaded.header.seq);
             r.checkpoint.ok = loaded.problems.is_empty();
-            r.problems.extend(loaded.problems.iter().map(|p| {
-                format!("checkpoint {checkpoint_path} holds an inconsistency: {p}")
-            }));
+            r.problems.extend(
+                loaded
+                    .problems
+                    .iter()
+                    .map(|p| format!("checkpoint {checkpoint_path} holds an inconsistency: {p}")),
+            );
             r.checkpoint.problems = loaded.problems;
             return Ok(Some((loaded.state, loaded.header.seq)));
         }
@@ -179,7 +186,11 @@ fn scanned<'a>(
     r.journal.reserved_bytes = scan.reserved_bytes;
     r.journal.next_seq = Some(scan.next_seq());
     // Without a base state only the store id can be checked (there is nothing to replay on).
-    let fits = recovery::journal_fits(&scan, ctx.store_id, if have_base { from_seq } else { u64::MAX });
+    let fits = recovery::journal_fits(
+        &scan,
+        ctx.store_id,
+        if have_base { from_seq } else { u64::MAX },
+    );
     let usable = match fits {
         Ok(()) => true,
         Err(RecoveryError::WrongStore { found, .. }) => {
@@ -302,7 +313,13 @@ fn tail_report(
 
 /// Phase 3: the replay of the journal's valid prefix, as at mount; it stops at the first op
 /// that does not apply (or decode).
-pub(super) fn replay(r: &mut Report, ctx: &Ctx<'_>, state: &mut State, scan: &Scan<'_>, from_seq: u64) {
+pub(super) fn replay(
+    r: &mut Report,
+    ctx: &Ctx<'_>,
+    state: &mut State,
+    scan: &Scan<'_>,
+    from_seq: u64,
+) {
     ctx.progress.phase(Phase::Replay, scan.op_count());
     r.replay.done = true;
     let mut replayed = Replayed::default();

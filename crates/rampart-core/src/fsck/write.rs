@@ -22,7 +22,12 @@ pub(super) struct Plan {
 }
 
 /// Repairs `state` and, if nothing is left broken, writes it. The report says what was done.
-pub(super) fn repair(r: &mut Report, ctx: &Ctx<'_>, mut state: State, plan: Plan) -> Result<(), FsckError> {
+pub(super) fn repair(
+    r: &mut Report,
+    ctx: &Ctx<'_>,
+    mut state: State,
+    plan: Plan,
+) -> Result<(), FsckError> {
     ctx.progress.phase(Phase::Repair, 1);
     if let Some(what) = &plan.journal_repair {
         r.repairs.push(what.clone());
@@ -50,7 +55,8 @@ pub(super) fn repair(r: &mut Report, ctx: &Ctx<'_>, mut state: State, plan: Plan
     }
     let engine = Arc::new(Engine::from_state(state));
     // The image must read back before it replaces anything.
-    let image = engine.with_state(|s| checkpoint::encode(s, ctx.store_id, plan.next_seq, crate::time::now_ns()));
+    let image = engine
+        .with_state(|s| checkpoint::encode(s, ctx.store_id, plan.next_seq, crate::time::now_ns()));
     if let Err(error) = checkpoint::decode(&image, &ctx.config) {
         return Err(FsckError::ReadBack {
             store: ctx.path.to_path_buf(),

@@ -75,7 +75,10 @@ pub enum RecoveryError {
         next_valid_offset: u64,
     },
     /// The checkpoint or the journal (`what`) names another store (`found`).
-    WrongStore { what: &'static str, found: [u8; 16] },
+    WrongStore {
+        what: &'static str,
+        found: [u8; 16],
+    },
     /// The journal starts after the checkpoint ends: ops in between are missing.
     Gap {
         checkpoint_seq: u64,
@@ -238,7 +241,11 @@ pub fn load_checkpoint(
 /// Checks that a scanned journal goes with the store and with a state holding every op
 /// before `from_seq`: its store id, and no gap between them. (Its tail is the caller's to
 /// judge: damage refuses a mount, fsck counts what it drops.)
-pub fn journal_fits(scan: &Scan<'_>, store_id: [u8; 16], from_seq: u64) -> Result<(), RecoveryError> {
+pub fn journal_fits(
+    scan: &Scan<'_>,
+    store_id: [u8; 16],
+    from_seq: u64,
+) -> Result<(), RecoveryError> {
     if scan.header.store_id != store_id {
         return Err(RecoveryError::WrongStore {
             what: "journal",
@@ -334,18 +341,19 @@ pub fn recover(
     config: &EngineConfig,
 ) -> Result<(State, Report), RecoveryError> {
     let started = Instant::now();
-    let (mut state, checkpoint_seq) = match device.read(CHECKPOINT_FILE).map_err(RecoveryError::Io)? {
-        Some(bytes) => {
-            let loaded = load_checkpoint(&bytes, store_id, config)?;
-            if !loaded.problems.is_empty() {
-                return Err(RecoveryError::Checkpoint(CheckpointError::Inconsistent(
-                    loaded.problems,
-                )));
+    let (mut state, checkpoint_seq) =
+        match device.read(CHECKPOINT_FILE).map_err(RecoveryError::Io)? {
+            Some(bytes) => {
+                let loaded = load_checkpoint(&bytes, store_id, config)?;
+                if !loaded.problems.is_empty() {
+                    return Err(RecoveryError::Checkpoint(CheckpointError::Inconsistent(
+                        loaded.problems,
+                    )));
+                }
+                (loaded.state, Some(loaded.header.seq))
             }
-            (loaded.state, Some(loaded.header.seq))
-        }
-        None => (State::new(config), None),
-    };
+            None => (State::new(config), None),
+        };
     let from_seq = checkpoint_seq.unwrap_or(0);
     let mut report = Report {
         checkpoint_seq,
