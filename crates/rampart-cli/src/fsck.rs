@@ -400,6 +400,7 @@ mod tests {
         };
         r.superblock.ok = true;
         r.journal.present = true;
+        (r.journal.bytes, r.journal.valid_bytes, r.journal.batches) = (500, 100, 1);
         r.journal.tail = Some(TailReport::Damaged {
             offset: 100,
             reason: "bad".into(),
