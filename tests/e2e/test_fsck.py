@@ -527,3 +527,53 @@ def test_fsck_survives_any_damage(test_base, rampart_env, cleanup_mounts):
         shutil.rmtree(store)
     # the damage is varied enough to reach every outcome
     assert set(outcomes) == {"clean", "refused", "repaired"}, outcomes
+
+
+# ---- read-only stores ----------------------------------------------------------------------------
+
+def _read_only_bind(test_base, source, name):
+    """A read-only bind mount of the folder `source`; returns its path (unmounted by the caller)."""
+    target = os.path.join(test_base, name)
+    os.mkdir(target)
+    subprocess.run(["mount", "--bind", str(source), target], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", target], check=True)
+    except subprocess.CalledProcessError:
+        subprocess.run(["umount", target], check=False)
+        raise
+    return target
+
+
+def test_fsck_checks_a_read_only_store_and_writes_nothing(test_base, rampart_env, cleanup_mounts):
+    m, files = files_by_batch(test_base, rampart_env, cleanup_mounts, "readonly", n=3)
+    # A copy that was never mounted (no lock file): a check must not make one.
+    import shutil
+    copy = os.path.join(test_base, "readonly-copy")
+    shutil.copytree(m.store, copy, ignore=shutil.ignore_patterns("lock", "rampart.log", "control.sock"))
+    before = store_bytes(m)
+    ro = _read_only_bind(test_base, m.store, "readonly-ro")
+    try:
+        r = cli("fsck", ro, "--json", env=rampart_env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        rep = json.loads(r.stdout)
+        assert rep["clean"] and rep["replay"]["done"] and rep["filesystem"]["files"] == 3, rep
+        r = cli("fsck", ro, env=rampart_env)
+        assert r.returncode == 0 and r.stdout.splitlines()[-1].startswith("clean"), r.stdout + r.stderr
+        # A repair needs to write: it says so, and the store stays as it was.
+        r = cli("fsck", ro, "--repair", env=rampart_env)
+        assert r.returncode == 1 and ro in r.stderr, r.stdout + r.stderr
+        assert "Read-only file system" in r.stderr, r.stderr
+    finally:
+        subprocess.run(["umount", ro], check=True)
+    assert store_bytes(m) == before
+    r = cli("fsck", copy, env=rampart_env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not os.path.exists(os.path.join(copy, "lock")), "fsck without --repair made a lock file"
+    # The copy's files, made read-only for everyone but root, are still read (root reads them).
+    for name in os.listdir(copy):
+        os.chmod(os.path.join(copy, name), 0o400)
+    os.chmod(copy, 0o500)
+    try:
+        assert cli("fsck", copy, env=rampart_env).returncode == 0
+    finally:
+        os.chmod(copy, 0o700)

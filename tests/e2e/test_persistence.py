@@ -7,6 +7,7 @@ Every test drives its own mounts by hand (Mount + cleanup_mounts), as test_cli.p
 The helpers at the top (CRC-32C, journal parsing, crash and remount) are shared with
 test_fsck.py."""
 
+import fcntl
 import hashlib
 import json
 import os
@@ -115,11 +116,28 @@ def new_mount(test_base, env, name, cleanup, opts=()):
     return m
 
 
+def lock_released(store):
+    """True if no process holds the store's lock (docs/FORMAT.md, Lock)."""
+    try:
+        f = open(store / "lock", "rb")
+    except FileNotFoundError:
+        return True
+    with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return True
+
+
 def crash(m):
     """kill -9 the daemon, then detach the dead mount (fusermount3 -u -z)."""
     pid = m.pid
     os.kill(pid, signal.SIGKILL)
     assert wait_until(lambda: not pid_alive(pid), EXIT_WAIT), f"daemon {pid} survived SIGKILL"
+    # Its leader may be a zombie while its last threads still exit, holding the store's lock.
+    assert wait_until(lambda: lock_released(m.store), EXIT_WAIT), f"daemon {pid} still holds the lock"
     run(["fusermount3", "-u", "-z", m.path], timeout=60)
     assert wait_until(lambda: not in_mount_table(m.path), EXIT_WAIT), "dead mount still in the mount table"
     m.mounted = False

@@ -10,11 +10,11 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use nix::sys::signal::{SigSet, Signal};
-use rampart_core::persist::device::{Device, DirDevice};
 use rampart_core::persist::persister::PersistConfig;
-use rampart_core::store::Store;
-use rampart_core::EngineConfig;
+use rampart_core::{Engine, EngineConfig, Rampart};
 use rampart_fuse::{CachePolicy, MountOptions};
+
+use crate::control::Exit;
 
 /// What a mount needs, resolved from the command line.
 #[derive(Debug, Clone)]
@@ -65,44 +65,23 @@ pub fn check_mountpoint(mountpoint: &Path) -> Result<(), String> {
 /// `on_ready` runs once the kernel has accepted the mount.
 pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String> {
     check_mountpoint(&config.mountpoint)?;
-    let store = Store::open(&config.store).map_err(|e| e.to_string())?;
-    let store_path = std::fs::canonicalize(store.path()).map_err(|e| e.to_string())?;
     let mountpoint = std::fs::canonicalize(&config.mountpoint).map_err(|e| e.to_string())?;
-
-    // Block the shutdown signals in this thread before any other starts, so that every thread
-    // inherits the mask and only the signal thread below receives them.
+    // Block the shutdown signals in this thread before any other starts (the store's
+    // persister starts some), so that every thread inherits the mask and only the signal
+    // thread below receives them.
     let mut signals = SigSet::empty();
     signals.add(Signal::SIGTERM);
     signals.add(Signal::SIGINT);
     signals
         .thread_block()
         .map_err(|e| format!("cannot block signals: {e}"))?;
-
-    let engine_config = EngineConfig {
-        memory_cap_bytes: config.memory_cap_bytes,
-        root_uid: nix::unistd::getuid().as_raw(),
-        root_gid: nix::unistd::getgid().as_raw(),
-        root_mode: 0o755,
-        ..EngineConfig::default()
-    };
-    // Recovery: the newest checkpoint and the journal's valid prefix, through the same apply
-    // path as live operations; damage is refused with a message, never guessed at.
-    let store_id = store.superblock().store_id;
-    let dir_device = Arc::new(
-        DirDevice::open(store_path.clone())
-            .map_err(|e| format!("cannot open {}: {e}", store_path.display()))?,
-    );
-    let device: Arc<dyn Device> = dir_device.clone();
-    let persist_config = PersistConfig {
-        commit_interval: config.commit_interval,
-        checkpoint_journal_bytes: config.checkpoint_after_bytes,
-        checkpoint_scales_with_image: config.checkpoint_scales_with_image,
-        ..PersistConfig::default()
-    };
-    let (engine, persister, report) =
-        rampart_core::persist::open(device, store_id, &engine_config, persist_config)
-            .map_err(|e| format!("cannot recover {}: {e}", store_path.display()))?;
-    tracing::info!("recovered {}: {report}", store_path.display());
+    // The store's lock, then recovery (the newest checkpoint and the journal's valid prefix,
+    // through the same apply path as live operations; damage is refused with a message, never
+    // guessed at), then the persister.
+    let rampart = Rampart::open(&config.store, &open_options(config)).map_err(|e| e.to_string())?;
+    let store_path = rampart.path().to_path_buf();
+    let engine = rampart.engine().clone();
+    tracing::info!("recovered {}: {}", store_path.display(), rampart.recovery());
     let options = MountOptions {
         threads: config.threads,
         allow_other: config.allow_other,
@@ -118,7 +97,6 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
         .map_err(|e| format!("cannot mount at {}: {e}", mountpoint.display()))?;
     // This mount's device number tells it from a later mount at the same place (see below).
     let own_mount = crate::mounts::mount_of(&store_path, &mountpoint);
-
     let fuse_transport = if mounted.uses_io_uring() {
         "io_uring"
     } else {
@@ -127,36 +105,10 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     if let Err(e) = crate::memory_trim::start() {
         tracing::warn!("cannot start the memory trimmer: {e}");
     }
-    let mut unmounter = mounted.unmounter();
-    let signal_mountpoint = mountpoint.clone();
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            while let Ok(signal) = signals.wait() {
-                tracing::info!("{signal:?}: unmounting {}", signal_mountpoint.display());
-                // Just after a close the kernel may still hold the mount for a moment (async
-                // release, writeback): retry briefly before detaching lazily.
-                // (fuser's unmounter gives its mount up after one try, so retries go
-                // through fusermount3.)
-                let Err(e) = unmounter.unmount() else {
-                    continue;
-                };
-                let unmounted = e.raw_os_error() == Some(libc::EBUSY)
-                    && (0..UNMOUNT_RETRIES).any(|_| {
-                        std::thread::sleep(UNMOUNT_RETRY_PAUSE);
-                        fusermount_unmount(&signal_mountpoint, false)
-                    });
-                if !unmounted {
-                    tracing::warn!("unmount failed ({e}); detaching lazily");
-                    fusermount_unmount(&signal_mountpoint, true);
-                }
-            }
-        })
-        .map_err(|e| e.to_string())?;
-
+    spawn_signal_thread(signals, mounted.unmounter(), mountpoint.clone())?;
     let socket = crate::control::serve(
         engine.clone(),
-        persister.clone(),
+        rampart.persister().clone(),
         mounted.counters(),
         store_path.clone(),
         mountpoint.clone(),
@@ -168,7 +120,6 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
             store_path.display()
         )
     })?;
-
     tracing::info!(
         "mounted {} at {} (memory cap {} bytes; requests through {})",
         store_path.display(),
@@ -177,11 +128,96 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
         fuse_transport
     );
     on_ready();
-    // Under the writeback cache, bytes written to a file kept open stay in the kernel until
-    // it writes them back; the flusher sends them within the commit interval.
-    let page_flusher = match (&own_mount, config.writeback_cache) {
+    let page_flusher =
+        start_page_flusher(config, &mountpoint, own_mount.as_ref(), &mounted, &engine);
+    let result = mounted.run();
+    drop(page_flusher);
+    detach_if_aborted(&result, own_mount.as_ref(), &mountpoint);
+    // Clean unmount: a final checkpoint, so that the next mount has nothing to replay.
+    socket.remove();
+    drop(engine);
+    let closed = rampart.close();
+    // What the shutdown lost, if anything, and why; then whether the session ended badly.
+    let outcome = match (closed, result) {
+        (Err(lost), _) => Exit::Lost(lost.to_string()),
+        (Ok(()), Err(e)) => Exit::Failed(format!("the FUSE session ended with an error: {e}")),
+        (Ok(()), Ok(())) => Exit::Clean,
+    };
+    if outcome == Exit::Clean {
+        tracing::info!("unmounted {}", mountpoint.display());
+    }
+    // After the lock is released: whoever waits for this can mount the store at once.
+    socket.report_exit(&outcome);
+    match outcome {
+        Exit::Clean => Ok(()),
+        Exit::Failed(e) | Exit::Lost(e) => Err(e),
+    }
+}
+
+/// The store's engine and persister settings, from the command line.
+fn open_options(config: &ServeConfig) -> rampart_core::rampart::Options {
+    rampart_core::rampart::Options {
+        engine: EngineConfig {
+            memory_cap_bytes: config.memory_cap_bytes,
+            root_uid: nix::unistd::getuid().as_raw(),
+            root_gid: nix::unistd::getgid().as_raw(),
+            root_mode: 0o755,
+            ..EngineConfig::default()
+        },
+        persist: PersistConfig {
+            commit_interval: config.commit_interval,
+            checkpoint_journal_bytes: config.checkpoint_after_bytes,
+            checkpoint_scales_with_image: config.checkpoint_scales_with_image,
+            ..PersistConfig::default()
+        },
+    }
+}
+
+/// The thread that answers SIGTERM and SIGINT by unmounting.
+fn spawn_signal_thread(
+    signals: SigSet,
+    mut unmounter: rampart_fuse::Unmounter,
+    mountpoint: PathBuf,
+) -> Result<(), String> {
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            while let Ok(signal) = signals.wait() {
+                tracing::info!("{signal:?}: unmounting {}", mountpoint.display());
+                // Just after a close the kernel may still hold the mount for a moment (async
+                // release, writeback): retry briefly before detaching lazily.
+                // (fuser's unmounter gives its mount up after one try, so retries go
+                // through fusermount3.)
+                let Err(e) = unmounter.unmount() else {
+                    continue;
+                };
+                let unmounted = e.raw_os_error() == Some(libc::EBUSY)
+                    && (0..UNMOUNT_RETRIES).any(|_| {
+                        std::thread::sleep(UNMOUNT_RETRY_PAUSE);
+                        fusermount_unmount(&mountpoint, false)
+                    });
+                if !unmounted {
+                    tracing::warn!("unmount failed ({e}); detaching lazily");
+                    fusermount_unmount(&mountpoint, true);
+                }
+            }
+        })
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// Under the writeback cache, bytes written to a file kept open stay in the kernel until it
+/// writes them back; the flusher sends them within the commit interval.
+fn start_page_flusher(
+    config: &ServeConfig,
+    mountpoint: &Path,
+    own_mount: Option<&crate::mounts::RampartMount>,
+    mounted: &rampart_fuse::Mounted,
+    engine: &Arc<Engine>,
+) -> Option<crate::page_flusher::PageFlusher> {
+    match (own_mount, config.writeback_cache) {
         (Some(own), true) => crate::page_flusher::start(
-            mountpoint.clone(),
+            mountpoint.to_path_buf(),
             own.device.clone(),
             config.commit_interval,
             mounted.counters(),
@@ -198,56 +234,29 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
             None
         }
         (_, false) => None,
-    };
-    let result = mounted.run();
-    drop(page_flusher);
-    // fuser unmounts when its session ends, unless the connection is already gone. It is also
-    // gone after an abort (our own, when a ring fails, or through fusectl: the session then
-    // ends with ECONNABORTED, where an unmount ends it cleanly), which leaves a dead mount
-    // behind: detach it, but only then, and only if the mount on top still has our device
-    // number. After an ordinary unmount a new mount may already sit at the same place, and
-    // the kernel hands device numbers out again.
-    let aborted = matches!(&result, Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED));
-    if let (true, Some(own)) = (aborted, &own_mount) {
-        if crate::mounts::top_device_at(&mountpoint).is_some_and(|device| device == own.device) {
+    }
+}
+
+/// fuser unmounts when its session ends, unless the connection is already gone. It is also
+/// gone after an abort (our own, when a ring fails, or through fusectl: the session then
+/// ends with ECONNABORTED, where an unmount ends it cleanly), which leaves a dead mount
+/// behind: detach it, but only then, and only if the mount on top still has our device
+/// number. After an ordinary unmount a new mount may already sit at the same place, and the
+/// kernel hands device numbers out again.
+fn detach_if_aborted(
+    result: &std::io::Result<()>,
+    own_mount: Option<&crate::mounts::RampartMount>,
+    mountpoint: &Path,
+) {
+    let aborted = matches!(result, Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED));
+    if let (true, Some(own)) = (aborted, own_mount) {
+        if crate::mounts::top_device_at(mountpoint).is_some_and(|device| device == own.device) {
             tracing::warn!(
                 "the FUSE connection was aborted; detaching the dead mount at {}",
                 mountpoint.display()
             );
-            fusermount_unmount(&mountpoint, true);
+            fusermount_unmount(mountpoint, true);
         }
-    }
-    // Clean unmount: a final checkpoint, so that the next mount has nothing to replay.
-    let saved = persister.shutdown(&engine);
-    engine.set_sink(None);
-    socket.remove();
-    drop(store);
-    // What the shutdown lost, if anything, and why; then whether the session ended badly.
-    let lost = match saved {
-        Err(e) => Some(format!("the final checkpoint failed: {e}")),
-        // The journal was written through the folder's descriptor: if the folder was deleted
-        // meanwhile, so was everything written to it.
-        Ok(()) if dir_device.folder_removed() => Some(format!(
-            "the store folder {} was removed while mounted: nothing of this mount was kept",
-            store_path.display()
-        )),
-        Ok(()) => None,
-    };
-    let outcome = match (lost, result) {
-        (Some(why), _) => crate::control::Exit::Lost(why),
-        (None, Err(e)) => {
-            crate::control::Exit::Failed(format!("the FUSE session ended with an error: {e}"))
-        }
-        (None, Ok(())) => crate::control::Exit::Clean,
-    };
-    if outcome == crate::control::Exit::Clean {
-        tracing::info!("unmounted {}", mountpoint.display());
-    }
-    // After the lock is released: whoever waits for this can mount the store at once.
-    socket.report_exit(&outcome);
-    match outcome {
-        crate::control::Exit::Clean => Ok(()),
-        crate::control::Exit::Failed(e) | crate::control::Exit::Lost(e) => Err(e),
     }
 }
 

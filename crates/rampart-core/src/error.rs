@@ -51,3 +51,204 @@ impl std::error::Error for Errno {}
 
 /// Result of a file-system operation.
 pub type FsResult<T> = Result<T, Errno>;
+
+/// Which step of persistence failed (the first words of a [`PersistError`]'s message).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PersistStep {
+    /// Starting the journal after recovery (a new one, or cutting a torn tail).
+    OpenJournal,
+    WriteJournal,
+    SyncJournal,
+    WriteCheckpoint,
+    /// Writing the new journal that goes with a checkpoint.
+    WriteCheckpointJournal,
+}
+
+impl fmt::Display for PersistStep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PersistStep::OpenJournal => "opening the journal",
+            PersistStep::WriteJournal => "writing to the journal",
+            PersistStep::SyncJournal => "syncing the journal",
+            PersistStep::WriteCheckpoint => "writing a checkpoint",
+            PersistStep::WriteCheckpointJournal => "writing a checkpoint's journal",
+        })
+    }
+}
+
+/// An I/O error that stopped the persister (it is sticky: later syncs fail with it until a
+/// checkpoint succeeds). Clone, so that every waiter gets it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PersistError {
+    pub step: PersistStep,
+    pub kind: std::io::ErrorKind,
+    /// The operating system's message.
+    pub detail: String,
+}
+
+impl PersistError {
+    pub fn new(step: PersistStep, error: &std::io::Error) -> PersistError {
+        PersistError {
+            step,
+            kind: error.kind(),
+            detail: error.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for PersistError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.step, self.detail)
+    }
+}
+
+impl std::error::Error for PersistError {}
+
+impl From<PersistError> for std::io::Error {
+    fn from(e: PersistError) -> std::io::Error {
+        std::io::Error::new(e.kind, e.to_string())
+    }
+}
+
+/// Why a store's file system could not be started on a device: recovery refused it, or the
+/// persister could not start (`persist::open`).
+#[derive(Debug)]
+pub enum StartError {
+    Recovery(crate::persist::recovery::RecoveryError),
+    Journal(PersistError),
+    /// Recovery changed the state beyond the journal and the checkpoint recording it failed.
+    Checkpoint(PersistError),
+}
+
+impl fmt::Display for StartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StartError::Recovery(e) => write!(f, "{e}"),
+            StartError::Journal(e) => write!(f, "cannot open the journal: {e}"),
+            StartError::Checkpoint(e) => {
+                write!(f, "cannot write a checkpoint after recovery: {e}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// Why `Rampart::open` failed. Each message names the store and what to do.
+#[derive(Debug)]
+pub enum OpenError {
+    /// The store itself: missing, not a store, damaged superblock, already mounted.
+    Store(crate::store::StoreError),
+    /// Its folder could not be opened (or its path resolved).
+    Folder {
+        path: std::path::PathBuf,
+        error: std::io::Error,
+    },
+    Start {
+        path: std::path::PathBuf,
+        error: StartError,
+    },
+}
+
+impl fmt::Display for OpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OpenError::Store(e) => write!(f, "{e}"),
+            OpenError::Folder { path, error } => {
+                write!(f, "cannot open {}: {error}", path.display())
+            }
+            OpenError::Start { path, error } => {
+                write!(f, "cannot recover {}: {error}", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+/// How closing a store lost what it had not yet made durable.
+#[derive(Debug)]
+pub enum CloseError {
+    /// The final checkpoint failed with changes that never reached the journal.
+    FinalCheckpoint(PersistError),
+    /// The store's folder was deleted while open: everything written to it went with it.
+    FolderRemoved(std::path::PathBuf),
+}
+
+impl fmt::Display for CloseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CloseError::FinalCheckpoint(e) => write!(f, "the final checkpoint failed: {e}"),
+            CloseError::FolderRemoved(path) => write!(
+                f,
+                "the store folder {} was removed while mounted: nothing of this mount was kept",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CloseError {}
+
+/// Why `rampart fsck` could not examine (or finish repairing) a store at all. Problems found
+/// in the store are not errors: they are in its report.
+#[derive(Debug)]
+pub enum FsckError {
+    /// Missing, not a store, or mounted.
+    Store(crate::store::StoreError),
+    Folder {
+        path: std::path::PathBuf,
+        error: std::io::Error,
+    },
+    Read {
+        path: std::path::PathBuf,
+        error: std::io::Error,
+    },
+    /// The repaired state does not decode as a checkpoint: nothing was written.
+    ReadBack {
+        store: std::path::PathBuf,
+        error: crate::persist::checkpoint::CheckpointError,
+    },
+    /// Writing the repaired state failed part way.
+    Write {
+        store: std::path::PathBuf,
+        error: PersistError,
+    },
+}
+
+impl fmt::Display for FsckError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FsckError::Store(e) => write!(f, "{e}"),
+            FsckError::Folder { path, error } => {
+                write!(
+                    f,
+                    "cannot open the store folder {}: {error}",
+                    path.display()
+                )
+            }
+            FsckError::Read { path, error } => write!(
+                f,
+                "cannot read {}: {error}; check that the store's files are readable (run fsck \
+                 as the store's owner) and that the disk is healthy",
+                path.display()
+            ),
+            FsckError::ReadBack { store, error } => write!(
+                f,
+                "the repaired state does not read back as a checkpoint ({error}); nothing was \
+                 written to {}. This is a bug in rampart: please report it",
+                store.display()
+            ),
+            FsckError::Write { store, error } => write!(
+                f,
+                "writing the repaired state to {} failed ({error}); the store keeps its old \
+                 state (or, if the checkpoint was already replaced, the repaired one); free \
+                 space or fix the disk and run `rampart fsck --repair {}` again",
+                store.display(),
+                store.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for FsckError {}

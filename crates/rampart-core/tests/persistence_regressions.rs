@@ -29,7 +29,8 @@ fn mount(
     device: Arc<dyn Device>,
     ec: &EngineConfig,
 ) -> Result<(Arc<Engine>, Arc<Persister>), String> {
-    let (engine, p, report) = rampart_core::persist::open(device, ID, ec, cfg())?;
+    let (engine, p, report) =
+        rampart_core::persist::open(device, ID, ec, cfg()).map_err(|e| e.to_string())?;
     eprintln!("recovered: {report}");
     Ok((engine, p))
 }

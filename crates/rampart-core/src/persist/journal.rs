@@ -202,6 +202,15 @@ fn le_u64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
+/// The valid batch at offset `at`, whatever its sequence number (`rampart fsck` counts the
+/// batches that follow damage).
+pub fn batch_at(bytes: &[u8], at: usize) -> Option<Batch<'_>> {
+    if at > bytes.len() {
+        return None;
+    }
+    parse_batch(bytes, at, None).ok()
+}
+
 /// Parses the batch at `at`, checking it against the expected sequence number.
 fn parse_batch(bytes: &[u8], at: usize, expected_seq: Option<u64>) -> Result<Batch<'_>, String> {
     let rest = &bytes[at..];

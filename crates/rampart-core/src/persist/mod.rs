@@ -12,6 +12,7 @@ pub mod recovery;
 use std::sync::Arc;
 
 use crate::engine::{Engine, EngineConfig};
+use crate::error::StartError;
 use device::Device;
 use persister::{PersistConfig, Persister};
 use recovery::Report;
@@ -25,9 +26,9 @@ pub fn open(
     store_id: [u8; 16],
     engine_config: &EngineConfig,
     persist_config: PersistConfig,
-) -> Result<(Arc<Engine>, Arc<Persister>, Report), String> {
+) -> Result<(Arc<Engine>, Arc<Persister>, Report), StartError> {
     let (state, report) =
-        recovery::recover(&*device, store_id, engine_config).map_err(|e| e.to_string())?;
+        recovery::recover(&*device, store_id, engine_config).map_err(StartError::Recovery)?;
     let engine = Arc::new(Engine::from_state(state));
     let persister = Persister::start(
         device,
@@ -36,13 +37,13 @@ pub fn open(
         report.journal_valid_len,
         persist_config,
     )
-    .map_err(|e| format!("cannot open the journal: {e}"))?;
+    .map_err(StartError::Journal)?;
     persister.attach(&engine);
     engine.set_sink(Some(persister.clone()));
     if report.volatile_dropped > 0 {
         persister
             .checkpoint(&engine)
-            .map_err(|e| format!("cannot write a checkpoint after recovery: {e}"))?;
+            .map_err(StartError::Checkpoint)?;
     }
     Ok((engine, persister, report))
 }

@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use crate::attr::Durability;
 use crate::engine::Engine;
+use crate::error::{PersistError, PersistStep};
 use crate::op::{Op, OpSink, SyncDone};
 use crate::persist::checkpoint;
 use crate::persist::device::Device;
@@ -140,7 +141,7 @@ struct Durable {
     journal_bytes_at_checkpoint: u64,
     /// The last checkpoint's length (the one found at start, then each new one's).
     image_bytes: u64,
-    error: Option<String>,
+    error: Option<PersistError>,
 }
 
 #[derive(Debug)]
@@ -196,20 +197,25 @@ impl Persister {
         next_seq: u64,
         journal_valid_len: u64,
         config: PersistConfig,
-    ) -> std::io::Result<Arc<Persister>> {
+    ) -> Result<Arc<Persister>, PersistError> {
+        let opening = |e: std::io::Error| PersistError::new(PersistStep::OpenJournal, &e);
         let journal_bytes = if journal_valid_len == 0 {
-            device.write(JOURNAL_TMP, &journal_header(store_id, next_seq))?;
-            device.sync(JOURNAL_TMP)?;
-            device.rename(JOURNAL_TMP, JOURNAL_FILE)?;
+            device
+                .write(JOURNAL_TMP, &journal_header(store_id, next_seq))
+                .and_then(|()| device.sync(JOURNAL_TMP))
+                .and_then(|()| device.rename(JOURNAL_TMP, JOURNAL_FILE))
+                .map_err(opening)?;
             journal::HEADER_BYTES as u64
         } else {
-            if device.len(JOURNAL_FILE)? != Some(journal_valid_len) {
-                device.truncate(JOURNAL_FILE, journal_valid_len)?;
-                device.sync(JOURNAL_FILE)?;
+            if device.len(JOURNAL_FILE).map_err(opening)? != Some(journal_valid_len) {
+                device
+                    .truncate(JOURNAL_FILE, journal_valid_len)
+                    .and_then(|()| device.sync(JOURNAL_FILE))
+                    .map_err(opening)?;
             }
             journal_valid_len
         };
-        let image_bytes = device.len(CHECKPOINT_FILE)?.unwrap_or(0);
+        let image_bytes = device.len(CHECKPOINT_FILE).map_err(opening)?.unwrap_or(0);
         let persister = Arc::new(Persister {
             device,
             store_id,
@@ -241,7 +247,8 @@ impl Persister {
         let worker = Arc::downgrade(&persister);
         let committer = std::thread::Builder::new()
             .name("committer".into())
-            .spawn(move || commit_loop(worker))?;
+            .spawn(move || commit_loop(worker))
+            .map_err(opening)?;
         *lock(&persister.committer) = Some(committer);
         Ok(persister)
     }
@@ -274,24 +281,27 @@ impl Persister {
             checkpoint_due_at_journal_bytes: d
                 .journal_bytes_at_checkpoint
                 .saturating_add(self.config.checkpoint_due_bytes(d.image_bytes)),
-            error: d.error.clone(),
+            error: d.error.as_ref().map(ToString::to_string),
         }
     }
 
-    fn fail(&self, what: &str, e: &std::io::Error) -> std::io::Error {
-        let message = format!("{what}: {e}");
-        tracing::error!("persistence stopped: {message}");
+    /// Stops persistence on `e` (the first error stays): returns the sticky error.
+    fn fail(&self, step: PersistStep, e: &std::io::Error) -> PersistError {
+        let error = PersistError::new(step, e);
+        tracing::error!("persistence stopped: {error}");
         let mut d = lock(&self.durable);
-        d.error.get_or_insert(message);
+        let sticky = d.error.get_or_insert(error).clone();
         self.failed.store(true, Ordering::Release);
-        std::io::Error::new(e.kind(), d.error.clone().unwrap_or_default())
+        sticky
+    }
+
+    /// The error that stopped persistence, if it is stopped.
+    pub fn error(&self) -> Option<PersistError> {
+        lock(&self.durable).error.clone()
     }
 
     fn sticky_error(&self) -> Option<std::io::Error> {
-        lock(&self.durable)
-            .error
-            .as_ref()
-            .map(|m| std::io::Error::other(m.clone()))
+        lock(&self.durable).error.clone().map(Into::into)
     }
 
     /// Takes every op gathered so far as framed batches (None if there are none), with the
@@ -305,8 +315,8 @@ impl Persister {
     }
 
     /// Writes and syncs every batch gathered, one sync per batch. The caller holds `writing`.
-    fn commit_locked(&self) -> std::io::Result<()> {
-        if let Some(e) = self.sticky_error() {
+    fn commit_locked(&self) -> Result<(), PersistError> {
+        if let Some(e) = lock(&self.durable).error.clone() {
             return Err(e);
         }
         let (framed, next_seq) = self.take_gathered();
@@ -326,7 +336,7 @@ impl Persister {
     }
 
     /// Writes one framed batch at the journal's end and syncs it. The caller holds `writing`.
-    fn write_batch(&self, batch: &[u8]) -> std::io::Result<()> {
+    fn write_batch(&self, batch: &[u8]) -> Result<(), PersistError> {
         let batch_bytes = batch.len() as u64;
         let (end, mut file_end) = {
             let d = lock(&self.durable);
@@ -334,7 +344,7 @@ impl Persister {
         };
         self.device
             .write_at(JOURNAL_FILE, end, batch)
-            .map_err(|e| self.fail("writing to the journal", &e))?;
+            .map_err(|e| self.fail(PersistStep::WriteJournal, &e))?;
         if end + batch_bytes > file_end {
             // Past the reserved zeros: this sync writes the file system's metadata anyway, so
             // reserve the next RESERVE_BYTES with it. Without the room, go on without.
@@ -352,7 +362,7 @@ impl Persister {
         }
         self.device
             .sync(JOURNAL_FILE)
-            .map_err(|e| self.fail("syncing the journal", &e))?;
+            .map_err(|e| self.fail(PersistStep::SyncJournal, &e))?;
         let mut d = lock(&self.durable);
         d.journal_bytes += batch_bytes;
         d.journal_file_bytes = file_end;
@@ -371,14 +381,14 @@ impl Persister {
         if lock(&self.durable).seq >= target {
             return Ok(());
         }
-        self.commit_locked()
+        self.commit_locked().map_err(Into::into)
     }
 
     /// Writes a checkpoint of `engine` and replaces the journal with what was committed since
     /// (all four steps of [`CheckpointJob`]). Waits for a checkpoint already running. It does
     /// not depend on the journal, so it is tried even after an I/O error; when it starts
     /// after one, its success clears that error and persistence resumes.
-    pub fn checkpoint(&self, engine: &Engine) -> std::io::Result<()> {
+    pub fn checkpoint(&self, engine: &Engine) -> Result<(), PersistError> {
         let mut job = self.checkpoint_begin(engine)?;
         job.write_image()?;
         job.copy_tail()?;
@@ -386,7 +396,7 @@ impl Persister {
     }
 
     /// Step 1 of a checkpoint: encodes the image. Waits for a checkpoint already running.
-    pub fn checkpoint_begin(&self, engine: &Engine) -> std::io::Result<CheckpointJob<'_>> {
+    pub fn checkpoint_begin(&self, engine: &Engine) -> Result<CheckpointJob<'_>, PersistError> {
         {
             let mut running = lock(&self.checkpointing);
             while *running {
@@ -476,7 +486,7 @@ impl Persister {
     /// Clean shutdown: stops the committer and writes a final checkpoint, so that the next
     /// mount has nothing to replay. An error means changes were lost (they never reached the
     /// journal); a failed checkpoint with every change in the journal is only logged.
-    pub fn shutdown(&self, engine: &Engine) -> std::io::Result<()> {
+    pub fn shutdown(&self, engine: &Engine) -> Result<(), PersistError> {
         {
             // Under the lock the committer waits on, so the wakeup cannot fall between its
             // check and its wait.
@@ -656,7 +666,7 @@ impl CheckpointJob<'_> {
     }
 
     /// Step 2: writes and syncs `checkpoint.tmp`.
-    pub fn write_image(&mut self) -> std::io::Result<()> {
+    pub fn write_image(&mut self) -> Result<(), PersistError> {
         let p = self.persister;
         let image = std::mem::take(&mut self.image);
         // In chunks, each sent on to the disk as the next is written: a sync of the whole
@@ -676,7 +686,7 @@ impl CheckpointJob<'_> {
                 p.device.sync(CHECKPOINT_TMP)
             });
         drop(image);
-        result.map_err(|e| p.fail("writing a checkpoint", &e))
+        result.map_err(|e| p.fail(PersistStep::WriteCheckpoint, &e))
     }
 
     /// Appends the old journal's bytes `[copied_to, end)` to `journal.tmp`.
@@ -702,7 +712,7 @@ impl CheckpointJob<'_> {
     }
 
     /// Step 3: starts `journal.tmp` with what has been committed since step 1, and syncs it.
-    pub fn copy_tail(&mut self) -> std::io::Result<()> {
+    pub fn copy_tail(&mut self) -> Result<(), PersistError> {
         let p = self.persister;
         let result = (|| {
             p.device
@@ -727,11 +737,11 @@ impl CheckpointJob<'_> {
             }
             Ok(())
         })();
-        result.map_err(|e| p.fail("writing a checkpoint's journal", &e))
+        result.map_err(|e| p.fail(PersistStep::WriteCheckpointJournal, &e))
     }
 
     /// Step 4: copies the last batches, and puts the new checkpoint and journal in place.
-    pub fn finish(mut self) -> std::io::Result<()> {
+    pub fn finish(mut self) -> Result<(), PersistError> {
         let p = self.persister;
         let _writing = lock(&p.writing);
         let switching = Instant::now();
@@ -757,7 +767,7 @@ impl CheckpointJob<'_> {
         let journal_bytes = match result {
             Ok(bytes) => bytes,
             Err(e) => {
-                let e = p.fail("writing a checkpoint", &e);
+                let e = p.fail(PersistStep::WriteCheckpoint, &e);
                 drop(_writing);
                 p.device.release_replaced();
                 return Err(e);

@@ -12,7 +12,8 @@ use crate::engine::{EngineConfig, State};
 use crate::persist::checkpoint::{self, CheckpointError};
 use crate::persist::codec::DecodeError;
 use crate::persist::device::Device;
-use crate::persist::journal::{self, JournalError, Tail};
+use crate::persist::journal::{self, Batch, JournalError, Scan, Tail};
+use crate::Errno;
 
 pub const CHECKPOINT_FILE: &str = "checkpoint";
 pub const JOURNAL_FILE: &str = "journal";
@@ -73,7 +74,11 @@ pub enum RecoveryError {
         reason: String,
         next_valid_offset: u64,
     },
-    WrongStore(&'static str),
+    /// The checkpoint or the journal (`what`) names another store (`found`).
+    WrongStore {
+        what: &'static str,
+        found: [u8; 16],
+    },
     /// The journal starts after the checkpoint ends: ops in between are missing.
     Gap {
         checkpoint_seq: u64,
@@ -86,7 +91,7 @@ pub enum RecoveryError {
     /// A journaled op does not apply to the state before it.
     Replay {
         seq: u64,
-        error: crate::Errno,
+        error: Errno,
     },
     /// The replayed state breaks an invariant.
     Inconsistent(Vec<String>),
@@ -108,7 +113,7 @@ impl std::fmt::Display for RecoveryError {
                  (from byte {next_valid_offset}); recovering would drop durable changes. \
                  `rampart fsck --repair` truncates it at the damage"
             ),
-            RecoveryError::WrongStore(what) => {
+            RecoveryError::WrongStore { what, .. } => {
                 write!(f, "the {what} belongs to another store")
             }
             RecoveryError::Gap {
@@ -143,6 +148,192 @@ impl std::fmt::Display for RecoveryError {
 
 impl std::error::Error for RecoveryError {}
 
+/// Reports how far a long recovery or check has come (`rampart fsck` draws a progress bar).
+/// Every method has a default that does nothing.
+pub trait Progress {
+    /// A phase begins; `len` is its size in the phase's unit.
+    fn phase(&self, _phase: Phase, _len: u64) {}
+    /// `n` more units of the current phase are done.
+    fn advance(&self, _n: u64) {}
+    /// The current phase is done.
+    fn done(&self) {}
+}
+
+/// Progress reported nowhere.
+pub struct NoProgress;
+
+impl Progress for NoProgress {}
+
+/// The phases of a recovery or a check, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    CheckpointDecode,
+    JournalScan,
+    Replay,
+    Invariants,
+    /// `fsck --repair` repairs the state...
+    Repair,
+    /// ... and starts writing it: from here on a failure may have changed the store.
+    Write,
+}
+
+impl Phase {
+    /// Its number among the four phases of a check (repairing and writing end the fourth).
+    pub fn number(self) -> u32 {
+        match self {
+            Phase::CheckpointDecode => 1,
+            Phase::JournalScan => 2,
+            Phase::Replay => 3,
+            Phase::Invariants | Phase::Repair | Phase::Write => 4,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::CheckpointDecode => "checkpoint decode",
+            Phase::JournalScan => "journal scan",
+            Phase::Replay => "replay",
+            Phase::Invariants => "invariants",
+            Phase::Repair => "repair",
+            Phase::Write => "write",
+        }
+    }
+
+    /// What its length counts.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Phase::CheckpointDecode | Phase::JournalScan => "bytes",
+            Phase::Replay => "ops",
+            Phase::Invariants | Phase::Repair | Phase::Write => "",
+        }
+    }
+}
+
+/// A decoded checkpoint of this store, with the invariants its state breaks (mount refuses
+/// any; `fsck --repair` can mend them).
+pub struct LoadedCheckpoint {
+    pub state: State,
+    pub header: checkpoint::Header,
+    pub problems: Vec<String>,
+}
+
+/// Decodes the checkpoint `bytes` of the store `store_id`.
+pub fn load_checkpoint(
+    bytes: &[u8],
+    store_id: [u8; 16],
+    config: &EngineConfig,
+) -> Result<LoadedCheckpoint, RecoveryError> {
+    let (state, header, problems) =
+        checkpoint::decode_for_repair(bytes, config).map_err(RecoveryError::Checkpoint)?;
+    if header.store_id != store_id {
+        return Err(RecoveryError::WrongStore {
+            what: "checkpoint",
+            found: header.store_id,
+        });
+    }
+    Ok(LoadedCheckpoint {
+        state,
+        header,
+        problems,
+    })
+}
+
+/// Checks that a scanned journal goes with the store and with a state holding every op
+/// before `from_seq`: its store id, and no gap between them. (Its tail is the caller's to
+/// judge: damage refuses a mount, fsck counts what it drops.)
+pub fn journal_fits(
+    scan: &Scan<'_>,
+    store_id: [u8; 16],
+    from_seq: u64,
+) -> Result<(), RecoveryError> {
+    if scan.header.store_id != store_id {
+        return Err(RecoveryError::WrongStore {
+            what: "journal",
+            found: scan.header.store_id,
+        });
+    }
+    if scan.header.base_seq > from_seq {
+        return Err(RecoveryError::Gap {
+            checkpoint_seq: from_seq,
+            journal_base_seq: scan.header.base_seq,
+        });
+    }
+    Ok(())
+}
+
+/// What a replay did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Replayed {
+    pub batches: u64,
+    pub ops_applied: u64,
+    /// Ops the state held already (before `from_seq`).
+    pub ops_skipped: u64,
+}
+
+/// Where a replay stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplayFailure {
+    /// A decoded op does not apply to the state before it; `op` describes it (never its data).
+    NotApplied { seq: u64, op: String, error: Errno },
+    /// An op passed its batch's checksum but does not decode.
+    Undecodable { seq: u64, error: JournalError },
+}
+
+impl ReplayFailure {
+    pub fn seq(&self) -> u64 {
+        match self {
+            ReplayFailure::NotApplied { seq, .. } | ReplayFailure::Undecodable { seq, .. } => *seq,
+        }
+    }
+}
+
+/// The one replay of journal batches onto a state, through the same apply path as live
+/// operations: mount and fsck both use it. Ops before `from_seq` are skipped (the state holds
+/// them). `replayed` counts what was done, also when it stops at a failure.
+pub fn replay(
+    state: &mut State,
+    batches: &[Batch<'_>],
+    from_seq: u64,
+    progress: &dyn Progress,
+    replayed: &mut Replayed,
+) -> Result<(), ReplayFailure> {
+    state.set_replaying(true);
+    let result = batches.iter().try_for_each(|batch| {
+        replayed.batches += 1;
+        let mut failure = None;
+        let decoded = batch.for_each_op(|seq, op| {
+            progress.advance(1);
+            if seq < from_seq {
+                replayed.ops_skipped += 1;
+                return Ok(());
+            }
+            if let Err(error) = state.apply(&op) {
+                let op = crate::fsck::describe_op(&op);
+                failure = Some(ReplayFailure::NotApplied { seq, op, error });
+                return Err(JournalError::Op {
+                    seq,
+                    error: DecodeError::BadValue("op does not apply"),
+                });
+            }
+            replayed.ops_applied += 1;
+            Ok(())
+        });
+        match (failure, decoded) {
+            (Some(failure), _) => Err(failure),
+            (None, Err(error)) => Err(ReplayFailure::Undecodable {
+                seq: match error {
+                    JournalError::Op { seq, .. } => seq,
+                    _ => batch.first_seq,
+                },
+                error,
+            }),
+            (None, Ok(())) => Ok(()),
+        }
+    });
+    state.set_replaying(false);
+    result
+}
+
 /// Rebuilds the state held by `device`.
 pub fn recover(
     device: &dyn Device,
@@ -153,92 +344,36 @@ pub fn recover(
     let (mut state, checkpoint_seq) =
         match device.read(CHECKPOINT_FILE).map_err(RecoveryError::Io)? {
             Some(bytes) => {
-                let (state, header) =
-                    checkpoint::decode(&bytes, config).map_err(RecoveryError::Checkpoint)?;
-                if header.store_id != store_id {
-                    return Err(RecoveryError::WrongStore("checkpoint"));
+                let loaded = load_checkpoint(&bytes, store_id, config)?;
+                if !loaded.problems.is_empty() {
+                    return Err(RecoveryError::Checkpoint(CheckpointError::Inconsistent(
+                        loaded.problems,
+                    )));
                 }
-                (state, Some(header.seq))
+                (loaded.state, Some(loaded.header.seq))
             }
             None => (State::new(config), None),
         };
-    let checkpoint_inodes = state.inodes().count() as u64;
+    let from_seq = checkpoint_seq.unwrap_or(0);
     let mut report = Report {
         checkpoint_seq,
-        checkpoint_inodes,
+        checkpoint_inodes: state.inodes().count() as u64,
         batches_replayed: 0,
         ops_replayed: 0,
         ops_skipped: 0,
         tail: Tail::Clean,
         journal_valid_len: 0,
-        next_seq: checkpoint_seq.unwrap_or(0),
+        next_seq: from_seq,
         volatile_dropped: 0,
         duration: Duration::ZERO,
     };
-    let from_seq = checkpoint_seq.unwrap_or(0);
     let journal = device.read(JOURNAL_FILE).map_err(RecoveryError::Io)?;
-    if journal.is_none() && checkpoint_seq.is_some() {
-        return Err(RecoveryError::JournalMissing);
+    match journal {
+        None if checkpoint_seq.is_some() => return Err(RecoveryError::JournalMissing),
+        None => {}
+        Some(bytes) => replay_journal(&bytes, &mut state, store_id, from_seq, &mut report)?,
     }
-    if let Some(bytes) = journal {
-        let scan = journal::scan(&bytes).map_err(RecoveryError::Journal)?;
-        if scan.header.store_id != store_id {
-            return Err(RecoveryError::WrongStore("journal"));
-        }
-        if scan.header.base_seq > from_seq {
-            return Err(RecoveryError::Gap {
-                checkpoint_seq: from_seq,
-                journal_base_seq: scan.header.base_seq,
-            });
-        }
-        if let Tail::Damaged {
-            offset,
-            reason,
-            next_valid_offset,
-        } = &scan.tail
-        {
-            return Err(RecoveryError::JournalDamaged {
-                offset: *offset,
-                reason: reason.clone(),
-                next_valid_offset: *next_valid_offset,
-            });
-        }
-        state.set_replaying(true);
-        for batch in &scan.batches {
-            report.batches_replayed += 1;
-            let mut replay_error = None;
-            let decoded = batch.for_each_op(|seq, op| {
-                if seq < from_seq {
-                    report.ops_skipped += 1;
-                    return Ok(());
-                }
-                if let Err(error) = state.apply(&op) {
-                    replay_error = Some(RecoveryError::Replay { seq, error });
-                    return Err(JournalError::Op {
-                        seq,
-                        error: DecodeError::BadValue("op does not apply"),
-                    });
-                }
-                report.ops_replayed += 1;
-                Ok(())
-            });
-            if let Some(e) = replay_error {
-                return Err(e);
-            }
-            decoded.map_err(RecoveryError::Journal)?;
-        }
-        state.set_replaying(false);
-        report.tail = scan.tail.clone();
-        report.journal_valid_len = scan.valid_len;
-        if scan.next_seq() < from_seq {
-            // The checkpoint got ahead of this journal (a crash between the checkpoint's
-            // rename and the journal's reset): new batches must not follow these; start a
-            // fresh journal at the checkpoint.
-            report.journal_valid_len = 0;
-        }
-        report.next_seq = report.next_seq.max(scan.next_seq());
-    }
-    report.volatile_dropped = state.drop_volatile();
+    report.volatile_dropped = after_replay(&mut state);
     // The checkpoint's decode has checked every invariant already; check again only what
     // replay or the drop of volatile files changed (a second full check costs 0.5 s at 1M
     // files).
@@ -252,15 +387,52 @@ pub fn recover(
     Ok((state, report))
 }
 
-/// The state recovery starts from when a store has no checkpoint yet: an empty file system
-/// holding only its root directory (for `rampart fsck`, which replays the journal itself).
-pub fn initial_state(config: &EngineConfig) -> State {
-    State::new(config)
+/// Recovery's journal step: scans `bytes`, refuses what does not fit or is damaged, replays
+/// the valid prefix onto `state` and notes it in `report`.
+fn replay_journal(
+    bytes: &[u8],
+    state: &mut State,
+    store_id: [u8; 16],
+    from_seq: u64,
+    report: &mut Report,
+) -> Result<(), RecoveryError> {
+    let scan = journal::scan(bytes).map_err(RecoveryError::Journal)?;
+    journal_fits(&scan, store_id, from_seq)?;
+    if let Tail::Damaged {
+        offset,
+        reason,
+        next_valid_offset,
+    } = &scan.tail
+    {
+        return Err(RecoveryError::JournalDamaged {
+            offset: *offset,
+            reason: reason.clone(),
+            next_valid_offset: *next_valid_offset,
+        });
+    }
+    let mut replayed = Replayed::default();
+    let result = replay(state, &scan.batches, from_seq, &NoProgress, &mut replayed);
+    report.batches_replayed = replayed.batches;
+    report.ops_replayed = replayed.ops_applied;
+    report.ops_skipped = replayed.ops_skipped;
+    result.map_err(|failure| match failure {
+        ReplayFailure::NotApplied { seq, error, .. } => RecoveryError::Replay { seq, error },
+        ReplayFailure::Undecodable { error, .. } => RecoveryError::Journal(error),
+    })?;
+    report.tail = scan.tail.clone();
+    report.journal_valid_len = scan.valid_len;
+    if scan.next_seq() < from_seq {
+        // The checkpoint got ahead of this journal (a crash between the checkpoint's
+        // rename and the journal's reset): new batches must not follow these; start a
+        // fresh journal at the checkpoint.
+        report.journal_valid_len = 0;
+    }
+    report.next_seq = report.next_seq.max(scan.next_seq());
+    Ok(())
 }
 
 /// What recovery does to the state once the journal is replayed, before checking it: removes
 /// every volatile file (all its names), as a restart promises. Returns how many there were.
-/// (`rampart fsck` replays the journal itself and ends the same way.)
 pub fn after_replay(state: &mut State) -> u64 {
     state.drop_volatile()
 }

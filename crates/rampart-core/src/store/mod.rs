@@ -159,56 +159,37 @@ pub fn looks_like_store(path: &Path) -> bool {
 pub struct Store {
     path: PathBuf,
     superblock: Superblock,
-    _lock: File,
+    /// None: opened read-only and never mounted (no lock file, so no daemon holds it).
+    _lock: Option<File>,
+}
+
+/// How a store is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Access {
+    /// To mount or change it: an exclusive lock, the lock file (created if needed) holding
+    /// our pid.
+    Exclusive,
+    /// To read it: a shared lock on the existing lock file, opened read-only; nothing is
+    /// written, so a read-only copy of a store can be checked. Still refused while a daemon
+    /// holds the exclusive lock.
+    ReadOnly,
 }
 
 impl Store {
     /// Opens the store at `path`: checks the superblock and takes the lock.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        let meta = match fs::metadata(path) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(StoreError::Missing(path.to_path_buf()))
-            }
-            Err(e) => return Err(io_err(path)(e)),
-        };
-        if !meta.is_dir() {
-            return Err(StoreError::NotAStore(path.display().to_string()));
-        }
-        let sb_path = path.join(SUPERBLOCK_FILE);
-        let bytes = match fs::read(&sb_path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(StoreError::NotAStore(path.display().to_string()))
-            }
-            Err(e) => return Err(io_err(&sb_path)(e)),
-        };
-        let superblock = Superblock::decode(&bytes, &sb_path.display().to_string())?;
-        let lock_path = path.join(LOCK_FILE);
-        let mut lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&lock_path)
-            .map_err(io_err(&lock_path))?;
-        // SAFETY: flock on a valid open descriptor has no memory-safety preconditions.
-        let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                let mut text = String::new();
-                let _ = lock.read_to_string(&mut text);
-                return Err(StoreError::AlreadyMounted {
-                    path: path.to_path_buf(),
-                    pid: text.trim().parse().ok(),
-                });
-            }
-            return Err(io_err(&lock_path)(err));
-        }
-        lock.set_len(0).map_err(io_err(&lock_path))?;
-        writeln!(lock, "{}", std::process::id()).map_err(io_err(&lock_path))?;
+        Store::open_with(path, Access::Exclusive)
+    }
+
+    /// Opens the store at `path` to read it only (`rampart fsck` without `--repair`): checks
+    /// the superblock and takes a shared lock, writing nothing to the store.
+    pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
+        Store::open_with(path, Access::ReadOnly)
+    }
+
+    fn open_with(path: &Path, access: Access) -> Result<Store, StoreError> {
+        let superblock = read_superblock(path)?;
+        let lock = lock(path, access)?;
         Ok(Store {
             path: path.to_path_buf(),
             superblock,
@@ -223,6 +204,75 @@ impl Store {
     pub fn superblock(&self) -> &Superblock {
         &self.superblock
     }
+}
+
+/// Reads and checks the superblock of the store at `path`.
+fn read_superblock(path: &Path) -> Result<Superblock, StoreError> {
+    let meta = match fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(StoreError::Missing(path.to_path_buf()))
+        }
+        Err(e) => return Err(io_err(path)(e)),
+    };
+    if !meta.is_dir() {
+        return Err(StoreError::NotAStore(path.display().to_string()));
+    }
+    let sb_path = path.join(SUPERBLOCK_FILE);
+    let bytes = match fs::read(&sb_path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(StoreError::NotAStore(path.display().to_string()))
+        }
+        Err(e) => return Err(io_err(&sb_path)(e)),
+    };
+    Superblock::decode(&bytes, &sb_path.display().to_string())
+}
+
+/// Takes the store's lock (see [`Access`]). None: read-only, and there is no lock file.
+fn lock(path: &Path, access: Access) -> Result<Option<File>, StoreError> {
+    let lock_path = path.join(LOCK_FILE);
+    let opened = match access {
+        Access::Exclusive => OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&lock_path),
+        Access::ReadOnly => File::open(&lock_path),
+    };
+    let mut lock = match opened {
+        Ok(file) => file,
+        // Never mounted: no daemon can hold it.
+        Err(e) if access == Access::ReadOnly && e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(None)
+        }
+        Err(e) => return Err(io_err(&lock_path)(e)),
+    };
+    let operation = match access {
+        Access::Exclusive => libc::LOCK_EX,
+        Access::ReadOnly => libc::LOCK_SH,
+    };
+    // SAFETY: flock on a valid open descriptor has no memory-safety preconditions.
+    let rc = unsafe { libc::flock(lock.as_raw_fd(), operation | libc::LOCK_NB) };
+    if rc != 0 {
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            let mut text = String::new();
+            let _ = lock.read_to_string(&mut text);
+            return Err(StoreError::AlreadyMounted {
+                path: path.to_path_buf(),
+                pid: text.trim().parse().ok(),
+            });
+        }
+        return Err(io_err(&lock_path)(err));
+    }
+    if access == Access::Exclusive {
+        lock.set_len(0).map_err(io_err(&lock_path))?;
+        writeln!(lock, "{}", std::process::id()).map_err(io_err(&lock_path))?;
+    }
+    Ok(Some(lock))
 }
 
 #[cfg(test)]
@@ -256,5 +306,33 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let err = Store::open(dir.path()).unwrap_err();
         assert!(err.to_string().contains("not a rampart store"), "{err}");
+    }
+
+    #[test]
+    fn a_read_only_open_shares_the_lock_and_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        mkfs(&path).unwrap();
+        // Never mounted: no lock file, and none is made.
+        let first = Store::open_read_only(&path).unwrap();
+        assert!(!path.join(LOCK_FILE).exists());
+        drop(first);
+        drop(Store::open(&path).unwrap());
+        let a = Store::open_read_only(&path).unwrap();
+        let b = Store::open_read_only(&path).unwrap();
+        // Readers exclude a mount, and a mount excludes readers.
+        assert!(matches!(
+            Store::open(&path),
+            Err(StoreError::AlreadyMounted { .. })
+        ));
+        drop((a, b));
+        let mounted = Store::open(&path).unwrap();
+        match Store::open_read_only(&path) {
+            Err(StoreError::AlreadyMounted { pid, .. }) => {
+                assert_eq!(pid, Some(std::process::id()))
+            }
+            other => panic!("read-only open of a mounted store: {other:?}"),
+        }
+        drop(mounted);
     }
 }

@@ -1,0 +1,110 @@
+//! `fsck --repair`'s last step: repair the state, then write it as a new checkpoint with an
+//! empty journal through the persister, exactly as the daemon's checkpoints are written
+//! (`checkpoint.tmp` synced and renamed, then `journal.tmp` synced and renamed).
+
+use std::sync::Arc;
+
+use super::{counts, Ctx, FsckError, Phase, Report};
+use crate::engine::{Engine, State};
+use crate::persist::checkpoint;
+use crate::persist::persister::{PersistConfig, Persister};
+use crate::persist::recovery::{CHECKPOINT_FILE, JOURNAL_FILE};
+
+/// What the journal phases decided for the write.
+pub(super) struct Plan {
+    /// What the repair does to the journal, for the report.
+    pub journal_repair: Option<String>,
+    /// The first op not in the repaired image.
+    pub next_seq: u64,
+    /// The journal's valid prefix when it is this store's and fits (0: none; a new journal
+    /// is started).
+    pub journal_valid_len: u64,
+}
+
+/// Repairs `state` and, if nothing is left broken, writes it. The report says what was done.
+pub(super) fn repair(
+    r: &mut Report,
+    ctx: &Ctx<'_>,
+    mut state: State,
+    plan: Plan,
+) -> Result<(), FsckError> {
+    ctx.progress.phase(Phase::Repair, 1);
+    if let Some(what) = &plan.journal_repair {
+        r.repairs.push(what.clone());
+    }
+    if let Some(f) = &r.replay.failed {
+        r.repairs.push(format!(
+            "stopped the replay at op {} ({}): dropped it and the {} ops after it",
+            f.seq,
+            f.op,
+            r.replay.ops_not_replayed.saturating_sub(1)
+        ));
+    }
+    r.repairs.extend(state.repair());
+    let left = state.check();
+    if !left.is_empty() {
+        r.unrepairable = Some(format!(
+            "the repair left {} problems (first: {}); nothing was written",
+            left.len(),
+            left[0]
+        ));
+        r.problems
+            .extend(left.into_iter().map(|p| format!("after the repair: {p}")));
+        r.filesystem = Some(counts(&Engine::from_state(state)));
+        return Ok(());
+    }
+    let engine = Arc::new(Engine::from_state(state));
+    // The image must read back before it replaces anything.
+    let image = engine
+        .with_state(|s| checkpoint::encode(s, ctx.store_id, plan.next_seq, crate::time::now_ns()));
+    if let Err(error) = checkpoint::decode(&image, &ctx.config) {
+        return Err(FsckError::ReadBack {
+            store: ctx.path.to_path_buf(),
+            error,
+        });
+    }
+    drop(image);
+    ctx.progress.phase(Phase::Write, 1);
+    let image_bytes = write(ctx, &engine, &plan)?;
+    let fs = counts(&engine);
+    r.repairs.push(format!(
+        "wrote a new checkpoint {} ({image_bytes} bytes, {} inodes, ops before {}) and an \
+         empty journal {}",
+        ctx.file(CHECKPOINT_FILE).display(),
+        fs.inodes,
+        plan.next_seq,
+        ctx.file(JOURNAL_FILE).display()
+    ));
+    r.filesystem = Some(fs);
+    r.repaired = true;
+    r.clean = true;
+    ctx.progress.done();
+    Ok(())
+}
+
+/// Writes the checkpoint of `engine` and an empty journal: a persister continues the journal
+/// (cut at its valid prefix, or a new one), and its shutdown writes the final checkpoint. A
+/// crash in between leaves the old checkpoint with the cut journal, or the new checkpoint
+/// with the old journal, whose readable ops it already covers. Returns the image's length.
+fn write(ctx: &Ctx<'_>, engine: &Arc<Engine>, plan: &Plan) -> Result<u64, FsckError> {
+    let failed = |error| FsckError::Write {
+        store: ctx.path.to_path_buf(),
+        error,
+    };
+    let persister = Persister::start(
+        ctx.device.clone(),
+        ctx.store_id,
+        plan.next_seq,
+        plan.journal_valid_len,
+        PersistConfig::default(),
+    )
+    .map_err(failed)?;
+    persister.attach(engine);
+    // The final checkpoint's failure is sticky even when shutdown forgives it (with no op
+    // pending, a mount would still have the journal): here nothing else is written.
+    let shut = persister.shutdown(engine);
+    if let Some(error) = shut.err().or_else(|| persister.error()) {
+        return Err(failed(error));
+    }
+    Ok(persister.stats().checkpoint_image_bytes)
+}

@@ -1,0 +1,207 @@
+//! The store facade: an open rampart store with its file system in memory and its persister
+//! running. [`Rampart::open`] does what a mount does before serving (lock the store, recover,
+//! start persisting); [`Rampart::close`] ends it with a final checkpoint. `rampart mount` adds
+//! FUSE to it; a program can use the engine directly.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::engine::{Engine, EngineConfig};
+use crate::error::{CloseError, OpenError};
+use crate::persist::device::{Device, DirDevice};
+use crate::persist::persister::{PersistConfig, Persister};
+use crate::persist::recovery::Report;
+use crate::store::Store;
+
+/// How to open a store.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    pub engine: EngineConfig,
+    pub persist: PersistConfig,
+}
+
+/// An open store. Closing it (or dropping it) writes a final checkpoint and releases the lock.
+#[derive(Debug)]
+pub struct Rampart {
+    /// The store's folder, resolved (absolute, without links).
+    path: PathBuf,
+    store_id: [u8; 16],
+    device: Arc<DirDevice>,
+    engine: Arc<Engine>,
+    persister: Arc<Persister>,
+    recovery: Report,
+    /// Holds the store's lock; None once closed.
+    store: Option<Store>,
+}
+
+impl Rampart {
+    /// Opens the store at `store_path`: checks its superblock and takes its lock (a second
+    /// open fails with "already mounted"), recovers its file system (the newest checkpoint
+    /// and the journal's valid prefix) and starts persisting every change (a committer
+    /// thread; checkpoints on threads of their own).
+    pub fn open(store_path: &Path, options: &Options) -> Result<Rampart, OpenError> {
+        let store = Store::open(store_path).map_err(OpenError::Store)?;
+        let folder_error = |error| OpenError::Folder {
+            path: store_path.to_path_buf(),
+            error,
+        };
+        let path = std::fs::canonicalize(store.path()).map_err(folder_error)?;
+        let store_id = store.superblock().store_id;
+        let device = Arc::new(DirDevice::open(path.clone()).map_err(folder_error)?);
+        let as_device: Arc<dyn Device> = device.clone();
+        let (engine, persister, recovery) = crate::persist::open(
+            as_device,
+            store_id,
+            &options.engine,
+            options.persist.clone(),
+        )
+        .map_err(|error| OpenError::Start {
+            path: path.clone(),
+            error,
+        })?;
+        Ok(Rampart {
+            path,
+            store_id,
+            device,
+            engine,
+            persister,
+            recovery,
+            store: Some(store),
+        })
+    }
+
+    /// The file system.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// What makes its changes durable (sync, checkpoints, figures for `rampart status`).
+    pub fn persister(&self) -> &Arc<Persister> {
+        &self.persister
+    }
+
+    /// What recovery found and did when the store was opened.
+    pub fn recovery(&self) -> &Report {
+        &self.recovery
+    }
+
+    /// The store's folder, resolved.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn store_id(&self) -> [u8; 16] {
+        self.store_id
+    }
+
+    /// Closes the store: stops persisting after a final checkpoint, so that the next open has
+    /// nothing to replay, and releases the lock. Err: what was lost, and why.
+    pub fn close(mut self) -> Result<(), CloseError> {
+        self.shut_down()
+    }
+
+    fn shut_down(&mut self) -> Result<(), CloseError> {
+        let Some(store) = self.store.take() else {
+            return Ok(());
+        };
+        let saved = self.persister.shutdown(&self.engine);
+        self.engine.set_sink(None);
+        drop(store);
+        match saved {
+            Err(e) => Err(CloseError::FinalCheckpoint(e)),
+            // The journal was written through the folder's descriptor: if the folder was
+            // deleted meanwhile, so was everything written to it.
+            Ok(()) if self.device.folder_removed() => {
+                Err(CloseError::FolderRemoved(self.path.clone()))
+            }
+            Ok(()) => Ok(()),
+        }
+    }
+}
+
+impl Drop for Rampart {
+    fn drop(&mut self) {
+        if let Err(e) = self.shut_down() {
+            tracing::error!("closing {}: {e}", self.path.display());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::StartError;
+    use crate::store::StoreError;
+    use crate::{Ctx, ROOT_INO};
+
+    fn options() -> Options {
+        Options::default()
+    }
+
+    #[test]
+    fn open_write_close_and_open_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        crate::store::mkfs(&path).unwrap();
+        let fs = Rampart::open(&path, &options()).unwrap();
+        assert_eq!(fs.recovery().checkpoint_seq, None);
+        assert!(matches!(
+            Rampart::open(&path, &options()),
+            Err(OpenError::Store(StoreError::AlreadyMounted { .. }))
+        ));
+        let c = Ctx::library(0, 0);
+        let f = fs
+            .engine()
+            .mknod(&c, ROOT_INO, b"f", libc::S_IFREG | 0o644, 0)
+            .unwrap();
+        fs.engine().write(&c, f.ino, 0, b"kept", false).unwrap();
+        fs.close().unwrap();
+        let fs = Rampart::open(&path, &options()).unwrap();
+        // A clean close leaves a checkpoint and nothing to replay.
+        assert!(fs.recovery().checkpoint_seq.is_some());
+        assert_eq!(fs.recovery().ops_replayed, 0);
+        assert_eq!(fs.engine().lookup_path(b"f").unwrap().size_bytes, 4);
+        drop(fs); // closes too
+        assert!(Rampart::open(&path, &options()).is_ok());
+    }
+
+    #[test]
+    fn open_says_what_failed_and_where() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("none");
+        let e = Rampart::open(&missing, &options()).unwrap_err();
+        assert!(e.to_string().contains("does not exist"), "{e}");
+        let path = dir.path().join("store");
+        crate::store::mkfs(&path).unwrap();
+        drop(Rampart::open(&path, &options()).unwrap());
+        std::fs::remove_file(path.join(crate::persist::recovery::JOURNAL_FILE)).unwrap();
+        let e = Rampart::open(&path, &options()).unwrap_err();
+        assert!(matches!(
+            e,
+            OpenError::Start {
+                error: StartError::Recovery(_),
+                ..
+            }
+        ));
+        let text = e.to_string();
+        assert!(
+            text.starts_with("cannot recover ") && text.contains("journal is missing"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn close_reports_a_removed_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        crate::store::mkfs(&path).unwrap();
+        let fs = Rampart::open(&path, &options()).unwrap();
+        std::fs::remove_dir_all(&path).unwrap();
+        match fs.close() {
+            Err(CloseError::FolderRemoved(p)) => assert!(p.ends_with("store")),
+            // The final checkpoint may fail first, in the folder that is gone.
+            Err(CloseError::FinalCheckpoint(_)) => {}
+            Ok(()) => panic!("closed cleanly although its folder was removed"),
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! `rampart_core::fsck` on real store folders: a crashed store replays clean, a damaged
+//! journal is reported and cut by a repair, a damaged checkpoint is never rewritten, a check
+//! writes nothing and is refused while the store is open.
+
+use std::path::{Path, PathBuf};
+
+use rampart_core::fsck::{self, NoProgress, Phase, Progress, TailReport};
+use rampart_core::persist::journal;
+use rampart_core::persist::recovery::{CHECKPOINT_FILE, JOURNAL_FILE};
+use rampart_core::rampart::Options;
+use rampart_core::{Ctx, Rampart, ROOT_INO};
+
+fn temp_store() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    rampart_core::store::mkfs(&path).expect("mkfs");
+    (dir, path)
+}
+
+/// Writes `files`, one journal batch per file (a sync after each), then stops without a
+/// checkpoint, as a crash would (or with one, as a clean unmount does). Returns the
+/// journal's length after each file.
+fn written(path: &Path, files: &[(&[u8], &[u8])], unmount: bool) -> Vec<u64> {
+    let fs = Rampart::open(path, &Options::default()).expect("open");
+    let c = Ctx::library(0, 0);
+    let mut ends = Vec::new();
+    for (name, data) in files {
+        let f = fs
+            .engine()
+            .mknod(&c, ROOT_INO, name, libc::S_IFREG | 0o644, 0)
+            .expect("mknod");
+        fs.engine().write(&c, f.ino, 0, data, false).expect("write");
+        fs.persister().sync().expect("sync");
+        ends.push(fs.persister().stats().journal_bytes);
+    }
+    if unmount {
+        fs.close().expect("close");
+    } else {
+        // A crash: nothing more is written (no final checkpoint), and the lock goes with
+        // the process (here: its file, since this process lives on holding it).
+        fs.engine().set_sink(None);
+        std::mem::forget(fs);
+        std::fs::remove_file(path.join(rampart_core::store::LOCK_FILE)).unwrap();
+    }
+    ends
+}
+
+const FILES: [(&[u8], &[u8]); 3] = [(b"a", b"first"), (b"b", b"second"), (b"c", b"third")];
+
+fn files_of(path: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<_> = std::fs::read_dir(path)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Counts the phases and ops reported.
+#[derive(Default)]
+struct Counted {
+    phases: std::sync::Mutex<Vec<Phase>>,
+    advanced: std::sync::atomic::AtomicU64,
+}
+
+impl Progress for Counted {
+    fn phase(&self, phase: Phase, _len: u64) {
+        self.phases.lock().unwrap().push(phase);
+    }
+    fn advance(&self, n: u64) {
+        self.advanced
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn a_crashed_store_replays_clean_and_a_check_writes_nothing() {
+    let (_dir, path) = temp_store();
+    written(&path, &FILES, false);
+    let before = files_of(&path);
+    let progress = Counted::default();
+    let r = fsck::check(&path, &progress).expect("fsck");
+    assert!(r.clean, "{:?}", r.problems);
+    assert_eq!(r.journal.batches, 3);
+    assert_eq!(r.replay.ops_applied, r.journal.ops);
+    assert_eq!(r.filesystem.as_ref().unwrap().files, 3);
+    assert_eq!(
+        files_of(&path),
+        before,
+        "a check changed the store (or made a lock)"
+    );
+    let phases = progress.phases.lock().unwrap().clone();
+    assert!(
+        phases.contains(&Phase::Replay) && !phases.contains(&Phase::Write),
+        "{phases:?}"
+    );
+    assert_eq!(
+        progress.advanced.load(std::sync::atomic::Ordering::Relaxed),
+        r.journal.ops
+    );
+}
+
+#[test]
+fn a_check_is_refused_while_the_store_is_open() {
+    let (_dir, path) = temp_store();
+    let fs = Rampart::open(&path, &Options::default()).unwrap();
+    for result in [
+        fsck::check(&path, &NoProgress),
+        fsck::repair(&path, &NoProgress),
+    ] {
+        let e = result.unwrap_err();
+        assert!(e.to_string().contains("already mounted"), "{e}");
+    }
+    fs.close().unwrap();
+    assert!(fsck::check(&path, &NoProgress).unwrap().clean);
+}
+
+#[test]
+fn a_damaged_journal_is_cut_at_the_damage_and_then_clean() {
+    let (_dir, path) = temp_store();
+    let ends = written(&path, &FILES, false);
+    let journal_path = path.join(JOURNAL_FILE);
+    let mut bytes = std::fs::read(&journal_path).unwrap();
+    let damage = ends[0] as usize + journal::BATCH_HEADER_BYTES + 1;
+    bytes[damage] ^= 0x10;
+    std::fs::write(&journal_path, &bytes).unwrap();
+    let r = fsck::check(&path, &NoProgress).unwrap();
+    assert!(!r.clean);
+    match &r.journal.tail {
+        Some(TailReport::Damaged {
+            offset,
+            dropped_batches,
+            dropped_bytes,
+            ..
+        }) => {
+            assert_eq!(*offset, ends[0]);
+            assert_eq!(*dropped_batches, 1);
+            assert_eq!(*dropped_bytes, ends[2] - ends[0]);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        std::fs::read(&journal_path).unwrap(),
+        bytes,
+        "changed without --repair"
+    );
+    let progress = Counted::default();
+    let r = fsck::repair(&path, &progress).unwrap();
+    assert!(r.repaired && r.clean, "{:?}", r.unrepairable);
+    assert!(progress.phases.lock().unwrap().contains(&Phase::Write));
+    assert_eq!(r.filesystem.as_ref().unwrap().files, 1);
+    let again = fsck::check(&path, &NoProgress).unwrap();
+    assert!(again.clean, "{:?}", again.problems);
+    assert_eq!(again.journal.bytes, journal::HEADER_BYTES as u64);
+    // The repaired store opens with the file written before the damage.
+    let fs = Rampart::open(&path, &Options::default()).unwrap();
+    assert_eq!(fs.recovery().ops_replayed, 0);
+    assert!(fs.engine().lookup_path(b"a").is_ok());
+    assert!(fs.engine().lookup_path(b"c").is_err());
+}
+
+#[test]
+fn a_damaged_checkpoint_is_never_rewritten() {
+    let (_dir, path) = temp_store();
+    written(&path, &FILES, true);
+    assert!(fsck::check(&path, &NoProgress).unwrap().clean);
+    let file = path.join(CHECKPOINT_FILE);
+    let mut bytes = std::fs::read(&file).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 1;
+    std::fs::write(&file, &bytes).unwrap();
+    let r = fsck::repair(&path, &NoProgress).unwrap();
+    assert!(!r.clean && !r.repaired);
+    assert!(r.unrepairable.unwrap().contains("cannot be repaired"));
+    assert_eq!(std::fs::read(&file).unwrap(), bytes);
+}
+
+#[test]
+fn a_missing_journal_is_accepted_by_a_repair() {
+    let (_dir, path) = temp_store();
+    written(&path, &FILES, true);
+    std::fs::remove_file(path.join(JOURNAL_FILE)).unwrap();
+    let r = fsck::check(&path, &NoProgress).unwrap();
+    assert!(!r.clean && r.unrepairable.is_none(), "{r:?}");
+    assert!(Rampart::open(&path, &Options::default()).is_err());
+    let r = fsck::repair(&path, &NoProgress).unwrap();
+    assert!(r.repaired, "{r:?}");
+    let fs = Rampart::open(&path, &Options::default()).unwrap();
+    assert!(fs.engine().lookup_path(b"c").is_ok());
+}
