@@ -639,8 +639,12 @@ pub fn run_postmark(
     if let Some(detail) = complaint(&out) {
         return Err(failed(detail));
     }
-    let report = parse_report(&out.stdout)
-        .map_err(|e| failed(format!("{e}; stdout ends: {}", tail(&out.stdout))))?;
+    let report = parse_report(&out.stdout).map_err(|e| {
+        failed(format!(
+            "{e}; stdout ends: {}",
+            cmd::last_lines(&out.stdout, 3)
+        ))
+    })?;
     report.check(cfg).map_err(failed)?;
 
     let at = |i: usize| {
@@ -698,11 +702,6 @@ fn complaint(out: &cmd::Output) -> Option<String> {
         ));
     }
     None
-}
-
-fn tail(text: &str) -> String {
-    let lines: Vec<&str> = text.trim().lines().collect();
-    lines[lines.len().saturating_sub(3)..].join(" | ")
 }
 
 /// postmark's verbose report (after "Time:").
