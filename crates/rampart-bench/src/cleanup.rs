@@ -363,14 +363,17 @@ pub fn sweep_stale() -> Vec<String> {
             dirs.push(dir);
         }
     };
+    // The run folder holding `path`, when its run is dead.
+    let stale_run_dir = |path: &Path| {
+        run_dir_of(path)
+            .filter(|(dir, pid)| dead(*pid) && is_run_dir(dir))
+            .map(|(dir, _)| dir)
+    };
 
     for mnt in current_mount_points().into_iter().rev() {
-        let Some((dir, pid)) = run_dir_of(&mnt) else {
+        let Some(dir) = stale_run_dir(&mnt) else {
             continue;
         };
-        if !dead(pid) || !is_run_dir(&dir) {
-            continue;
-        }
         note_dir(&mut dirs, dir);
         match unmount(&mnt, true, Duration::from_secs(30)) {
             Ok(()) => log.push(format!("unmounted {}", mnt.display())),
@@ -378,12 +381,9 @@ pub fn sweep_stale() -> Vec<String> {
         }
     }
     for (dev, backing) in loop_devices() {
-        let Some((dir, pid)) = run_dir_of(&backing) else {
+        let Some(dir) = stale_run_dir(&backing) else {
             continue;
         };
-        if !dead(pid) || !is_run_dir(&dir) {
-            continue;
-        }
         note_dir(&mut dirs, dir);
         match detach_loop(&dev, &backing) {
             Ok(()) => log.push(format!("detached {dev} ({})", backing.display())),
@@ -399,27 +399,38 @@ pub fn sweep_stale() -> Vec<String> {
             if !dead(pid) || !is_run_dir(&entry.path()) {
                 continue;
             }
-            // The peers' markers name the run's folder on the real disk.
-            for peer_dir in std::fs::read_dir(entry.path())
-                .into_iter()
-                .flatten()
-                .flatten()
-            {
-                let Ok(text) = std::fs::read_to_string(peer_dir.path().join(DISK_DIR_MARKER))
-                else {
-                    continue;
-                };
-                let disk_dir = PathBuf::from(text.trim_end_matches('\n'));
-                if disk_dir.is_absolute()
-                    && disk_dir.file_name() == Some(name.as_os_str())
-                    && is_run_dir(&disk_dir)
-                {
-                    note_dir(&mut dirs, disk_dir);
-                }
+            for disk_dir in marked_disk_dirs(&entry.path(), &name) {
+                note_dir(&mut dirs, disk_dir);
             }
             note_dir(&mut dirs, entry.path());
         }
     }
+    remove_dead_run_dirs(dirs, &mut log);
+    log
+}
+
+/// The run's folders on the real disk that the peers' markers in `shm_run_dir` (named `name`)
+/// name.
+fn marked_disk_dirs(shm_run_dir: &Path, name: &std::ffi::OsStr) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for peer_dir in std::fs::read_dir(shm_run_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let Ok(text) = std::fs::read_to_string(peer_dir.path().join(DISK_DIR_MARKER)) else {
+            continue;
+        };
+        let disk_dir = PathBuf::from(text.trim_end_matches('\n'));
+        if disk_dir.is_absolute() && disk_dir.file_name() == Some(name) && is_run_dir(&disk_dir) {
+            found.push(disk_dir);
+        }
+    }
+    found
+}
+
+/// Removes each of a dead run's folders that nothing is mounted in any more.
+fn remove_dead_run_dirs(dirs: Vec<PathBuf>, log: &mut Vec<String>) {
     let mounts = current_mount_points();
     for dir in dirs {
         if let Some(busy) = mounts.iter().find(|m| m.starts_with(&dir)) {
@@ -438,7 +449,6 @@ pub fn sweep_stale() -> Vec<String> {
             Err(e) => log.push(e.to_string()),
         }
     }
-    log
 }
 
 #[cfg(test)]

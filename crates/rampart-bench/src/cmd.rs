@@ -192,17 +192,7 @@ pub fn run_watching(
             }
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
         }
-        let stop = if cancel.is_set() {
-            Some(BenchError::Interrupted)
-        } else if started.elapsed() > timeout {
-            Some(BenchError::Command {
-                command: line.clone(),
-                detail: format!("timed out after {:.0} s", timeout.as_secs_f64()),
-            })
-        } else {
-            None
-        };
-        if let Some(err) = stop {
+        if let Some(err) = stop_reason(cancel, started, timeout, &line) {
             // SAFETY: kill(2) with a negative pid signals the child's process group, which
             // `process_group(0)` made; it has no memory-safety preconditions.
             unsafe {
@@ -218,15 +208,12 @@ pub fn run_watching(
     let stderr = err_reader.join().unwrap_or_default();
     let elapsed = finished - started;
     if !status.success() {
-        let tail: String = {
-            let text = if stderr.text.trim().is_empty() {
-                &stdout.text
-            } else {
-                &stderr.text
-            };
-            let lines: Vec<&str> = text.trim().lines().collect();
-            lines[lines.len().saturating_sub(5)..].join(" | ")
+        let text = if stderr.text.trim().is_empty() {
+            &stdout.text
+        } else {
+            &stderr.text
         };
+        let tail = last_lines(text, 5);
         return Err(BenchError::Command {
             command: line,
             detail: format!("{status}: {tail}"),
@@ -238,6 +225,31 @@ pub fn run_watching(
         stderr_lines: stderr.lines,
         elapsed,
     })
+}
+
+/// Why a running child must be stopped now: Ctrl-C, or it ran past `timeout`.
+fn stop_reason(
+    cancel: &Cancel,
+    started: Instant,
+    timeout: Duration,
+    line: &str,
+) -> Option<BenchError> {
+    if cancel.is_set() {
+        Some(BenchError::Interrupted)
+    } else if started.elapsed() > timeout {
+        Some(BenchError::Command {
+            command: line.to_string(),
+            detail: format!("timed out after {:.0} s", timeout.as_secs_f64()),
+        })
+    } else {
+        None
+    }
+}
+
+/// The last `count` lines of `text`, joined with " | ": a child's last words, for an error.
+pub(crate) fn last_lines(text: &str, count: usize) -> String {
+    let lines: Vec<&str> = text.trim().lines().collect();
+    lines[lines.len().saturating_sub(count)..].join(" | ")
 }
 
 /// One stream as [`drain`] kept it.

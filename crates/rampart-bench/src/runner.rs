@@ -37,10 +37,7 @@ pub fn select_workloads(only: &[String]) -> Result<Vec<Box<dyn Workload>>> {
         return Ok(all);
     }
     for name in only {
-        if !all
-            .iter()
-            .any(|w| w.id() == name || w.id().starts_with(&format!("{name}-")))
-        {
+        if !all.iter().any(|w| selects(name, w.id())) {
             let known: Vec<&str> = all.iter().map(|w| w.id()).collect();
             return Err(BenchError::Usage(format!(
                 "unknown workload {name:?}; known: {}",
@@ -50,11 +47,14 @@ pub fn select_workloads(only: &[String]) -> Result<Vec<Box<dyn Workload>>> {
     }
     Ok(all
         .into_iter()
-        .filter(|w| {
-            only.iter()
-                .any(|n| w.id() == n || w.id().starts_with(&format!("{n}-")))
-        })
+        .filter(|w| only.iter().any(|name| selects(name, w.id())))
         .collect())
+}
+
+/// Whether the name given to --only selects the workload `id`: the id itself or its prefix
+/// ("postmark" selects "postmark-small").
+fn selects(name: &str, id: &str) -> bool {
+    id == name || id.starts_with(&format!("{name}-"))
 }
 
 pub fn select_peers(names: &[String]) -> Result<Vec<PeerKind>> {
@@ -81,14 +81,7 @@ pub fn select_peers(names: &[String]) -> Result<Vec<PeerKind>> {
 /// An interrupted run still tears down and writes a partial report, then returns
 /// `Err(Interrupted)` only if not even that could be written.
 pub fn run(opts: &BenchOptions) -> Result<(RunResults, PathBuf)> {
-    // SAFETY: geteuid(2) has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err(BenchError::Usage(
-            "rampart bench must run as root: it mounts file systems, sets up loop devices and \
-             drops caches"
-                .into(),
-        ));
-    }
+    require_root()?;
     let workloads = select_workloads(&opts.only)?;
     let peers = select_peers(&opts.peers)?;
     let repetitions = opts
@@ -98,21 +91,8 @@ pub fn run(opts: &BenchOptions) -> Result<(RunResults, PathBuf)> {
     let cancel = Cancel::global();
     let started_at = Instant::now();
     let started = local_time_text();
-    let mut machine_before = crate::machine::describe();
-    // A run killed with -9 leaves mounts and loop devices; clear them before measuring.
-    for done in peer::sweep_stale() {
-        eprintln!("rampart bench: removed leftovers of an earlier run: {done}");
-    }
-    if let Some(fs) = crate::machine::file_system_of(&opts.disk_dir) {
-        machine_before.facts.push((
-            "disk folder (--disk-dir)".into(),
-            format!("{}: {fs}", opts.disk_dir.display()),
-        ));
-    }
-
-    let tag = format!("rampart-bench-{}", std::process::id());
-    let shm_dir = Path::new("/dev/shm").join(&tag);
-    let disk_dir = opts.disk_dir.join(&tag);
+    let machine_before = machine_before(opts);
+    let (shm_dir, disk_dir) = make_run_dirs(opts)?;
     let env = PeerEnv {
         shm_dir: shm_dir.clone(),
         disk_dir: disk_dir.clone(),
@@ -121,19 +101,6 @@ pub fn run(opts: &BenchOptions) -> Result<(RunResults, PathBuf)> {
         profile: opts.profile,
         cancel,
     };
-    // The report folder first: a mistyped --out must not cost a whole run's results.
-    std::fs::create_dir_all(&opts.out).map_err(|e| {
-        BenchError::io(
-            format!("creating the report folder {}", opts.out.display()),
-            e,
-        )
-    })?;
-    make_private_dir(&shm_dir)?;
-    if let Err(e) = make_private_dir(&disk_dir) {
-        let _ = std::fs::remove_dir(&shm_dir);
-        return Err(e);
-    }
-
     let mut results = RunResults {
         started,
         duration_s: 0.0,
@@ -153,64 +120,14 @@ pub fn run(opts: &BenchOptions) -> Result<(RunResults, PathBuf)> {
             .collect(),
         workloads: workloads
             .iter()
-            .map(|w| WorkloadResult {
-                id: w.id(),
-                title: w.title(),
-                source: w.source(),
-                settings: w.settings(opts.profile),
-                plot: w.plot(),
-                cells: peers
-                    .iter()
-                    .map(|&peer| Cell {
-                        peer,
-                        status: CellStatus::NotRun,
-                        runs: Vec::new(),
-                        run_seconds: Vec::new(),
-                        errors: Vec::new(),
-                    })
-                    .collect(),
-            })
+            .map(|w| workload_result(w.as_ref(), opts.profile, &peers))
             .collect(),
         interrupted: false,
     };
-
-    // What cannot run at all is decided up front and said in the report.
-    let mut runnable = vec![vec![true; peers.len()]; workloads.len()];
-    for (wi, w) in workloads.iter().enumerate() {
-        let tools = w.check_tools();
-        for (pi, &peer) in peers.iter().enumerate() {
-            let cell = &mut results.workloads[wi].cells[pi];
-            if let Err(e) = &tools {
-                cell.status = CellStatus::Failed(e.to_string());
-                runnable[wi][pi] = false;
-            } else if let Some(reason) = w.unsupported_on(peer) {
-                cell.status = CellStatus::Unsupported(reason);
-                runnable[wi][pi] = false;
-            }
-        }
-    }
-    for (pi, &peer) in peers.iter().enumerate() {
-        if let Err(e) = peer::check_tools(peer) {
-            results.peers[pi].setup_error = Some(e.to_string());
-            for (wi, w) in results.workloads.iter_mut().enumerate() {
-                if runnable[wi][pi] {
-                    w.cells[pi].status = CellStatus::Failed(format!("peer not available: {e}"));
-                    runnable[wi][pi] = false;
-                }
-            }
-        }
-    }
+    let runnable = runnable_cells(&workloads, &peers, &mut results);
 
     let total_runs: usize = runnable.iter().flatten().filter(|&&r| r).count() * repetitions;
-    let bar = ProgressBar::new(total_runs as u64);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} runs  {wide_msg}",
-        )
-        .expect("valid template"),
-    );
-    bar.enable_steady_tick(Duration::from_millis(200));
-
+    let bar = progress_bar(total_runs);
     let mut schedule = Schedule {
         opts,
         env: &env,
@@ -240,6 +157,123 @@ pub fn run(opts: &BenchOptions) -> Result<(RunResults, PathBuf)> {
     }
     let report = crate::report::write(&results, &opts.out)?;
     Ok((results, report))
+}
+
+fn require_root() -> Result<()> {
+    // SAFETY: geteuid(2) has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(BenchError::Usage(
+            "rampart bench must run as root: it mounts file systems, sets up loop devices and \
+             drops caches"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The machine as the run starts, with the leftovers of an earlier run cleared.
+fn machine_before(opts: &BenchOptions) -> crate::machine::Machine {
+    let mut machine = crate::machine::describe();
+    // A run killed with -9 leaves mounts and loop devices; clear them before measuring.
+    for done in peer::sweep_stale() {
+        eprintln!("rampart bench: removed leftovers of an earlier run: {done}");
+    }
+    if let Some(fs) = crate::machine::file_system_of(&opts.disk_dir) {
+        machine.facts.push((
+            "disk folder (--disk-dir)".into(),
+            format!("{}: {fs}", opts.disk_dir.display()),
+        ));
+    }
+    machine
+}
+
+/// Makes the report folder and the run's private folders in /dev/shm and on the real disk;
+/// the latter two.
+fn make_run_dirs(opts: &BenchOptions) -> Result<(PathBuf, PathBuf)> {
+    let tag = format!("rampart-bench-{}", std::process::id());
+    let shm_dir = Path::new("/dev/shm").join(&tag);
+    let disk_dir = opts.disk_dir.join(&tag);
+    // The report folder first: a mistyped --out must not cost a whole run's results.
+    std::fs::create_dir_all(&opts.out).map_err(|e| {
+        BenchError::io(
+            format!("creating the report folder {}", opts.out.display()),
+            e,
+        )
+    })?;
+    make_private_dir(&shm_dir)?;
+    if let Err(e) = make_private_dir(&disk_dir) {
+        let _ = std::fs::remove_dir(&shm_dir);
+        return Err(e);
+    }
+    Ok((shm_dir, disk_dir))
+}
+
+/// A workload's results before any run: every cell not run yet.
+fn workload_result(w: &dyn Workload, profile: Profile, peers: &[PeerKind]) -> WorkloadResult {
+    WorkloadResult {
+        id: w.id(),
+        title: w.title(),
+        source: w.source(),
+        settings: w.settings(profile),
+        plot: w.plot(),
+        cells: peers
+            .iter()
+            .map(|&peer| Cell {
+                peer,
+                status: CellStatus::NotRun,
+                runs: Vec::new(),
+                run_seconds: Vec::new(),
+                errors: Vec::new(),
+            })
+            .collect(),
+    }
+}
+
+/// Which cells (workload × peer) can run at all; those that cannot say why in `results`.
+/// Decided up front so the report names every gap.
+fn runnable_cells(
+    workloads: &[Box<dyn Workload>],
+    peers: &[PeerKind],
+    results: &mut RunResults,
+) -> Vec<Vec<bool>> {
+    let mut runnable = vec![vec![true; peers.len()]; workloads.len()];
+    for (wi, w) in workloads.iter().enumerate() {
+        let tools = w.check_tools();
+        for (pi, &peer) in peers.iter().enumerate() {
+            let cell = &mut results.workloads[wi].cells[pi];
+            if let Err(e) = &tools {
+                cell.status = CellStatus::Failed(e.to_string());
+                runnable[wi][pi] = false;
+            } else if let Some(reason) = w.unsupported_on(peer) {
+                cell.status = CellStatus::Unsupported(reason);
+                runnable[wi][pi] = false;
+            }
+        }
+    }
+    for (pi, &peer) in peers.iter().enumerate() {
+        if let Err(e) = peer::check_tools(peer) {
+            results.peers[pi].setup_error = Some(e.to_string());
+            for (wi, w) in results.workloads.iter_mut().enumerate() {
+                if runnable[wi][pi] {
+                    w.cells[pi].status = CellStatus::Failed(format!("peer not available: {e}"));
+                    runnable[wi][pi] = false;
+                }
+            }
+        }
+    }
+    runnable
+}
+
+fn progress_bar(total_runs: usize) -> ProgressBar {
+    let bar = ProgressBar::new(total_runs as u64);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} runs  {wide_msg}",
+        )
+        .expect("valid template"),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
 }
 
 struct Schedule<'a> {

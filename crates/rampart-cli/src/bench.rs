@@ -1,6 +1,6 @@
 //! `rampart bench`: the papers' benchmarks on rampart and its peers (crates/rampart-bench).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use rampart_bench::profile::Profile;
@@ -46,36 +46,11 @@ pub struct BenchArgs {
 
 pub fn run(args: BenchArgs) -> ExitCode {
     if args.list {
-        outln!("workloads:");
-        for w in rampart_bench::workload::all() {
-            outln!("  {:<24} {} — {}", w.id(), w.title(), w.source());
-        }
-        outln!("peers:");
-        for p in rampart_bench::peer::PeerKind::ALL {
-            outln!("  {}", p.id());
-        }
+        list();
         return ExitCode::SUCCESS;
     }
     if let Some(dir) = &args.validate {
-        return match rampart_bench::report::validate(dir) {
-            Ok(problems) if problems.is_empty() => {
-                outln!(
-                    "{}: the report is complete and every figure is a number",
-                    dir.display()
-                );
-                ExitCode::SUCCESS
-            }
-            Ok(problems) => {
-                for p in problems {
-                    eprintln!("rampart bench: {p}");
-                }
-                ExitCode::FAILURE
-            }
-            Err(e) => {
-                eprintln!("rampart bench: {e}");
-                ExitCode::FAILURE
-            }
-        };
+        return validate(dir);
     }
     let profile = if args.full {
         Profile::Full
@@ -104,33 +79,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
         command_line: std::env::args().collect::<Vec<_>>().join(" "),
     };
     match rampart_bench::run(&opts) {
-        Ok((results, report)) => {
-            outln!("report: {}", report.display());
-            let failed: Vec<String> = results
-                .workloads
-                .iter()
-                .flat_map(|w| {
-                    w.cells.iter().filter_map(move |c| match &c.status {
-                        rampart_bench::results::CellStatus::Failed(_) => {
-                            Some(format!("{} on {}", w.id, c.peer.id()))
-                        }
-                        _ => None,
-                    })
-                })
-                .collect();
-            if !failed.is_empty() {
-                eprintln!(
-                    "rampart bench: {} run(s) failed, with the reasons in the report: {}",
-                    failed.len(),
-                    failed.join(", ")
-                );
-            }
-            if results.interrupted {
-                eprintln!("rampart bench: interrupted; everything was torn down and the report is partial");
-                return ExitCode::from(130);
-            }
-            ExitCode::SUCCESS
-        }
+        Ok((results, report)) => finished(&results, &report),
         Err(BenchError::Interrupted) => {
             eprintln!("rampart bench: interrupted; everything was torn down");
             ExitCode::from(130)
@@ -140,6 +89,70 @@ pub fn run(args: BenchArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--list`: the workloads and peers.
+fn list() {
+    outln!("workloads:");
+    for w in rampart_bench::workload::all() {
+        outln!("  {:<24} {} — {}", w.id(), w.title(), w.source());
+    }
+    outln!("peers:");
+    for p in rampart_bench::peer::PeerKind::ALL {
+        outln!("  {}", p.id());
+    }
+}
+
+/// `--validate DIR`: checks a written report.
+fn validate(dir: &Path) -> ExitCode {
+    match rampart_bench::report::validate(dir) {
+        Ok(problems) if problems.is_empty() => {
+            outln!(
+                "{}: the report is complete and every figure is a number",
+                dir.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(problems) => {
+            for p in problems {
+                eprintln!("rampart bench: {p}");
+            }
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("rampart bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Says where the report is and which runs failed; 130 when the run was interrupted.
+fn finished(results: &rampart_bench::results::RunResults, report: &Path) -> ExitCode {
+    outln!("report: {}", report.display());
+    let failed: Vec<String> = results
+        .workloads
+        .iter()
+        .flat_map(|w| {
+            w.cells.iter().filter_map(move |c| match &c.status {
+                rampart_bench::results::CellStatus::Failed(_) => {
+                    Some(format!("{} on {}", w.id, c.peer.id()))
+                }
+                _ => None,
+            })
+        })
+        .collect();
+    if !failed.is_empty() {
+        eprintln!(
+            "rampart bench: {} run(s) failed, with the reasons in the report: {}",
+            failed.len(),
+            failed.join(", ")
+        );
+    }
+    if results.interrupted {
+        eprintln!("rampart bench: interrupted; everything was torn down and the report is partial");
+        return ExitCode::from(130);
+    }
+    ExitCode::SUCCESS
 }
 
 fn default_out() -> PathBuf {

@@ -284,23 +284,11 @@ fn cmd_mount(args: MountArgs) -> Result<(), String> {
     let (checkpoint_after_bytes, checkpoint_scales_with_image) = args.checkpoint_after;
     let store = match &args.store {
         Some(s) => s.clone(),
-        None => {
-            let s = rampart_home().join("store");
-            if !rampart_core::store::looks_like_store(&s) {
-                rampart_core::store::mkfs(&s).map_err(|e| e.to_string())?;
-                eprintln!("rampart: created the default store {}", s.display());
-            }
-            s
-        }
+        None => default_store()?,
     };
     let mountpoint = match &args.mountpoint {
         Some(m) => m.clone(),
-        None => {
-            let m = home().join("rampart");
-            std::fs::create_dir_all(&m)
-                .map_err(|e| format!("cannot create mount point {}: {e}", m.display()))?;
-            m
-        }
+        None => default_mountpoint()?,
     };
     let config = daemon::ServeConfig {
         store: store.clone(),
@@ -336,11 +324,42 @@ fn cmd_mount(args: MountArgs) -> Result<(), String> {
     // daemon and wait until it is mounted or has failed.
     daemon::check_mountpoint(&mountpoint)?;
     rampart_core::store::Store::open(&store).map_err(|e| e.to_string())?;
+    let child_args = daemon_child_args(&args, &config);
+    let pid = daemon::spawn_daemon(&child_args, &store.join("rampart.log"))?;
+    outln!(
+        "mounted {} at {} (daemon pid {pid})",
+        store.display(),
+        mountpoint.display()
+    );
+    Ok(())
+}
+
+/// `store` in the rampart home ($RAMPART_HOME, else ~/.local/share/rampart), made on first
+/// use.
+fn default_store() -> Result<PathBuf, String> {
+    let s = rampart_home().join("store");
+    if !rampart_core::store::looks_like_store(&s) {
+        rampart_core::store::mkfs(&s).map_err(|e| e.to_string())?;
+        eprintln!("rampart: created the default store {}", s.display());
+    }
+    Ok(s)
+}
+
+/// `~/rampart`, created when missing.
+fn default_mountpoint() -> Result<PathBuf, String> {
+    let m = home().join("rampart");
+    std::fs::create_dir_all(&m)
+        .map_err(|e| format!("cannot create mount point {}: {e}", m.display()))?;
+    Ok(m)
+}
+
+/// The arguments of `rampart mount --daemon-child` that serve `config` as `args` asked.
+fn daemon_child_args(args: &MountArgs, config: &daemon::ServeConfig) -> Vec<OsString> {
     let mut child_args: Vec<OsString> = vec![
         "mount".into(),
         "--daemon-child".into(),
         "--memory-cap".into(),
-        memory_cap_bytes.to_string().into(),
+        config.memory_cap_bytes.to_string().into(),
         "--threads".into(),
         config.threads.to_string().into(),
         "--writeback-cache".into(),
@@ -354,24 +373,18 @@ fn cmd_mount(args: MountArgs) -> Result<(), String> {
         "--commit-interval".into(),
         format!("{}ms", args.commit_interval.as_millis()).into(),
         "--checkpoint-after".into(),
-        if checkpoint_scales_with_image {
+        if config.checkpoint_scales_with_image {
             "auto".into()
         } else {
-            checkpoint_after_bytes.to_string().into()
+            config.checkpoint_after_bytes.to_string().into()
         },
     ];
     if args.private {
         child_args.push("--private".into());
     }
-    child_args.push(store.clone().into());
-    child_args.push(mountpoint.clone().into());
-    let pid = daemon::spawn_daemon(&child_args, &store.join("rampart.log"))?;
-    outln!(
-        "mounted {} at {} (daemon pid {pid})",
-        store.display(),
-        mountpoint.display()
-    );
-    Ok(())
+    child_args.push(config.store.clone().into());
+    child_args.push(config.mountpoint.clone().into());
+    child_args
 }
 
 fn pid_alive(pid: u32) -> bool {

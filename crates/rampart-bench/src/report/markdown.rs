@@ -310,15 +310,11 @@ fn absolute_table(out: &mut String, results: &RunResults, view: &View) {
         "<!-- numeric-table from=3 absolute workload={} -->",
         view.workload.id
     );
-    out.push_str("| metric | unit |");
-    for column in &view.columns {
-        let _ = write!(out, " {} |", column.kind.id());
-    }
-    out.push_str("\n|---|---|");
-    for _ in &view.columns {
-        out.push_str("--:|");
-    }
-    out.push('\n');
+    table_head(
+        out,
+        "unit",
+        view.columns.iter().map(|c| c.kind.id().to_string()),
+    );
     let mut notes = Notes::default();
     for row in &view.rows {
         let _ = write!(
@@ -389,7 +385,6 @@ fn ratio_table(out: &mut String, results: &RunResults, view: &View) {
         "<!-- numeric-table from=3 ratio workload={} -->",
         view.workload.id
     );
-    out.push_str("| metric | ratio |");
     let others: Vec<&Column> = view
         .columns
         .iter()
@@ -397,14 +392,11 @@ fn ratio_table(out: &mut String, results: &RunResults, view: &View) {
         .filter(|(i, _)| *i != reference_index)
         .map(|(_, c)| c)
         .collect();
-    for column in &others {
-        let _ = write!(out, " vs {} |", column.kind.id());
-    }
-    out.push_str("\n|---|---|");
-    for _ in &others {
-        out.push_str("--:|");
-    }
-    out.push('\n');
+    table_head(
+        out,
+        "ratio",
+        others.iter().map(|c| format!("vs {}", c.kind.id())),
+    );
     let mut notes = Notes::default();
     for row in &view.rows {
         let _ = write!(
@@ -436,6 +428,20 @@ fn ratio_table(out: &mut String, results: &RunResults, view: &View) {
         out.push('\n');
     }
     out.push_str(&notes.render());
+    out.push('\n');
+}
+
+/// A numeric table's header and separator rows: "metric", `second`, then one right-aligned
+/// column per name in `columns`.
+fn table_head(out: &mut String, second: &str, columns: impl Iterator<Item = String>) {
+    let _ = write!(out, "| metric | {second} |");
+    let mut count = 0;
+    for name in columns {
+        let _ = write!(out, " {name} |");
+        count += 1;
+    }
+    out.push_str("\n|---|---|");
+    out.push_str(&"--:|".repeat(count));
     out.push('\n');
 }
 

@@ -260,8 +260,36 @@ fn check_table(
     {
         problems.push(format!("{place}: the second row is not a table separator"));
     }
-    // What results.json says each column may hold (absolute and ratio tables).
-    let allowed: Vec<Option<Vec<String>>> = header
+    let allowed = allowed_figures(table, &header, spec, json);
+    for (r, row) in table[2..].iter().enumerate() {
+        let cells = split_row(row);
+        let row_place = format!("{place}, row {}", r + 1);
+        if cells.len() != header.len() {
+            problems.push(format!(
+                "{row_place}: {} cells, the header has {}",
+                cells.len(),
+                header.len()
+            ));
+            continue;
+        }
+        for (c, cell) in cells.iter().enumerate().skip(spec.first_numeric) {
+            let allowed = allowed.get(c).and_then(Option::as_deref);
+            check_cell(
+                &row_place, &header[c], cell, spec.list, notes, allowed, problems,
+            );
+        }
+    }
+}
+
+/// What results.json says each column of a numeric table may hold (absolute and ratio
+/// tables); None for a column it says nothing about.
+fn allowed_figures(
+    table: &[&str],
+    header: &[String],
+    spec: &TableSpec,
+    json: Option<&Value>,
+) -> Vec<Option<Vec<String>>> {
+    header
         .iter()
         .enumerate()
         .map(|(c, name)| {
@@ -295,49 +323,47 @@ fn check_table(
                 TableKind::Other => None,
             }
         })
-        .collect();
-    for (r, row) in table[2..].iter().enumerate() {
-        let cells = split_row(row);
-        let row_place = format!("{place}, row {}", r + 1);
-        if cells.len() != header.len() {
-            problems.push(format!(
-                "{row_place}: {} cells, the header has {}",
-                cells.len(),
-                header.len()
-            ));
-            continue;
+        .collect()
+}
+
+/// Checks one numeric cell: a figure (or, in a list table, figures split by " / ") that
+/// results.json allows, or "—" with a reason.
+fn check_cell(
+    row_place: &str,
+    column: &str,
+    cell: &str,
+    list: bool,
+    notes: &[String],
+    allowed: Option<&[String]>,
+    problems: &mut Vec<String>,
+) {
+    if let Some(rest) = cell.strip_prefix('—') {
+        let rest = rest.trim();
+        if rest.is_empty() {
+            problems.push(format!("{row_place}, {column}: \"—\" without a reason"));
+        } else if let Err(e) = check_marker(rest, cell, notes) {
+            problems.push(format!("{row_place}, {column}: {e}"));
         }
-        for (c, cell) in cells.iter().enumerate().skip(spec.first_numeric) {
-            let column = &header[c];
-            if let Some(rest) = cell.strip_prefix('—') {
-                let rest = rest.trim();
-                if rest.is_empty() {
-                    problems.push(format!("{row_place}, {column}: \"—\" without a reason"));
-                } else if let Err(e) = check_marker(rest, cell, notes) {
-                    problems.push(format!("{row_place}, {column}: {e}"));
-                }
-                continue;
-            }
-            let parts: Vec<&str> = if spec.list {
-                cell.split(" / ").collect()
-            } else {
-                vec![cell.as_str()]
-            };
-            for part in parts {
-                match parse_figure(part, notes) {
-                    Ok((written, _)) => {
-                        if let Some(Some(allowed)) = allowed.get(c) {
-                            if !allowed.iter().any(|a| a == written) {
-                                problems.push(format!(
-                                    "{row_place}, {column}: {written} is not a median (or ratio \
-                                     of medians) in results.json"
-                                ));
-                            }
-                        }
+        return;
+    }
+    let parts: Vec<&str> = if list {
+        cell.split(" / ").collect()
+    } else {
+        vec![cell]
+    };
+    for part in parts {
+        match parse_figure(part, notes) {
+            Ok((written, _)) => {
+                if let Some(allowed) = allowed {
+                    if !allowed.iter().any(|a| a == written) {
+                        problems.push(format!(
+                            "{row_place}, {column}: {written} is not a median (or ratio \
+                             of medians) in results.json"
+                        ));
                     }
-                    Err(e) => problems.push(format!("{row_place}, {column}: {e}")),
                 }
             }
+            Err(e) => problems.push(format!("{row_place}, {column}: {e}")),
         }
     }
 }

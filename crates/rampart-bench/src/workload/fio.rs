@@ -109,6 +109,89 @@ impl Fio {
         }
     }
 
+    /// What the paper measured with Iozone.
+    fn paper(&self) -> &'static str {
+        match self.pattern {
+            Pattern::Random4k => {
+                "DFS §4.3: Iozone, 4 KiB uniformly random reads and \
+                 writes of previously written blocks, 1, 2, 3, 4, 8, 16 and 32 threads, \
+                 direct I/O (Figure 8) and through the buffer cache (Figure 10: 8 GB \
+                 touched, twice the RAM, cache invalidated by unmounting after each run)"
+            }
+            Pattern::Sequential1m => {
+                "DFS §4.3: Iozone, 1 MiB sequential transfers, \
+                 direct I/O, aggregate of several readers or writers (Figure 7 gives 2 \
+                 threads)"
+            }
+        }
+    }
+
+    /// How much and how long: thread counts, blocks, file sizes, the untimed layout and
+    /// the runtime, as the profile sets them.
+    fn scale_settings(&self, profile: Profile) -> Vec<(String, String)> {
+        let threads = thread_counts(profile);
+        let per_thread = file_bytes_per_thread(profile);
+        vec![
+            (
+                "threads".to_string(),
+                format!(
+                    "{} ({})",
+                    threads
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    profile.pick(
+                        "tiny profile",
+                        "quick profile: fio spends about 0.3 s starting each group, so two points",
+                        "the paper's range in powers of two; it also measured 3"
+                    )
+                ),
+            ),
+            (
+                "access".to_string(),
+                format!(
+                    "{} blocks: rw={} then rw={}",
+                    self.block(),
+                    self.read_rw(),
+                    self.write_rw()
+                ),
+            ),
+            (
+                "files".to_string(),
+                format!(
+                    "one file per thread (data.N for thread N), as Iozone's throughput mode; \
+                     {} MiB each, {} MiB at {} threads (paper: 8 GB touched per buffered run; \
+                     here every peer holds its files in RAM: RAM disks of {} MiB at this \
+                     profile, rampart's data in memory)",
+                    per_thread / MIB,
+                    per_thread / MIB * u64::from(max_threads(profile)),
+                    max_threads(profile),
+                    profile.device_size_bytes() / MIB
+                ),
+            ),
+            (
+                "layout".to_string(),
+                format!(
+                    "before any measurement, not timed: rampart bench writes every file in \
+                     full (1 MiB writes of splitmix64 pseudo-random bytes, seed \
+                     {LAYOUT_SEED:#x}, then fsync), so reads find data and writes overwrite it; \
+                     the bytes do not compress (btrfs zstd gains nothing), and fio's own write \
+                     buffers are pseudo-random too"
+                ),
+            ),
+            (
+                "runtime".to_string(),
+                format!(
+                    "time_based, {} ms for the read run and {} ms for the write run at each \
+                     thread count (fio's runtime of the I/O; its start-up is not timed)",
+                    runtime_ms(profile),
+                    runtime_ms(profile)
+                ),
+            ),
+        ]
+    }
+
     /// The measuring job: a read group, then (stonewall) a write group, `threads` threads each.
     fn job_file(&self, dir: &Path, threads: u32, profile: Profile) -> String {
         format!(
@@ -166,6 +249,45 @@ fn lay_out(dir: &Path, threads: u32, file_bytes: u64, cancel: &Cancel) -> Result
     Ok(())
 }
 
+/// How fio runs on every peer, and why: the same for both patterns and every profile.
+const METHOD: [(&str, &str); 5] = [
+    (
+        "ioengine",
+        "psync (pread/pwrite, one I/O in flight per thread): works the same on every \
+         peer, FUSE included. libaio and io_uring are only asynchronous with O_DIRECT, \
+         and O_DIRECT support differs between the peers (FUSE: up to the daemon; \
+         tmpfs: only since Linux 6.6; the block file systems: yes), so they would \
+         measure different paths on different peers",
+    ),
+    (
+        "direct",
+        "0: buffered, through the page cache, on every peer (for the same reason); the \
+         paper's direct-I/O figures bypassed it",
+    ),
+    (
+        "invalidate",
+        "1: before each run fio drops the files' cached pages (posix_fadvise \
+         DONTNEED). ext4, XFS and btrfs on RAM disks: reads then start from the loop \
+         device (a file in /dev/shm); ext4 on disk: from the disk; fuse-overlayfs and \
+         rampart: the kernel's FUSE page cache is dropped, so reads start from the \
+         daemon; tmpfs: no effect (its page cache is the file itself). Pages read once \
+         stay cached for the rest of the run, so reads come mostly from the page cache \
+         on every peer",
+    ),
+    (
+        "writes",
+        "buffered; end_fsync=1 ends each write run with an fsync of every file, and \
+         its time is inside the runtime fio reports (on rampart and ext4 on disk it \
+         makes the data durable)",
+    ),
+    (
+        "threads, reporting",
+        "thread (fio jobs are threads of one process, as the paper's threads); \
+         group_reporting (the figures are the sum over threads); read and write runs \
+         are separate groups (stonewall), reads first",
+    ),
+];
+
 impl Workload for Fio {
     fn id(&self) -> &'static str {
         match self.pattern {
@@ -191,11 +313,7 @@ impl Workload for Fio {
     }
 
     fn settings(&self, profile: Profile) -> Vec<(String, String)> {
-        let threads = thread_counts(profile);
-        let per_thread = file_bytes_per_thread(profile);
-        let dir = Path::new("<workload directory on the peer>");
-        let mut s =
-            vec![
+        let mut s = vec![
             ("fio".to_string(), fio_version().to_string()),
             (
                 "commands".to_string(),
@@ -203,113 +321,10 @@ impl Workload for Fio {
                  count (job file below, written to the scratch folder)"
                     .to_string(),
             ),
-            (
-                "paper".to_string(),
-                match self.pattern {
-                    Pattern::Random4k => "DFS §4.3: Iozone, 4 KiB uniformly random reads and \
-                        writes of previously written blocks, 1, 2, 3, 4, 8, 16 and 32 threads, \
-                        direct I/O (Figure 8) and through the buffer cache (Figure 10: 8 GB \
-                        touched, twice the RAM, cache invalidated by unmounting after each run)",
-                    Pattern::Sequential1m => "DFS §4.3: Iozone, 1 MiB sequential transfers, \
-                        direct I/O, aggregate of several readers or writers (Figure 7 gives 2 \
-                        threads)",
-                }
-                .to_string(),
-            ),
-            (
-                "threads".to_string(),
-                format!(
-                    "{} ({})",
-                    threads.iter().map(u32::to_string).collect::<Vec<_>>().join(", "),
-                    profile.pick(
-                        "tiny profile",
-                        "quick profile: fio spends about 0.3 s starting each group, so two points",
-                        "the paper's range in powers of two; it also measured 3"
-                    )
-                ),
-            ),
-            (
-                "access".to_string(),
-                format!(
-                    "{} blocks: rw={} then rw={}",
-                    self.block(),
-                    self.read_rw(),
-                    self.write_rw()
-                ),
-            ),
-            (
-                "files".to_string(),
-                format!(
-                    "one file per thread (data.N for thread N), as Iozone's throughput mode; \
-                     {} MiB each, {} MiB at {} threads (paper: 8 GB touched per buffered run; \
-                     here every peer holds its files in RAM: RAM disks of {} MiB at this \
-                     profile, rampart's data in memory)",
-                    per_thread / MIB,
-                    per_thread / MIB * u64::from(max_threads(profile)),
-                    max_threads(profile),
-                    profile.device_size_bytes() / MIB
-                ),
-            ),
-            (
-                "layout".to_string(),
-                format!(
-                    "before any measurement, not timed: rampart bench writes every file in \
-                     full (1 MiB writes of splitmix64 pseudo-random bytes, seed \
-                     {LAYOUT_SEED:#x}, then fsync), so reads find data and writes overwrite it; \
-                     the bytes do not compress (btrfs zstd gains nothing), and fio's own write \
-                     buffers are pseudo-random too"
-                ),
-            ),
-            (
-                "runtime".to_string(),
-                format!(
-                    "time_based, {} ms for the read run and {} ms for the write run at each \
-                     thread count (fio's runtime of the I/O; its start-up is not timed)",
-                    runtime_ms(profile),
-                    runtime_ms(profile)
-                ),
-            ),
-            (
-                "ioengine".to_string(),
-                "psync (pread/pwrite, one I/O in flight per thread): works the same on every \
-                 peer, FUSE included. libaio and io_uring are only asynchronous with O_DIRECT, \
-                 and O_DIRECT support differs between the peers (FUSE: up to the daemon; \
-                 tmpfs: only since Linux 6.6; the block file systems: yes), so they would \
-                 measure different paths on different peers"
-                    .to_string(),
-            ),
-            (
-                "direct".to_string(),
-                "0: buffered, through the page cache, on every peer (for the same reason); the \
-                 paper's direct-I/O figures bypassed it"
-                    .to_string(),
-            ),
-            (
-                "invalidate".to_string(),
-                "1: before each run fio drops the files' cached pages (posix_fadvise \
-                 DONTNEED). ext4, XFS and btrfs on RAM disks: reads then start from the loop \
-                 device (a file in /dev/shm); ext4 on disk: from the disk; fuse-overlayfs and \
-                 rampart: the kernel's FUSE page cache is dropped, so reads start from the \
-                 daemon; tmpfs: no effect (its page cache is the file itself). Pages read once \
-                 stay cached for the rest of the run, so reads come mostly from the page cache \
-                 on every peer"
-                    .to_string(),
-            ),
-            (
-                "writes".to_string(),
-                "buffered; end_fsync=1 ends each write run with an fsync of every file, and \
-                 its time is inside the runtime fio reports (on rampart and ext4 on disk it \
-                 makes the data durable)"
-                    .to_string(),
-            ),
-            (
-                "threads, reporting".to_string(),
-                "thread (fio jobs are threads of one process, as the paper's threads); \
-                 group_reporting (the figures are the sum over threads); read and write runs \
-                 are separate groups (stonewall), reads first"
-                    .to_string(),
-            ),
+            ("paper".to_string(), self.paper().to_string()),
         ];
+        s.extend(self.scale_settings(profile));
+        s.extend(METHOD.map(|(key, text)| (key.to_string(), text.to_string())));
         if self.pattern == Pattern::Random4k {
             s.push((
                 "random offsets".to_string(),
@@ -330,6 +345,7 @@ impl Workload for Fio {
             }
             .to_string(),
         ));
+        let dir = Path::new("<workload directory on the peer>");
         s.push((
             format!(
                 "job file ({} threads; the others differ only in numjobs)",

@@ -636,33 +636,15 @@ pub fn run_postmark(
         command: line.clone(),
         detail,
     };
-    // postmark reports I/O errors ("Error: cannot open ... for writing") on stderr and still
-    // exits 0, so any complaint fails the run.
-    let complaint = out
-        .stderr
-        .lines()
-        .chain(out.stdout.lines())
-        .map(str::trim)
-        .find(|l| {
-            l.starts_with("Error")
-                || l.contains("out of files")
-                || l.starts_with("invalid")
-                || l.contains("decrease the number")
-        });
-    if let Some(first) = complaint {
-        return Err(failed(format!(
-            "postmark reported errors ({} line(s) on stderr), first: {first}",
-            out.stderr_lines
-        )));
+    if let Some(detail) = complaint(&out) {
+        return Err(failed(detail));
     }
-    if !out.stderr.trim().is_empty() {
-        return Err(failed(format!(
-            "postmark wrote to stderr: {}",
-            out.stderr.lines().next().unwrap_or_default()
-        )));
-    }
-    let report = parse_report(&out.stdout)
-        .map_err(|e| failed(format!("{e}; stdout ends: {}", tail(&out.stdout))))?;
+    let report = parse_report(&out.stdout).map_err(|e| {
+        failed(format!(
+            "{e}; stdout ends: {}",
+            cmd::last_lines(&out.stdout, 3)
+        ))
+    })?;
     report.check(cfg).map_err(failed)?;
 
     let at = |i: usize| {
@@ -693,9 +675,33 @@ pub fn run_postmark(
     })
 }
 
-fn tail(text: &str) -> String {
-    let lines: Vec<&str> = text.trim().lines().collect();
-    lines[lines.len().saturating_sub(3)..].join(" | ")
+/// What postmark complained about, if anything. It reports I/O errors ("Error: cannot open
+/// ... for writing") on stderr and still exits 0, so any complaint fails the run.
+fn complaint(out: &cmd::Output) -> Option<String> {
+    let first_complaint = out
+        .stderr
+        .lines()
+        .chain(out.stdout.lines())
+        .map(str::trim)
+        .find(|l| {
+            l.starts_with("Error")
+                || l.contains("out of files")
+                || l.starts_with("invalid")
+                || l.contains("decrease the number")
+        });
+    if let Some(first) = first_complaint {
+        return Some(format!(
+            "postmark reported errors ({} line(s) on stderr), first: {first}",
+            out.stderr_lines
+        ));
+    }
+    if !out.stderr.trim().is_empty() {
+        return Some(format!(
+            "postmark wrote to stderr: {}",
+            out.stderr.lines().next().unwrap_or_default()
+        ));
+    }
+    None
 }
 
 /// postmark's verbose report (after "Time:").

@@ -1,0 +1,377 @@
+//! The file systems under test ("peers") — set up fresh, remounted, measured and torn down.
+//!
+//! Every peer lives in its own folder `<id>-<n>` under the run's private folder in /dev/shm
+//! (mount point, RAM-disk image, fuse-overlayfs' tmpfs) and, for ext4-disk and rampart, under
+//! the run's folder on the real disk (disk image, rampart store). Every step that changes the
+//! machine pushes its undo on the peer's [`UndoStack`], so a failed setup, a teardown and a
+//! dropped peer all undo exactly what was done, last step first.
+//!
+//! The RAM disks follow the papers: NGS (§4.1) and MRAMFS (§5) built each file system with its
+//! defaults on a single RAM-backed block device (a SCSI-emulated memory array; `mtdram` with
+//! 512 MB), and NGS (§4.2) took ext3's default journaling (`data=ordered`) as the reference.
+//! Here the block device is a loop device over a sparse file in /dev/shm, mkfs and mount run
+//! with their defaults, and the only option added is btrfs' `compress=zstd` (issue 4).
+//!
+//! One module per kind of peer (`tmpfs`, `loop_device` for ext4/XFS/btrfs,
+//! `fuse_overlay`, `rampart`); `requirements` checks what a peer needs before setup,
+//! `measure` adds up RAM and store bytes, `describe` words the settings.
+
+mod describe;
+mod fuse_overlay;
+mod loop_device;
+mod measure;
+mod mount_command;
+mod rampart;
+mod requirements;
+mod tmpfs;
+
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::cleanup::{self, UndoStack, DISK_DIR_MARKER};
+use crate::cmd::{self, Cancel};
+use crate::error::{BenchError, Result};
+use crate::profile::Profile;
+use mount_command::MountCommand;
+
+pub use crate::cleanup::sweep_stale;
+pub use requirements::check_tools;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PeerKind {
+    /// `mount -t tmpfs`: volatile, the ramfs bound of Conquest.
+    Tmpfs,
+    /// ext4 on a loop device over a file in /dev/shm.
+    Ext4Ram,
+    /// XFS on a loop device over a file in /dev/shm.
+    XfsRam,
+    /// btrfs with zstd compression on a loop device over a file in /dev/shm.
+    BtrfsRam,
+    /// ext4 on a loop device over a file on the real disk.
+    Ext4Disk,
+    /// fuse-overlayfs over tmpfs: the userspace (FUSE) baseline.
+    #[serde(rename = "fuse-overlayfs")]
+    FuseOverlay,
+    /// rampart, its store on the real disk, default persistence (within 5 s).
+    Rampart,
+}
+
+impl PeerKind {
+    pub const ALL: [PeerKind; 7] = [
+        PeerKind::Rampart,
+        PeerKind::Tmpfs,
+        PeerKind::Ext4Ram,
+        PeerKind::XfsRam,
+        PeerKind::BtrfsRam,
+        PeerKind::Ext4Disk,
+        PeerKind::FuseOverlay,
+    ];
+
+    pub fn id(self) -> &'static str {
+        match self {
+            PeerKind::Tmpfs => "tmpfs",
+            PeerKind::Ext4Ram => "ext4-ram",
+            PeerKind::XfsRam => "xfs-ram",
+            PeerKind::BtrfsRam => "btrfs-ram",
+            PeerKind::Ext4Disk => "ext4-disk",
+            PeerKind::FuseOverlay => "fuse-overlayfs",
+            PeerKind::Rampart => "rampart",
+        }
+    }
+
+    pub fn parse(id: &str) -> Option<PeerKind> {
+        PeerKind::ALL.into_iter().find(|k| k.id() == id)
+    }
+}
+
+/// Where and how peers are made in this run.
+pub struct PeerEnv {
+    /// A private folder in /dev/shm for RAM-disk images and rampart's RAM-side files.
+    pub shm_dir: PathBuf,
+    /// A private folder on the real disk for the disk loop file and rampart's store.
+    pub disk_dir: PathBuf,
+    /// The rampart binary (normally the running executable).
+    pub rampart_bin: PathBuf,
+    /// Extra `rampart mount` options (e.g. `--commit-interval 5s`), named in the report.
+    pub rampart_args: Vec<String>,
+    pub profile: Profile,
+    pub cancel: &'static Cancel,
+}
+
+/// Memory and store bytes a peer holds now.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Usage {
+    /// Bytes of RAM the file system holds for its contents (None when not measurable).
+    pub ram_bytes: Option<u64>,
+    /// Bytes it occupies on persistent storage (None for volatile peers).
+    pub store_bytes: Option<u64>,
+    /// How the two were measured, for the report.
+    pub method: String,
+}
+
+/// A mounted peer. Dropping it without `teardown` still tears it down (best effort).
+pub trait Mounted {
+    fn kind(&self) -> PeerKind;
+    /// The mount point.
+    fn dir(&self) -> &Path;
+    /// Unmount and mount the same data again; the time from the mount command's start until
+    /// the root can be listed.
+    fn remount(&mut self) -> Result<Duration>;
+    fn usage(&self) -> Result<Usage>;
+    /// Devices, mkfs and mount options, exactly as used.
+    fn settings(&self) -> Vec<(String, String)>;
+    fn teardown(self: Box<Self>) -> Result<()>;
+}
+
+/// Longest a mkfs may take (a 4 GiB device takes a second or two).
+const MKFS_TIMEOUT: Duration = Duration::from_secs(120);
+/// Longest a mount (or rampart's checkpoint load) may take.
+const MOUNT_TIMEOUT: Duration = Duration::from_secs(120);
+/// Longest an unmount may take: ext4-disk may have gigabytes of dirty data to write.
+const UNMOUNT_TIMEOUT: Duration = Duration::from_secs(300);
+/// Longest a query (status, version, dumpe2fs) may take.
+const QUERY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Numbers the peers' folders so no two peers of a run share one.
+static SERIAL: AtomicU64 = AtomicU64::new(1);
+
+/// Makes a fresh peer of `kind`. On failure everything done so far is undone; the error says
+/// what failed (and what could not be undone).
+pub fn setup(kind: PeerKind, env: &PeerEnv) -> Result<Box<dyn Mounted>> {
+    env.cancel.check()?;
+    check_tools(kind)?;
+    let started = Instant::now();
+    let mut peer = Peer {
+        kind,
+        mnt: PathBuf::new(),
+        mount_again: None,
+        image: None,
+        backing_tmpfs: None,
+        store: None,
+        rampart_bin: env.rampart_bin.clone(),
+        cancel: env.cancel,
+        settings: Vec::new(),
+        undo: UndoStack::new(),
+    };
+    match peer.build(env) {
+        Ok(()) => {
+            peer.settings.push((
+                "setup time (this run)".into(),
+                format!("{:.2} s", started.elapsed().as_secs_f64()),
+            ));
+            Ok(Box::new(peer))
+        }
+        Err(e) => {
+            let problems = peer.undo.undo_all();
+            if problems.is_empty() {
+                return Err(e);
+            }
+            if matches!(e, BenchError::Interrupted) {
+                for problem in &problems {
+                    eprintln!("rampart bench: cleanup: {problem}");
+                }
+                return Err(e);
+            }
+            Err(BenchError::Other(format!(
+                "{e}; undoing the setup also failed: {}",
+                problems.join("; ")
+            )))
+        }
+    }
+}
+
+/// One mounted peer of any kind.
+struct Peer {
+    kind: PeerKind,
+    mnt: PathBuf,
+    /// How to mount the same data again; None when the data does not outlive an unmount.
+    mount_again: Option<MountCommand>,
+    /// The loop device's image (RAM disks, ext4-disk).
+    image: Option<PathBuf>,
+    /// fuse-overlayfs' tmpfs holding lower, upper and work.
+    backing_tmpfs: Option<PathBuf>,
+    /// rampart's store.
+    store: Option<PathBuf>,
+    rampart_bin: PathBuf,
+    cancel: &'static Cancel,
+    settings: Vec<(String, String)>,
+    undo: UndoStack,
+}
+
+impl Peer {
+    fn set(&mut self, key: &str, value: impl Into<String>) {
+        self.settings.push((key.into(), value.into()));
+    }
+
+    fn run(&self, command: &mut Command, timeout: Duration) -> Result<cmd::Output> {
+        cmd::run(command, self.cancel, timeout)
+    }
+
+    /// Makes `dir` (mode 0700, must not exist: every peer is made fresh) and remembers to
+    /// remove it.
+    fn make_dir(&mut self, dir: &Path) -> Result<()> {
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| BenchError::io(format!("creating {}", dir.display()), e))?;
+        let owned = dir.to_path_buf();
+        self.undo
+            .push(format!("remove {}", dir.display()), move || {
+                cleanup::remove_path(&owned)
+            });
+        Ok(())
+    }
+
+    fn build(&mut self, env: &PeerEnv) -> Result<()> {
+        let name = format!(
+            "{}-{}",
+            self.kind.id(),
+            SERIAL.fetch_add(1, Ordering::Relaxed)
+        );
+        let shm_base = env.shm_dir.join(&name);
+        self.make_dir(&shm_base)?;
+        let mnt = shm_base.join("mnt");
+        create_dir(&mnt)?;
+        // The kernel lists mount points by their real path; compare with that one.
+        self.mnt = resolve(&mnt)?;
+        match self.kind {
+            PeerKind::Tmpfs => self.build_tmpfs(env),
+            PeerKind::Ext4Ram | PeerKind::XfsRam | PeerKind::BtrfsRam => {
+                self.build_loop(env, &shm_base, "/dev/shm (tmpfs: RAM)")
+            }
+            PeerKind::Ext4Disk => {
+                let disk_base = self.make_disk_dir(env, &shm_base, &name)?;
+                let disk = crate::machine::file_system_of(&disk_base)
+                    .map(|fs| format!("the real disk: {fs}"))
+                    .unwrap_or_else(|| "the real disk".into());
+                self.build_loop(env, &disk_base, &disk)
+            }
+            PeerKind::FuseOverlay => self.build_fuse_overlay(env, &shm_base),
+            PeerKind::Rampart => {
+                let disk_base = self.make_disk_dir(env, &shm_base, &name)?;
+                self.build_rampart(env, &disk_base)
+            }
+        }?;
+        self.set(
+            "remount",
+            match self.mount_again {
+                Some(_) => {
+                    "unmount, sync, drop caches, then the same mount command; timed from \
+                            the mount command's start until the root is listed"
+                }
+                None => "not possible: the contents live only while mounted",
+            },
+        );
+        Ok(())
+    }
+
+    /// The peer's folder on the real disk; a marker in its /dev/shm folder names the run's
+    /// disk folder first, so a sweep after `kill -9` finds it.
+    fn make_disk_dir(&mut self, env: &PeerEnv, shm_base: &Path, name: &str) -> Result<PathBuf> {
+        let marker = shm_base.join(DISK_DIR_MARKER);
+        std::fs::write(&marker, format!("{}\n", env.disk_dir.display()))
+            .map_err(|e| BenchError::io(format!("writing {}", marker.display()), e))?;
+        let disk_base = env.disk_dir.join(name);
+        self.make_dir(&disk_base)?;
+        Ok(disk_base)
+    }
+
+    /// Runs `mount` and remembers to unmount (lazily as a last resort, reported).
+    /// The undo is pushed first: a mount cut short by a timeout or Ctrl-C may still have
+    /// happened, and the unmount does nothing when nothing is mounted.
+    fn mount(&mut self, command: MountCommand, mnt: &Path) -> Result<()> {
+        let owned = mnt.to_path_buf();
+        self.undo
+            .push(format!("unmount {}", mnt.display()), move || {
+                cleanup::unmount(&owned, true, UNMOUNT_TIMEOUT)
+            });
+        self.run(&mut command.command(), MOUNT_TIMEOUT)?;
+        Ok(())
+    }
+}
+
+impl Mounted for Peer {
+    fn kind(&self) -> PeerKind {
+        self.kind
+    }
+
+    fn dir(&self) -> &Path {
+        &self.mnt
+    }
+
+    fn remount(&mut self) -> Result<Duration> {
+        let Some(mount) = self.mount_again.clone() else {
+            return Err(BenchError::Other(format!(
+                "{} keeps its contents only while mounted: a remount would lose everything, so \
+                 it cannot be remounted",
+                self.kind.id()
+            )));
+        };
+        self.cancel.check()?;
+        // No lazy unmount here: mounting the same data again while the old mount lingers
+        // would be wrong; a busy mount is an error of the workload.
+        match self.kind {
+            PeerKind::Rampart => rampart::rampart_unmount(&self.rampart_bin, &self.mnt, false)?,
+            _ => cleanup::unmount(&self.mnt, false, UNMOUNT_TIMEOUT)?,
+        }
+        // Recovery starts cold, as after a reboot: nothing of the store in the page cache.
+        drop_caches()?;
+        let started = Instant::now();
+        self.run(&mut mount.command(), MOUNT_TIMEOUT)?;
+        let entries = std::fs::read_dir(&self.mnt)
+            .and_then(|dir| dir.collect::<std::io::Result<Vec<_>>>())
+            .map_err(|e| {
+                BenchError::io(
+                    format!("listing {} after the remount", self.mnt.display()),
+                    e,
+                )
+            });
+        let elapsed = started.elapsed();
+        entries?;
+        Ok(elapsed)
+    }
+
+    fn usage(&self) -> Result<Usage> {
+        match self.kind {
+            PeerKind::Tmpfs => self.tmpfs_usage(),
+            PeerKind::Ext4Ram | PeerKind::XfsRam | PeerKind::BtrfsRam | PeerKind::Ext4Disk => {
+                self.loop_usage()
+            }
+            PeerKind::FuseOverlay => self.fuse_overlay_usage(),
+            PeerKind::Rampart => self.rampart_usage(),
+        }
+    }
+
+    fn settings(&self) -> Vec<(String, String)> {
+        self.settings.clone()
+    }
+
+    fn teardown(mut self: Box<Self>) -> Result<()> {
+        self.undo.undo()
+    }
+}
+
+/// `sync; echo 3 > /proc/sys/vm/drop_caches` — between workloads, as the papers did.
+pub fn drop_caches() -> Result<()> {
+    // SAFETY: sync(2) has no preconditions.
+    unsafe { libc::sync() };
+    std::fs::write("/proc/sys/vm/drop_caches", "3\n")
+        .map_err(|e| BenchError::io("writing /proc/sys/vm/drop_caches (run as root)", e))
+}
+
+/// Makes `dir` (its parent must exist).
+fn create_dir(dir: &Path) -> Result<()> {
+    std::fs::create_dir(dir).map_err(|e| BenchError::io(format!("creating {}", dir.display()), e))
+}
+
+/// The real path of `path`: the kernel lists mount points by theirs.
+fn resolve(path: &Path) -> Result<PathBuf> {
+    std::fs::canonicalize(path)
+        .map_err(|e| BenchError::io(format!("resolving {}", path.display()), e))
+}

@@ -1,0 +1,302 @@
+//! The rampart peer: `rampart mkfs` and `rampart mount` with its store on the real disk, its
+//! settings as `rampart status` reports them, and stopping and unmounting its daemon.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use super::describe::{bytes_or_unknown, bytes_text};
+use super::measure::{process_memory, tree_allocated_bytes};
+use super::mount_command::MountCommand;
+use super::{Peer, PeerEnv, Usage, MKFS_TIMEOUT, MOUNT_TIMEOUT, QUERY_TIMEOUT, UNMOUNT_TIMEOUT};
+use crate::cleanup::{self, run_to_end};
+use crate::cmd;
+use crate::error::{BenchError, Result};
+
+impl Peer {
+    pub(super) fn build_rampart(&mut self, env: &PeerEnv, disk_base: &Path) -> Result<()> {
+        let bin = env.rampart_bin.clone();
+        let store = disk_base.join("store");
+        let mut mkfs = Command::new(&bin);
+        mkfs.arg("mkfs").arg(&store);
+        self.run(&mut mkfs, MKFS_TIMEOUT)?;
+        self.store = Some(store.clone());
+        let mut args: Vec<OsString> = vec![
+            "mount".into(),
+            store.clone().into(),
+            self.mnt.clone().into(),
+        ];
+        args.extend(env.rampart_args.iter().map(OsString::from));
+        let mount = MountCommand::new(bin.clone(), args);
+        let (owned_bin, mnt, owned_store) = (bin.clone(), self.mnt.clone(), store.clone());
+        self.undo
+            .push(format!("rampart umount {}", mnt.display()), move || {
+                // A mount interrupted by Ctrl-C may have left its daemon starting (it runs in
+                // its own session, out of reach of the process-group kill): stop it before
+                // its store is removed, then unmount whatever it managed to mount.
+                let stopped = stop_daemons_of(&owned_store);
+                rampart_unmount(&owned_bin, &mnt, true)?;
+                stopped
+            });
+        self.run(&mut mount.command(), MOUNT_TIMEOUT)?;
+        self.mount_again = Some(mount.clone());
+
+        self.set(
+            "file system",
+            "rampart (FUSE daemon; metadata and small files in RAM, persisted to the store)",
+        );
+        self.set("rampart version", self.version(&bin, &["--version"]));
+        let disk = crate::machine::file_system_of(&store)
+            .map(|fs| format!(" (the real disk: {fs})"))
+            .unwrap_or_default();
+        self.set("store", format!("{}{disk}", store.display()));
+        self.set("mkfs", cmd::describe(&mkfs));
+        self.set("mount", mount.text());
+        self.describe_rampart_options(&env.rampart_args);
+        let mnt = self.mnt.clone();
+        self.describe_mount(&mnt);
+        Ok(())
+    }
+
+    /// The options the mount runs with: as `rampart status` reports them where it does, and
+    /// whether each was given or is the default.
+    fn describe_rampart_options(&mut self, rampart_args: &[String]) {
+        let status = self.rampart_status();
+        let named = |name: &str, default: &str| match option_value(rampart_args, name) {
+            Some(v) => format!("{v} (given)"),
+            None => format!("{default} (default)"),
+        };
+        let interval = match &status {
+            Ok(s) => format!(
+                "{} ms (reported by `rampart status`; {})",
+                s["persistence"]["commit_interval_ms"],
+                named("--commit-interval", "5s")
+            ),
+            Err(_) => named("--commit-interval", "5s"),
+        };
+        self.set(
+            "persistence: commit interval (longest a change waits to be durable)",
+            interval,
+        );
+        self.set(
+            "persistence: fsync",
+            "durable at once: fsync, fdatasync and O_SYNC wait for the journal to reach the \
+             store on the real disk; concurrent fsyncs share one disk sync (README)",
+        );
+        self.set("writeback cache", named("--writeback-cache", "on"));
+        self.set(
+            "no-open (kernel skips OPEN/RELEASE)",
+            named("--no-open", "on"),
+        );
+        self.set(
+            "FUSE worker threads",
+            named("--threads", "twice the cores, at least 4, at most 16"),
+        );
+        let transport = match &status {
+            Ok(s) => format!(
+                "{} (reported by `rampart status`; --fuse-io-uring {})",
+                s["fuse_transport"].as_str().unwrap_or("not reported"),
+                named("--fuse-io-uring", "on")
+            ),
+            Err(_) => named("--fuse-io-uring", "on"),
+        };
+        self.set(
+            "FUSE transport (io_uring: a queue per CPU, when the kernel offers it)",
+            transport,
+        );
+        let cap = match &status {
+            Ok(s) => format!(
+                "{} ({})",
+                s["memory_cap_bytes"]
+                    .as_u64()
+                    .map(bytes_text)
+                    .unwrap_or_default(),
+                named("--memory-cap", "50% of RAM")
+            ),
+            Err(_) => named("--memory-cap", "50% of RAM"),
+        };
+        self.set("memory cap", cap);
+        if let Err(e) = &status {
+            self.set("status", format!("`rampart status --json` failed: {e}"));
+        }
+        if !rampart_args.is_empty() {
+            self.set("extra mount arguments", rampart_args.join(" "));
+        }
+    }
+
+    fn rampart_status(&self) -> Result<serde_json::Value> {
+        let out = self.run(
+            Command::new(&self.rampart_bin)
+                .args(["status", "--json"])
+                .arg(&self.mnt),
+            QUERY_TIMEOUT,
+        )?;
+        serde_json::from_str(&out.stdout).map_err(|e| {
+            BenchError::Other(format!("`rampart status --json` printed no JSON ({e})"))
+        })
+    }
+
+    pub(super) fn rampart_usage(&self) -> Result<Usage> {
+        let status = self.rampart_status()?;
+        let pid = status_pid(&status)
+            .ok_or_else(|| BenchError::Other("`rampart status --json` gave no pid".into()))?;
+        let memory = process_memory(pid)?;
+        let store = self.store.as_deref().expect("rampart has a store");
+        let store_bytes = tree_allocated_bytes(store)?;
+        Ok(Usage {
+            ram_bytes: Some(memory.rss_bytes),
+            store_bytes: Some(store_bytes),
+            method: format!(
+                "RAM: Rss of the daemon (pid {pid} from `rampart status --json`) in {} \
+                 (Pss {}; rampart's own accounting memory_used_bytes {}; the kernel's \
+                 page cache of the mount is not counted); store: allocated bytes \
+                 (st_blocks × 512) of every file in {}",
+                memory.source,
+                bytes_or_unknown(memory.pss_bytes),
+                bytes_or_unknown(status["memory_used_bytes"].as_u64()),
+                store.display()
+            ),
+        })
+    }
+}
+
+/// The daemon's pid in a `rampart status --json` answer.
+fn status_pid(status: &serde_json::Value) -> Option<u32> {
+    status["pid"].as_u64().and_then(|p| u32::try_from(p).ok())
+}
+
+/// Stops (SIGTERM, then SIGKILL after 10 s) every rampart daemon not yet serving a mount whose
+/// command line names `store`, so that no daemon is left behind a removed store. A daemon
+/// that is serving a mount is left to `rampart umount`.
+fn stop_daemons_of(store: &Path) -> Result<()> {
+    let store = store.as_os_str().as_encoded_bytes();
+    let mut stubborn = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        if !(args.contains(&&b"--daemon-child"[..]) && args.contains(&store)) {
+            continue;
+        }
+        // The mount point follows the store in the daemon's arguments; a mounted daemon is
+        // stopped by unmounting, which lets it write its clean checkpoint.
+        let mounted = args
+            .iter()
+            .position(|a| *a == store)
+            .and_then(|i| args.get(i + 1))
+            .map(|m| Path::new(std::ffi::OsStr::from_bytes(m)))
+            .is_some_and(cleanup::is_mounted);
+        if mounted {
+            continue;
+        }
+        let Ok(raw) = libc::pid_t::try_from(pid) else {
+            continue;
+        };
+        // SAFETY: kill(2) sends a signal; it has no memory-safety preconditions.
+        unsafe { libc::kill(raw, libc::SIGTERM) };
+        if !cleanup::wait_for_exit(pid, Duration::from_secs(10)) {
+            // SAFETY: as above.
+            unsafe { libc::kill(raw, libc::SIGKILL) };
+            if !cleanup::wait_for_exit(pid, Duration::from_secs(5)) {
+                stubborn.push(pid);
+            }
+        }
+    }
+    if stubborn.is_empty() {
+        Ok(())
+    } else {
+        Err(BenchError::Other(format!(
+            "rampart daemon(s) {stubborn:?} of a store being removed did not exit"
+        )))
+    }
+}
+
+/// Unmounts a rampart mount with `rampart umount` (which waits for the daemon to finish
+/// writing). When that keeps failing and `lazy_last_resort` is set, falls back to the plain
+/// unmount (lazily if busy) and waits for the daemon, and still returns the failure.
+pub(super) fn rampart_unmount(bin: &Path, mnt: &Path, lazy_last_resort: bool) -> Result<()> {
+    if !cleanup::is_mounted(mnt) {
+        return Ok(());
+    }
+    let daemon = run_to_end(
+        Command::new(bin).args(["status", "--json"]).arg(mnt),
+        QUERY_TIMEOUT,
+    )
+    .ok()
+    .and_then(|out| serde_json::from_str::<serde_json::Value>(&out.stdout).ok())
+    .and_then(|s| status_pid(&s));
+    let mut last_error = None;
+    for attempt in 0..3u32 {
+        if attempt > 0 {
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        match run_to_end(Command::new(bin).arg("umount").arg(mnt), UNMOUNT_TIMEOUT) {
+            Ok(_) => return Ok(()),
+            Err(e) => last_error = Some(e),
+        }
+        if !cleanup::is_mounted(mnt) {
+            break;
+        }
+    }
+    let failure = last_error.map(|e| e.to_string()).unwrap_or_default();
+    if !lazy_last_resort {
+        return Err(BenchError::Other(failure));
+    }
+    let fallback = match cleanup::unmount(mnt, true, UNMOUNT_TIMEOUT) {
+        Ok(()) => "unmounted it with umount".to_string(),
+        Err(e) => e.to_string(),
+    };
+    let waited = match daemon {
+        Some(pid) if !cleanup::wait_for_exit(pid, Duration::from_secs(60)) => {
+            format!("; daemon {pid} still runs after 60 s")
+        }
+        _ => String::new(),
+    };
+    Err(BenchError::Other(format!("{failure}; {fallback}{waited}")))
+}
+
+/// The value given to a `--name value` or `--name=value` option.
+fn option_value(args: &[String], name: &str) -> Option<String> {
+    let prefix = format!("{name}=");
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        if arg == name {
+            return Some(iter.next().cloned().unwrap_or_else(|| "(set)".into()));
+        }
+        if let Some(value) = arg.strip_prefix(&prefix) {
+            return Some(value.to_string());
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn option_values_in_both_spellings() {
+        let args: Vec<String> = ["--commit-interval", "1s", "--writeback-cache=off"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(
+            option_value(&args, "--commit-interval").as_deref(),
+            Some("1s")
+        );
+        assert_eq!(
+            option_value(&args, "--writeback-cache").as_deref(),
+            Some("off")
+        );
+        assert_eq!(option_value(&args, "--threads"), None);
+    }
+}

@@ -1,0 +1,102 @@
+//! What each peer needs from the machine (programs, /dev/fuse, loop devices, kernel file
+//! systems), checked before anything is set up so a missing piece is named with its fix.
+
+use std::path::Path;
+use std::process::Command;
+
+use super::{PeerKind, QUERY_TIMEOUT};
+use crate::cmd::{self, Cancel};
+use crate::error::{BenchError, Result};
+
+/// What `kind` needs: (program, Debian package).
+fn tools_needed(kind: PeerKind) -> Vec<(&'static str, &'static str)> {
+    // On Debian, mount, umount and losetup are in the package "mount" (from util-linux).
+    let mut tools = vec![("mount", "mount"), ("umount", "mount")];
+    match kind {
+        PeerKind::Tmpfs => {}
+        PeerKind::Ext4Ram | PeerKind::Ext4Disk => {
+            tools.extend([("losetup", "mount"), ("mkfs.ext4", "e2fsprogs")])
+        }
+        PeerKind::XfsRam => tools.extend([("losetup", "mount"), ("mkfs.xfs", "xfsprogs")]),
+        PeerKind::BtrfsRam => tools.extend([("losetup", "mount"), ("mkfs.btrfs", "btrfs-progs")]),
+        PeerKind::FuseOverlay => tools.push(("fuse-overlayfs", "fuse-overlayfs")),
+        // `rampart umount` unmounts with fusermount3.
+        PeerKind::Rampart => tools.push(("fusermount3", "fuse3")),
+    }
+    tools
+}
+
+/// The kernel file system a peer mounts, when it needs one beyond FUSE and tmpfs.
+fn kernel_fs(kind: PeerKind) -> Option<&'static str> {
+    match kind {
+        PeerKind::Ext4Ram | PeerKind::Ext4Disk => Some("ext4"),
+        PeerKind::XfsRam => Some("xfs"),
+        PeerKind::BtrfsRam => Some("btrfs"),
+        PeerKind::Tmpfs | PeerKind::FuseOverlay | PeerKind::Rampart => None,
+    }
+}
+
+/// Fails with `Missing` when a tool this peer needs is absent (mkfs.xfs, fuse-overlayfs, ...).
+pub fn check_tools(kind: PeerKind) -> Result<()> {
+    for (tool, package) in tools_needed(kind) {
+        if cmd::which(tool).is_none() {
+            return Err(BenchError::Missing(format!(
+                "{tool}, which the {} peer needs: install the Debian package {package} \
+                 (apt-get install {package})",
+                kind.id()
+            )));
+        }
+    }
+    let fuse = matches!(kind, PeerKind::FuseOverlay | PeerKind::Rampart);
+    if fuse && !Path::new("/dev/fuse").exists() {
+        return Err(BenchError::Missing(format!(
+            "/dev/fuse, which the {} peer needs: load the fuse module (modprobe fuse)",
+            kind.id()
+        )));
+    }
+    if kernel_fs(kind).is_some() && !Path::new("/dev/loop-control").exists() {
+        return Err(BenchError::Missing(format!(
+            "/dev/loop-control, which the {} peer needs: load the loop module (modprobe loop)",
+            kind.id()
+        )));
+    }
+    if let Some(fs) = kernel_fs(kind) {
+        if !kernel_knows(fs) {
+            // mount(8) would load the module itself; try the same now to answer early.
+            if let Some(modprobe) = cmd::which("modprobe") {
+                let _ = cmd::run(
+                    Command::new(modprobe).args(["-q", fs]),
+                    Cancel::global(),
+                    QUERY_TIMEOUT,
+                );
+            }
+            if !kernel_knows(fs) {
+                return Err(BenchError::Missing(format!(
+                    "kernel support for {fs} (not in /proc/filesystems and `modprobe {fs}` \
+                     did not load it), which the {} peer needs",
+                    kind.id()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn kernel_knows(fs: &str) -> bool {
+    std::fs::read_to_string("/proc/filesystems").is_ok_and(|text| {
+        text.lines()
+            .any(|l| l.split_whitespace().last() == Some(fs))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_peer_names_its_tools_packages() {
+        for kind in PeerKind::ALL {
+            assert!(!tools_needed(kind).is_empty(), "{}", kind.id());
+        }
+    }
+}
