@@ -33,12 +33,21 @@ use crate::memory::file_data::{FileData, CHUNK_BYTES};
 use crate::namespace::dir::{Dir, NAME_LEN_MAX};
 use crate::namespace::inode::{Inode, Payload};
 use crate::persist::codec::{get_bytes, get_varint, get_zigzag, put_bytes, put_varint, put_zigzag};
+use crate::persist::header::{self, Fields, Frame, HeaderError};
 use crate::time::TimeNs;
 use crate::xattr::{self, Xattrs};
 
 pub const MAGIC: [u8; 8] = *b"RPCHKPT\0";
 pub const VERSION: u32 = 1;
-pub const HEADER_BYTES: usize = 64;
+pub const HEADER_BYTES: usize = header::HEADER_BYTES;
+const FRAME: Frame = Frame {
+    magic: MAGIC,
+    version: VERSION,
+};
+/// Offsets of the checkpoint's own header fields (bytes 56..60 are zero).
+const SEQ_AT: usize = header::FIELDS_AT;
+const CREATED_NS_AT: usize = SEQ_AT + 8;
+const BODY_LEN_AT: usize = CREATED_NS_AT + 8;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
@@ -50,36 +59,31 @@ pub struct Header {
 }
 
 impl Header {
-    fn encode(&self) -> [u8; HEADER_BYTES] {
-        let mut out = [0u8; HEADER_BYTES];
-        out[0..8].copy_from_slice(&MAGIC);
-        out[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        out[16..32].copy_from_slice(&self.store_id);
-        out[32..40].copy_from_slice(&self.seq.to_le_bytes());
-        out[40..48].copy_from_slice(&self.created_ns.to_le_bytes());
-        out[48..56].copy_from_slice(&self.body_len.to_le_bytes());
-        let crc = crc32c::crc32c(&out[..60]);
-        out[60..64].copy_from_slice(&crc.to_le_bytes());
-        out
+    pub fn encode(&self) -> [u8; HEADER_BYTES] {
+        let mut fields = Fields::default();
+        fields.put_u64(SEQ_AT, self.seq);
+        fields.put_i64(CREATED_NS_AT, self.created_ns);
+        fields.put_u64(BODY_LEN_AT, self.body_len);
+        FRAME.encode(&header::Header {
+            version: VERSION,
+            flags: 0,
+            store_id: self.store_id,
+            fields,
+        })
     }
 
+    /// Decodes the header at the start of a checkpoint (the flags are not read).
     pub fn decode(bytes: &[u8]) -> Result<Header, CheckpointError> {
-        if bytes.len() < HEADER_BYTES || bytes[0..8] != MAGIC {
-            return Err(CheckpointError::Format("not a rampart checkpoint".into()));
-        }
-        if crc32c::crc32c(&bytes[..60]) != u32::from_le_bytes(bytes[60..64].try_into().expect("4"))
-        {
-            return Err(CheckpointError::Format("header checksum mismatch".into()));
-        }
-        let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4"));
-        if version != VERSION {
-            return Err(CheckpointError::Version(version));
-        }
+        let header = FRAME.decode(bytes).map_err(|e| match e {
+            HeaderError::Short { .. } | HeaderError::BadMagic => bad("not a rampart checkpoint"),
+            HeaderError::BadChecksum => bad("header checksum mismatch"),
+            HeaderError::UnsupportedVersion { found, .. } => CheckpointError::Version(found),
+        })?;
         Ok(Header {
-            store_id: bytes[16..32].try_into().expect("16"),
-            seq: u64::from_le_bytes(bytes[32..40].try_into().expect("8")),
-            created_ns: i64::from_le_bytes(bytes[40..48].try_into().expect("8")),
-            body_len: u64::from_le_bytes(bytes[48..56].try_into().expect("8")),
+            store_id: header.store_id,
+            seq: header.fields.u64(SEQ_AT),
+            created_ns: header.fields.i64(CREATED_NS_AT),
+            body_len: header.fields.u64(BODY_LEN_AT),
         })
     }
 }

@@ -3,6 +3,7 @@
 pub mod checkpoint;
 pub mod codec;
 pub mod device;
+pub mod header;
 pub mod journal;
 pub mod persister;
 pub mod recovery;
