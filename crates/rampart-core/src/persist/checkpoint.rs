@@ -291,6 +291,45 @@ pub fn decode_for_repair(
     bytes: &[u8],
     config: &EngineConfig,
 ) -> Result<(State, Header, Vec<String>), CheckpointError> {
+    let (header, body) = checked_body(bytes)?;
+    let mut input = body;
+    let input = &mut input;
+    let next_generation = varint_u32(input, "next generation")?;
+    let owners = read_owners(input)?;
+    let inode_count = count(input, "inode count")?;
+    let mut inodes = Vec::with_capacity(inode_count);
+    let mut entries: Vec<(Ino, DirEntries<'_>)> = Vec::new();
+    let mut ino: Ino = 0;
+    let mut prev_mtime = header.created_ns;
+    for _ in 0..inode_count {
+        let delta = varint(input, "inode number")?;
+        if delta == 0 {
+            return Err(bad("inode numbers not increasing"));
+        }
+        ino = ino
+            .checked_add(delta)
+            .ok_or_else(|| bad("inode number overflow"))?;
+        let (inode, dir_entries) = read_inode(input, ino, &owners, prev_mtime)?;
+        prev_mtime = inode.mtime_ns;
+        if let Some(list) = dir_entries {
+            entries.push((ino, list));
+        }
+        inodes.push((ino, inode));
+    }
+    if !input.is_empty() {
+        return Err(bad(format!(
+            "{} bytes left after the last inode",
+            input.len()
+        )));
+    }
+    insert_entries(&mut inodes, entries)?;
+    let (state, problems) = State::from_inodes(config, next_generation, inodes)
+        .map_err(CheckpointError::Inconsistent)?;
+    Ok((state, header, problems))
+}
+
+/// The header and the body, once the length the header gives and the body's checksum match.
+fn checked_body(bytes: &[u8]) -> Result<(Header, &[u8]), CheckpointError> {
     let header = Header::decode(bytes)?;
     let body_end = (HEADER_BYTES as u64)
         .checked_add(header.body_len)
@@ -307,9 +346,14 @@ pub fn decode_for_repair(
     if crc32c::crc32c(body) != crc {
         return Err(bad("body checksum mismatch"));
     }
-    let mut input = body;
-    let input = &mut input;
-    let next_generation = varint_u32(input, "next generation")?;
+    Ok((header, body))
+}
+
+/// One entry of the owners table: (mode, uid, gid, durability byte).
+type Owner = (u32, u32, u32, u8);
+
+/// The owners table; every mode in it names a file type.
+fn read_owners(input: &mut &[u8]) -> Result<Vec<Owner>, CheckpointError> {
     let owner_count = count(input, "owner count")?;
     let mut owners = Vec::with_capacity(owner_count);
     for _ in 0..owner_count {
@@ -323,107 +367,116 @@ pub fn decode_for_repair(
             crate::persist::codec::get_u8(input).map_err(|e| bad(format!("durability: {e}")))?;
         owners.push((mode, uid, gid, durability));
     }
-    let inode_count = count(input, "inode count")?;
-    let mut inodes = Vec::with_capacity(inode_count);
-    let mut entries: Vec<(Ino, DirEntries<'_>)> = Vec::new();
-    let mut kinds: HashMap<Ino, u8> = HashMap::with_capacity(inode_count);
-    let mut ino: Ino = 0;
-    let mut prev_mtime = header.created_ns;
-    for _ in 0..inode_count {
-        let delta = varint(input, "inode number")?;
-        if delta == 0 {
-            return Err(bad("inode numbers not increasing"));
+    Ok(owners)
+}
+
+/// One inode after its number: its attributes, payload and xattrs. A directory's entries are
+/// returned beside it, to be inserted once every inode is known.
+fn read_inode<'a>(
+    input: &mut &'a [u8],
+    ino: Ino,
+    owners: &[Owner],
+    prev_mtime: TimeNs,
+) -> Result<(Inode, Option<DirEntries<'a>>), CheckpointError> {
+    let generation = varint_u32(input, "generation")?;
+    let owner = varint(input, "owner index")? as usize;
+    let &(mode, uid, gid, durability) = owners
+        .get(owner)
+        .ok_or_else(|| bad(format!("owner index {owner} past the table")))?;
+    let nlink = varint_u32(input, "nlink")?;
+    let mtime_ns = prev_mtime.wrapping_add(zigzag(input, "mtime")?);
+    let ctime_ns = mtime_ns.wrapping_add(zigzag(input, "ctime")?);
+    let atime_ns = mtime_ns.wrapping_add(zigzag(input, "atime")?);
+    let kind = FileKind::from_mode(mode).expect("checked with the table");
+    let (payload, size_bytes, entries) = read_payload(input, kind)?;
+    let xattrs = read_xattrs(input, ino)?;
+    let inode = Inode {
+        mode,
+        uid,
+        gid,
+        nlink,
+        generation,
+        durability,
+        lookups: AtomicU64::new(0),
+        size_bytes,
+        atime_ns: AtomicI64::new(atime_ns),
+        mtime_ns,
+        ctime_ns,
+        payload,
+        xattrs: (!xattrs.is_empty()).then(|| Box::new(xattrs)),
+    };
+    Ok((inode, entries))
+}
+
+/// The payload of an inode of `kind`, its size, and a directory's entries.
+fn read_payload<'a>(
+    input: &mut &'a [u8],
+    kind: FileKind,
+) -> Result<(Payload, u64, Option<DirEntries<'a>>), CheckpointError> {
+    Ok(match kind {
+        FileKind::RegularFile => {
+            let size_bytes = varint(input, "file size")?;
+            let n = count(input, "chunk count")?;
+            let mut chunks = Vec::with_capacity(n);
+            let mut next_index = 0usize;
+            for _ in 0..n {
+                let index = next_index
+                    .checked_add(varint(input, "chunk index")? as usize)
+                    .ok_or_else(|| bad("chunk index overflow"))?;
+                chunks.push((index, field_bytes(input, CHUNK_BYTES, "chunk")?.to_vec()));
+                next_index = index + 1;
+            }
+            let data = FileData::from_chunks(chunks).map_err(bad)?;
+            data.check(size_bytes).map_err(bad)?;
+            (Payload::File(data), size_bytes, None)
         }
-        ino = ino
-            .checked_add(delta)
-            .ok_or_else(|| bad("inode number overflow"))?;
-        let generation = varint_u32(input, "generation")?;
-        let owner = varint(input, "owner index")? as usize;
-        let &(mode, uid, gid, durability) = owners
-            .get(owner)
-            .ok_or_else(|| bad(format!("owner index {owner} past the table")))?;
-        let nlink = varint_u32(input, "nlink")?;
-        let mtime_ns = prev_mtime.wrapping_add(zigzag(input, "mtime")?);
-        prev_mtime = mtime_ns;
-        let ctime_ns = mtime_ns.wrapping_add(zigzag(input, "ctime")?);
-        let atime_ns = mtime_ns.wrapping_add(zigzag(input, "atime")?);
-        let kind = FileKind::from_mode(mode).expect("checked with the table");
-        let mut size_bytes = 0;
-        let payload = match kind {
-            FileKind::RegularFile => {
-                size_bytes = varint(input, "file size")?;
-                let n = count(input, "chunk count")?;
-                let mut chunks = Vec::with_capacity(n);
-                let mut next_index = 0usize;
-                for _ in 0..n {
-                    let index = next_index
-                        .checked_add(varint(input, "chunk index")? as usize)
-                        .ok_or_else(|| bad("chunk index overflow"))?;
-                    chunks.push((index, field_bytes(input, CHUNK_BYTES, "chunk")?.to_vec()));
-                    next_index = index + 1;
-                }
-                let data = FileData::from_chunks(chunks).map_err(bad)?;
-                data.check(size_bytes).map_err(bad)?;
-                Payload::File(data)
+        FileKind::Directory => {
+            let parent = varint(input, "parent")?;
+            let n = count(input, "entry count")?;
+            let mut list = Vec::with_capacity(n);
+            for _ in 0..n {
+                let child = varint(input, "entry inode")?;
+                list.push((child, field_bytes(input, NAME_LEN_MAX, "entry name")?));
             }
-            FileKind::Directory => {
-                let parent = varint(input, "parent")?;
-                let n = count(input, "entry count")?;
-                let mut list = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let child = varint(input, "entry inode")?;
-                    list.push((child, field_bytes(input, NAME_LEN_MAX, "entry name")?));
-                }
-                entries.push((ino, list));
-                Payload::Dir(Box::new(Dir::new(parent)))
-            }
-            FileKind::Symlink => {
-                let target = field_bytes(input, crate::engine::SYMLINK_TARGET_LEN_MAX, "target")?;
-                size_bytes = target.len() as u64;
-                Payload::Symlink(target.into())
-            }
-            FileKind::CharDevice | FileKind::BlockDevice => Payload::Special {
-                rdev: varint_u32(input, "rdev")?,
-            },
-            FileKind::NamedPipe | FileKind::Socket => Payload::Special { rdev: 0 },
-        };
-        let n = count(input, "xattr count")?;
-        let mut xattrs = Xattrs::default();
-        for _ in 0..n {
-            let name = field_bytes(input, xattr::NAME_LEN_MAX, "xattr name")?;
-            let value = field_bytes(input, xattr::VALUE_LEN_MAX, "xattr value")?;
-            xattrs
-                .check_set(name, value, xattr::XATTR_CREATE)
-                .map_err(|e| bad(format!("xattr of inode {ino}: {e}")))?;
-            xattrs.set(name, value);
+            (Payload::Dir(Box::new(Dir::new(parent))), 0, Some(list))
         }
-        kinds.insert(ino, kind_tag(kind));
-        inodes.push((
-            ino,
-            Inode {
-                mode,
-                uid,
-                gid,
-                nlink,
-                generation,
-                durability,
-                lookups: AtomicU64::new(0),
-                size_bytes,
-                atime_ns: AtomicI64::new(atime_ns),
-                mtime_ns,
-                ctime_ns,
-                payload,
-                xattrs: (!xattrs.is_empty()).then(|| Box::new(xattrs)),
-            },
-        ));
+        FileKind::Symlink => {
+            let target = field_bytes(input, crate::engine::SYMLINK_TARGET_LEN_MAX, "target")?;
+            (Payload::Symlink(target.into()), target.len() as u64, None)
+        }
+        FileKind::CharDevice | FileKind::BlockDevice => {
+            let rdev = varint_u32(input, "rdev")?;
+            (Payload::Special { rdev }, 0, None)
+        }
+        FileKind::NamedPipe | FileKind::Socket => (Payload::Special { rdev: 0 }, 0, None),
+    })
+}
+
+/// An inode's xattrs, each checked as a new one would be.
+fn read_xattrs(input: &mut &[u8], ino: Ino) -> Result<Xattrs, CheckpointError> {
+    let n = count(input, "xattr count")?;
+    let mut xattrs = Xattrs::default();
+    for _ in 0..n {
+        let name = field_bytes(input, xattr::NAME_LEN_MAX, "xattr name")?;
+        let value = field_bytes(input, xattr::VALUE_LEN_MAX, "xattr value")?;
+        xattrs
+            .check_set(name, value, xattr::XATTR_CREATE)
+            .map_err(|e| bad(format!("xattr of inode {ino}: {e}")))?;
+        xattrs.set(name, value);
     }
-    if !input.is_empty() {
-        return Err(bad(format!(
-            "{} bytes left after the last inode",
-            input.len()
-        )));
-    }
-    // Entries go in once every inode is known, with the kind of the inode they name.
+    Ok(xattrs)
+}
+
+/// Inserts each directory's entries, now that every inode is known, with the kind of the
+/// inode each names.
+fn insert_entries(
+    inodes: &mut [(Ino, Inode)],
+    entries: Vec<(Ino, DirEntries<'_>)>,
+) -> Result<(), CheckpointError> {
+    let kinds: HashMap<Ino, u8> = inodes
+        .iter()
+        .map(|(ino, inode)| (*ino, kind_tag(inode.kind())))
+        .collect();
     let by_ino: HashMap<Ino, usize> = inodes
         .iter()
         .enumerate()
@@ -452,9 +505,7 @@ pub fn decode_for_repair(
             dir.insert(name, child, kind);
         }
     }
-    let (state, problems) = State::from_inodes(config, next_generation, inodes)
-        .map_err(CheckpointError::Inconsistent)?;
-    Ok((state, header, problems))
+    Ok(())
 }
 
 #[cfg(test)]
