@@ -27,7 +27,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64};
 
-use crate::attr::{FileKind, Ino};
+use crate::attr::{FileKind, Ino, ROOT_INO};
 use crate::engine::{EngineConfig, State};
 use crate::memory::file_data::{FileData, CHUNK_BYTES};
 use crate::namespace::dir::{Dir, NAME_LEN_MAX};
@@ -322,6 +322,16 @@ pub fn decode_for_repair(
             input.len()
         )));
     }
+    // The encoder leaves out inodes without links; a root without them would be left out of
+    // the next image, and the store would have no root.
+    if inodes
+        .iter()
+        .any(|(ino, i)| *ino == ROOT_INO && i.nlink == 0)
+    {
+        return Err(CheckpointError::Inconsistent(vec![
+            "the root directory has no links".into(),
+        ]));
+    }
     insert_entries(&mut inodes, entries)?;
     let (state, problems) = State::from_inodes(config, next_generation, inodes)
         .map_err(CheckpointError::Inconsistent)?;
@@ -511,7 +521,6 @@ fn insert_entries(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attr::ROOT_INO;
     use crate::engine::{Ctx, Engine};
 
     fn sample() -> Engine {
@@ -647,6 +656,46 @@ mod tests {
                 let problems = Engine::from_state(state).check();
                 proptest::prop_assert!(problems.is_empty(), "{:?}", problems);
             }
+        }
+    }
+
+    /// Found by the fuzzer: a root whose link count reads 0 passed the engine's checks, and
+    /// the next checkpoint (which leaves out inodes without links) had no root.
+    #[test]
+    fn a_root_without_links_is_refused() {
+        let mut image = sample().with_state(|s| encode(s, [3; 16], 42, 5));
+        // The root is the first inode: after next_generation and the owners table come the
+        // inode count, its number delta (1), generation, owner index (0) and nlink.
+        let mut input = &image[HEADER_BYTES..];
+        varint(&mut input, "").unwrap();
+        let owners = varint(&mut input, "").unwrap();
+        for _ in 0..owners {
+            for _ in 0..3 {
+                varint(&mut input, "").unwrap();
+            }
+            input = &input[1..];
+        }
+        varint(&mut input, "").unwrap();
+        assert_eq!(varint(&mut input, "").unwrap(), 1);
+        varint(&mut input, "").unwrap();
+        assert_eq!(varint(&mut input, "").unwrap(), 0);
+        let nlink_at = image.len() - input.len();
+        assert_eq!(
+            image[nlink_at], 3,
+            "the root's nlink: 2 and one subdirectory"
+        );
+        image[nlink_at] = 0;
+        let body_end = image.len() - 4;
+        let crc = crc32c::crc32c(&image[HEADER_BYTES..body_end]);
+        image[body_end..].copy_from_slice(&crc.to_le_bytes());
+        for result in [
+            decode(&image, &EngineConfig::default()).map(|_| ()),
+            decode_for_repair(&image, &EngineConfig::default()).map(|_| ()),
+        ] {
+            assert_eq!(
+                result.unwrap_err(),
+                CheckpointError::Inconsistent(vec!["the root directory has no links".into()])
+            );
         }
     }
 
