@@ -18,7 +18,7 @@
 //!             | device node:  rdev
 //!             | fifo, socket: nothing
 //! ```
-//! Numbers are LEB128 varints unless marked; `bytes` is a varint length and the bytes.
+//! The header is the shared frame of `persist::header`. Numbers are LEB128 varints unless marked; `bytes` is a varint length and the bytes.
 //! `seq` is the sequence number of the first op *not* in the image: recovery replays the
 //! journal from there. Unlinked files still open at checkpoint time are not durable and are
 //! left out. Decoding checks every bound and, once the state is built, every invariant of the
@@ -697,6 +697,36 @@ mod tests {
                 CheckpointError::Inconsistent(vec!["the root directory has no links".into()])
             );
         }
+    }
+
+    #[test]
+    fn header_faults_keep_their_messages() {
+        let image = sample().with_state(|s| encode(s, [3; 16], 42, 5));
+        let message = |bytes: &[u8]| {
+            decode(bytes, &EngineConfig::default())
+                .map(|_| ())
+                .unwrap_err()
+                .to_string()
+        };
+        let not_one = "checkpoint is damaged: not a rampart checkpoint";
+        assert_eq!(message(&image[..63]), not_one);
+        let mut foreign = image.clone();
+        foreign[1] = b'X';
+        assert_eq!(message(&foreign), not_one);
+        let mut damaged = image.clone();
+        damaged[33] ^= 1;
+        assert_eq!(
+            message(&damaged),
+            "checkpoint is damaged: header checksum mismatch"
+        );
+        let mut newer = image.clone();
+        newer[8] = 2;
+        let crc = crc32c::crc32c(&newer[..60]);
+        newer[60..64].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            message(&newer),
+            "checkpoint format version 2 is not supported (this rampart reads 1)"
+        );
     }
 
     #[test]

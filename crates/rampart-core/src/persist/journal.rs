@@ -9,7 +9,7 @@
 //! body     := op_count ops, each encoded by `codec::encode_op` against base_time_ns
 //! crc      := crc32c of first_seq .. end of body
 //! ```
-//! All integers little-endian. Invariants: the first batch's `first_seq` is the header's
+//! The header is the shared frame of `persist::header`. All integers little-endian. Invariants: the first batch's `first_seq` is the header's
 //! `base_seq`, and each batch starts where the previous one ended (`first_seq + op_count`);
 //! `op_count ≥ 1`; `body_len ≤ BATCH_BODY_MAX_BYTES`. A batch is written with one write at the
 //! journal's end and made durable by one fdatasync shared by every op in it (group commit);
@@ -698,6 +698,21 @@ mod tests {
     fn bad_headers_are_refused() {
         let j = journal_with(&[&[(b"a", 5)]]);
         assert!(matches!(scan(&j[..10]), Err(JournalError::Header(_))));
+        // The messages of the release before the shared header codec.
+        let message = |bytes: &[u8]| scan(bytes).unwrap_err().to_string();
+        assert_eq!(message(&j[..10]), "journal header: shorter than its header");
+        let mut foreign = j.clone();
+        foreign[0] = b'X';
+        assert_eq!(
+            message(&foreign),
+            "journal header: not a rampart journal (bad magic)"
+        );
+        let mut damaged = j.clone();
+        damaged[40] ^= 1;
+        assert_eq!(
+            message(&damaged),
+            "journal header: header checksum mismatch"
+        );
         let mut bad = j.clone();
         bad[33] ^= 1;
         assert!(matches!(scan(&bad), Err(JournalError::Header(_))));
@@ -708,5 +723,9 @@ mod tests {
         let crc = crc32c::crc32c(&v2[..60]);
         v2[60..64].copy_from_slice(&crc.to_le_bytes());
         assert!(matches!(scan(&v2), Err(JournalError::Version(2))));
+        assert_eq!(
+            message(&v2),
+            "journal format version 2 is not supported (this rampart reads 1)"
+        );
     }
 }

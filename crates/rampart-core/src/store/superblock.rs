@@ -105,6 +105,29 @@ mod tests {
     }
 
     #[test]
+    fn faults_keep_their_messages() {
+        let message = |bytes: &[u8]| Superblock::decode(bytes, "sb").unwrap_err().to_string();
+        let bytes = sample().encode();
+        let mut longer = bytes.to_vec();
+        longer.push(0);
+        assert_eq!(
+            message(&longer),
+            "store is damaged: sb: superblock is 65 bytes, expected 64"
+        );
+        let mut damaged = bytes;
+        damaged[20] ^= 1;
+        assert_eq!(
+            message(&damaged),
+            "store is damaged: sb: superblock checksum mismatch"
+        );
+        let newer = Superblock {
+            format_version: 2,
+            ..sample()
+        };
+        assert!(message(&newer.encode()).starts_with("sb: store format version 2 is not"));
+    }
+
+    #[test]
     fn truncated_and_foreign_files_are_refused() {
         let bytes = sample().encode();
         assert!(matches!(
