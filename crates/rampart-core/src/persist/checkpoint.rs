@@ -18,7 +18,7 @@
 //!             | device node:  rdev
 //!             | fifo, socket: nothing
 //! ```
-//! Numbers are LEB128 varints unless marked; `bytes` is a varint length and the bytes.
+//! The header is the shared frame of `persist::header`. Numbers are LEB128 varints unless marked; `bytes` is a varint length and the bytes.
 //! `seq` is the sequence number of the first op *not* in the image: recovery replays the
 //! journal from there. Unlinked files still open at checkpoint time are not durable and are
 //! left out. Decoding checks every bound and, once the state is built, every invariant of the
@@ -27,18 +27,27 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64};
 
-use crate::attr::{FileKind, Ino};
+use crate::attr::{FileKind, Ino, ROOT_INO};
 use crate::engine::{EngineConfig, State};
 use crate::memory::file_data::{FileData, CHUNK_BYTES};
 use crate::namespace::dir::{Dir, NAME_LEN_MAX};
 use crate::namespace::inode::{Inode, Payload};
 use crate::persist::codec::{get_bytes, get_varint, get_zigzag, put_bytes, put_varint, put_zigzag};
+use crate::persist::header::{self, Fields, Frame, HeaderError};
 use crate::time::TimeNs;
 use crate::xattr::{self, Xattrs};
 
 pub const MAGIC: [u8; 8] = *b"RPCHKPT\0";
 pub const VERSION: u32 = 1;
-pub const HEADER_BYTES: usize = 64;
+pub const HEADER_BYTES: usize = header::HEADER_BYTES;
+const FRAME: Frame = Frame {
+    magic: MAGIC,
+    version: VERSION,
+};
+/// Offsets of the checkpoint's own header fields (bytes 56..60 are zero).
+const SEQ_AT: usize = header::FIELDS_AT;
+const CREATED_NS_AT: usize = SEQ_AT + 8;
+const BODY_LEN_AT: usize = CREATED_NS_AT + 8;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
@@ -50,36 +59,31 @@ pub struct Header {
 }
 
 impl Header {
-    fn encode(&self) -> [u8; HEADER_BYTES] {
-        let mut out = [0u8; HEADER_BYTES];
-        out[0..8].copy_from_slice(&MAGIC);
-        out[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        out[16..32].copy_from_slice(&self.store_id);
-        out[32..40].copy_from_slice(&self.seq.to_le_bytes());
-        out[40..48].copy_from_slice(&self.created_ns.to_le_bytes());
-        out[48..56].copy_from_slice(&self.body_len.to_le_bytes());
-        let crc = crc32c::crc32c(&out[..60]);
-        out[60..64].copy_from_slice(&crc.to_le_bytes());
-        out
+    pub fn encode(&self) -> [u8; HEADER_BYTES] {
+        let mut fields = Fields::default();
+        fields.put_u64(SEQ_AT, self.seq);
+        fields.put_i64(CREATED_NS_AT, self.created_ns);
+        fields.put_u64(BODY_LEN_AT, self.body_len);
+        FRAME.encode(&header::Header {
+            version: VERSION,
+            flags: 0,
+            store_id: self.store_id,
+            fields,
+        })
     }
 
+    /// Decodes the header at the start of a checkpoint (the flags are not read).
     pub fn decode(bytes: &[u8]) -> Result<Header, CheckpointError> {
-        if bytes.len() < HEADER_BYTES || bytes[0..8] != MAGIC {
-            return Err(CheckpointError::Format("not a rampart checkpoint".into()));
-        }
-        if crc32c::crc32c(&bytes[..60]) != u32::from_le_bytes(bytes[60..64].try_into().expect("4"))
-        {
-            return Err(CheckpointError::Format("header checksum mismatch".into()));
-        }
-        let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4"));
-        if version != VERSION {
-            return Err(CheckpointError::Version(version));
-        }
+        let header = FRAME.decode(bytes).map_err(|e| match e {
+            HeaderError::Short { .. } | HeaderError::BadMagic => bad("not a rampart checkpoint"),
+            HeaderError::BadChecksum => bad("header checksum mismatch"),
+            HeaderError::UnsupportedVersion { found, .. } => CheckpointError::Version(found),
+        })?;
         Ok(Header {
-            store_id: bytes[16..32].try_into().expect("16"),
-            seq: u64::from_le_bytes(bytes[32..40].try_into().expect("8")),
-            created_ns: i64::from_le_bytes(bytes[40..48].try_into().expect("8")),
-            body_len: u64::from_le_bytes(bytes[48..56].try_into().expect("8")),
+            store_id: header.store_id,
+            seq: header.fields.u64(SEQ_AT),
+            created_ns: header.fields.i64(CREATED_NS_AT),
+            body_len: header.fields.u64(BODY_LEN_AT),
         })
     }
 }
@@ -287,6 +291,55 @@ pub fn decode_for_repair(
     bytes: &[u8],
     config: &EngineConfig,
 ) -> Result<(State, Header, Vec<String>), CheckpointError> {
+    let (header, body) = checked_body(bytes)?;
+    let mut input = body;
+    let input = &mut input;
+    let next_generation = varint_u32(input, "next generation")?;
+    let owners = read_owners(input)?;
+    let inode_count = count(input, "inode count")?;
+    let mut inodes = Vec::with_capacity(inode_count);
+    let mut entries: Vec<(Ino, DirEntries<'_>)> = Vec::new();
+    let mut ino: Ino = 0;
+    let mut prev_mtime = header.created_ns;
+    for _ in 0..inode_count {
+        let delta = varint(input, "inode number")?;
+        if delta == 0 {
+            return Err(bad("inode numbers not increasing"));
+        }
+        ino = ino
+            .checked_add(delta)
+            .ok_or_else(|| bad("inode number overflow"))?;
+        let (inode, dir_entries) = read_inode(input, ino, &owners, prev_mtime)?;
+        prev_mtime = inode.mtime_ns;
+        if let Some(list) = dir_entries {
+            entries.push((ino, list));
+        }
+        inodes.push((ino, inode));
+    }
+    if !input.is_empty() {
+        return Err(bad(format!(
+            "{} bytes left after the last inode",
+            input.len()
+        )));
+    }
+    // The encoder leaves out inodes without links; a root without them would be left out of
+    // the next image, and the store would have no root.
+    if inodes
+        .iter()
+        .any(|(ino, i)| *ino == ROOT_INO && i.nlink == 0)
+    {
+        return Err(CheckpointError::Inconsistent(vec![
+            "the root directory has no links".into(),
+        ]));
+    }
+    insert_entries(&mut inodes, entries)?;
+    let (state, problems) = State::from_inodes(config, next_generation, inodes)
+        .map_err(CheckpointError::Inconsistent)?;
+    Ok((state, header, problems))
+}
+
+/// The header and the body, once the length the header gives and the body's checksum match.
+fn checked_body(bytes: &[u8]) -> Result<(Header, &[u8]), CheckpointError> {
     let header = Header::decode(bytes)?;
     let body_end = (HEADER_BYTES as u64)
         .checked_add(header.body_len)
@@ -303,9 +356,14 @@ pub fn decode_for_repair(
     if crc32c::crc32c(body) != crc {
         return Err(bad("body checksum mismatch"));
     }
-    let mut input = body;
-    let input = &mut input;
-    let next_generation = varint_u32(input, "next generation")?;
+    Ok((header, body))
+}
+
+/// One entry of the owners table: (mode, uid, gid, durability byte).
+type Owner = (u32, u32, u32, u8);
+
+/// The owners table; every mode in it names a file type.
+fn read_owners(input: &mut &[u8]) -> Result<Vec<Owner>, CheckpointError> {
     let owner_count = count(input, "owner count")?;
     let mut owners = Vec::with_capacity(owner_count);
     for _ in 0..owner_count {
@@ -319,107 +377,116 @@ pub fn decode_for_repair(
             crate::persist::codec::get_u8(input).map_err(|e| bad(format!("durability: {e}")))?;
         owners.push((mode, uid, gid, durability));
     }
-    let inode_count = count(input, "inode count")?;
-    let mut inodes = Vec::with_capacity(inode_count);
-    let mut entries: Vec<(Ino, DirEntries<'_>)> = Vec::new();
-    let mut kinds: HashMap<Ino, u8> = HashMap::with_capacity(inode_count);
-    let mut ino: Ino = 0;
-    let mut prev_mtime = header.created_ns;
-    for _ in 0..inode_count {
-        let delta = varint(input, "inode number")?;
-        if delta == 0 {
-            return Err(bad("inode numbers not increasing"));
+    Ok(owners)
+}
+
+/// One inode after its number: its attributes, payload and xattrs. A directory's entries are
+/// returned beside it, to be inserted once every inode is known.
+fn read_inode<'a>(
+    input: &mut &'a [u8],
+    ino: Ino,
+    owners: &[Owner],
+    prev_mtime: TimeNs,
+) -> Result<(Inode, Option<DirEntries<'a>>), CheckpointError> {
+    let generation = varint_u32(input, "generation")?;
+    let owner = varint(input, "owner index")? as usize;
+    let &(mode, uid, gid, durability) = owners
+        .get(owner)
+        .ok_or_else(|| bad(format!("owner index {owner} past the table")))?;
+    let nlink = varint_u32(input, "nlink")?;
+    let mtime_ns = prev_mtime.wrapping_add(zigzag(input, "mtime")?);
+    let ctime_ns = mtime_ns.wrapping_add(zigzag(input, "ctime")?);
+    let atime_ns = mtime_ns.wrapping_add(zigzag(input, "atime")?);
+    let kind = FileKind::from_mode(mode).expect("checked with the table");
+    let (payload, size_bytes, entries) = read_payload(input, kind)?;
+    let xattrs = read_xattrs(input, ino)?;
+    let inode = Inode {
+        mode,
+        uid,
+        gid,
+        nlink,
+        generation,
+        durability,
+        lookups: AtomicU64::new(0),
+        size_bytes,
+        atime_ns: AtomicI64::new(atime_ns),
+        mtime_ns,
+        ctime_ns,
+        payload,
+        xattrs: (!xattrs.is_empty()).then(|| Box::new(xattrs)),
+    };
+    Ok((inode, entries))
+}
+
+/// The payload of an inode of `kind`, its size, and a directory's entries.
+fn read_payload<'a>(
+    input: &mut &'a [u8],
+    kind: FileKind,
+) -> Result<(Payload, u64, Option<DirEntries<'a>>), CheckpointError> {
+    Ok(match kind {
+        FileKind::RegularFile => {
+            let size_bytes = varint(input, "file size")?;
+            let n = count(input, "chunk count")?;
+            let mut chunks = Vec::with_capacity(n);
+            let mut next_index = 0usize;
+            for _ in 0..n {
+                let index = next_index
+                    .checked_add(varint(input, "chunk index")? as usize)
+                    .ok_or_else(|| bad("chunk index overflow"))?;
+                chunks.push((index, field_bytes(input, CHUNK_BYTES, "chunk")?.to_vec()));
+                next_index = index + 1;
+            }
+            let data = FileData::from_chunks(chunks).map_err(bad)?;
+            data.check(size_bytes).map_err(bad)?;
+            (Payload::File(data.into()), size_bytes, None)
         }
-        ino = ino
-            .checked_add(delta)
-            .ok_or_else(|| bad("inode number overflow"))?;
-        let generation = varint_u32(input, "generation")?;
-        let owner = varint(input, "owner index")? as usize;
-        let &(mode, uid, gid, durability) = owners
-            .get(owner)
-            .ok_or_else(|| bad(format!("owner index {owner} past the table")))?;
-        let nlink = varint_u32(input, "nlink")?;
-        let mtime_ns = prev_mtime.wrapping_add(zigzag(input, "mtime")?);
-        prev_mtime = mtime_ns;
-        let ctime_ns = mtime_ns.wrapping_add(zigzag(input, "ctime")?);
-        let atime_ns = mtime_ns.wrapping_add(zigzag(input, "atime")?);
-        let kind = FileKind::from_mode(mode).expect("checked with the table");
-        let mut size_bytes = 0;
-        let payload = match kind {
-            FileKind::RegularFile => {
-                size_bytes = varint(input, "file size")?;
-                let n = count(input, "chunk count")?;
-                let mut chunks = Vec::with_capacity(n);
-                let mut next_index = 0usize;
-                for _ in 0..n {
-                    let index = next_index
-                        .checked_add(varint(input, "chunk index")? as usize)
-                        .ok_or_else(|| bad("chunk index overflow"))?;
-                    chunks.push((index, field_bytes(input, CHUNK_BYTES, "chunk")?.to_vec()));
-                    next_index = index + 1;
-                }
-                let data = FileData::from_chunks(chunks).map_err(bad)?;
-                data.check(size_bytes).map_err(bad)?;
-                Payload::File(data.into())
+        FileKind::Directory => {
+            let parent = varint(input, "parent")?;
+            let n = count(input, "entry count")?;
+            let mut list = Vec::with_capacity(n);
+            for _ in 0..n {
+                let child = varint(input, "entry inode")?;
+                list.push((child, field_bytes(input, NAME_LEN_MAX, "entry name")?));
             }
-            FileKind::Directory => {
-                let parent = varint(input, "parent")?;
-                let n = count(input, "entry count")?;
-                let mut list = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let child = varint(input, "entry inode")?;
-                    list.push((child, field_bytes(input, NAME_LEN_MAX, "entry name")?));
-                }
-                entries.push((ino, list));
-                Payload::Dir(Box::new(Dir::new(parent)))
-            }
-            FileKind::Symlink => {
-                let target = field_bytes(input, crate::engine::SYMLINK_TARGET_LEN_MAX, "target")?;
-                size_bytes = target.len() as u64;
-                Payload::Symlink(target.into())
-            }
-            FileKind::CharDevice | FileKind::BlockDevice => Payload::Special {
-                rdev: varint_u32(input, "rdev")?,
-            },
-            FileKind::NamedPipe | FileKind::Socket => Payload::Special { rdev: 0 },
-        };
-        let n = count(input, "xattr count")?;
-        let mut xattrs = Xattrs::default();
-        for _ in 0..n {
-            let name = field_bytes(input, xattr::NAME_LEN_MAX, "xattr name")?;
-            let value = field_bytes(input, xattr::VALUE_LEN_MAX, "xattr value")?;
-            xattrs
-                .check_set(name, value, xattr::XATTR_CREATE)
-                .map_err(|e| bad(format!("xattr of inode {ino}: {e}")))?;
-            xattrs.set(name, value);
+            (Payload::Dir(Box::new(Dir::new(parent))), 0, Some(list))
         }
-        kinds.insert(ino, kind_tag(kind));
-        inodes.push((
-            ino,
-            Inode {
-                mode,
-                uid,
-                gid,
-                nlink,
-                generation,
-                durability,
-                lookups: AtomicU64::new(0),
-                size_bytes,
-                atime_ns: AtomicI64::new(atime_ns),
-                mtime_ns,
-                ctime_ns,
-                payload,
-                xattrs: (!xattrs.is_empty()).then(|| Box::new(xattrs)),
-            },
-        ));
+        FileKind::Symlink => {
+            let target = field_bytes(input, crate::engine::SYMLINK_TARGET_LEN_MAX, "target")?;
+            (Payload::Symlink(target.into()), target.len() as u64, None)
+        }
+        FileKind::CharDevice | FileKind::BlockDevice => {
+            let rdev = varint_u32(input, "rdev")?;
+            (Payload::Special { rdev }, 0, None)
+        }
+        FileKind::NamedPipe | FileKind::Socket => (Payload::Special { rdev: 0 }, 0, None),
+    })
+}
+
+/// An inode's xattrs, each checked as a new one would be.
+fn read_xattrs(input: &mut &[u8], ino: Ino) -> Result<Xattrs, CheckpointError> {
+    let n = count(input, "xattr count")?;
+    let mut xattrs = Xattrs::default();
+    for _ in 0..n {
+        let name = field_bytes(input, xattr::NAME_LEN_MAX, "xattr name")?;
+        let value = field_bytes(input, xattr::VALUE_LEN_MAX, "xattr value")?;
+        xattrs
+            .check_set(name, value, xattr::XATTR_CREATE)
+            .map_err(|e| bad(format!("xattr of inode {ino}: {e}")))?;
+        xattrs.set(name, value);
     }
-    if !input.is_empty() {
-        return Err(bad(format!(
-            "{} bytes left after the last inode",
-            input.len()
-        )));
-    }
-    // Entries go in once every inode is known, with the kind of the inode they name.
+    Ok(xattrs)
+}
+
+/// Inserts each directory's entries, now that every inode is known, with the kind of the
+/// inode each names.
+fn insert_entries(
+    inodes: &mut [(Ino, Inode)],
+    entries: Vec<(Ino, DirEntries<'_>)>,
+) -> Result<(), CheckpointError> {
+    let kinds: HashMap<Ino, u8> = inodes
+        .iter()
+        .map(|(ino, inode)| (*ino, kind_tag(inode.kind())))
+        .collect();
     let by_ino: HashMap<Ino, usize> = inodes
         .iter()
         .enumerate()
@@ -448,15 +515,12 @@ pub fn decode_for_repair(
             dir.insert(name, child, kind);
         }
     }
-    let (state, problems) = State::from_inodes(config, next_generation, inodes)
-        .map_err(CheckpointError::Inconsistent)?;
-    Ok((state, header, problems))
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attr::ROOT_INO;
     use crate::engine::{Ctx, Engine};
 
     fn sample() -> Engine {
@@ -593,6 +657,76 @@ mod tests {
                 proptest::prop_assert!(problems.is_empty(), "{:?}", problems);
             }
         }
+    }
+
+    /// Found by the fuzzer: a root whose link count reads 0 passed the engine's checks, and
+    /// the next checkpoint (which leaves out inodes without links) had no root.
+    #[test]
+    fn a_root_without_links_is_refused() {
+        let mut image = sample().with_state(|s| encode(s, [3; 16], 42, 5));
+        // The root is the first inode: after next_generation and the owners table come the
+        // inode count, its number delta (1), generation, owner index (0) and nlink.
+        let mut input = &image[HEADER_BYTES..];
+        varint(&mut input, "").unwrap();
+        let owners = varint(&mut input, "").unwrap();
+        for _ in 0..owners {
+            for _ in 0..3 {
+                varint(&mut input, "").unwrap();
+            }
+            input = &input[1..];
+        }
+        varint(&mut input, "").unwrap();
+        assert_eq!(varint(&mut input, "").unwrap(), 1);
+        varint(&mut input, "").unwrap();
+        assert_eq!(varint(&mut input, "").unwrap(), 0);
+        let nlink_at = image.len() - input.len();
+        assert_eq!(
+            image[nlink_at], 3,
+            "the root's nlink: 2 and one subdirectory"
+        );
+        image[nlink_at] = 0;
+        let body_end = image.len() - 4;
+        let crc = crc32c::crc32c(&image[HEADER_BYTES..body_end]);
+        image[body_end..].copy_from_slice(&crc.to_le_bytes());
+        for result in [
+            decode(&image, &EngineConfig::default()).map(|_| ()),
+            decode_for_repair(&image, &EngineConfig::default()).map(|_| ()),
+        ] {
+            assert_eq!(
+                result.unwrap_err(),
+                CheckpointError::Inconsistent(vec!["the root directory has no links".into()])
+            );
+        }
+    }
+
+    #[test]
+    fn header_faults_keep_their_messages() {
+        let image = sample().with_state(|s| encode(s, [3; 16], 42, 5));
+        let message = |bytes: &[u8]| {
+            decode(bytes, &EngineConfig::default())
+                .map(|_| ())
+                .unwrap_err()
+                .to_string()
+        };
+        let not_one = "checkpoint is damaged: not a rampart checkpoint";
+        assert_eq!(message(&image[..63]), not_one);
+        let mut foreign = image.clone();
+        foreign[1] = b'X';
+        assert_eq!(message(&foreign), not_one);
+        let mut damaged = image.clone();
+        damaged[33] ^= 1;
+        assert_eq!(
+            message(&damaged),
+            "checkpoint is damaged: header checksum mismatch"
+        );
+        let mut newer = image.clone();
+        newer[8] = 2;
+        let crc = crc32c::crc32c(&newer[..60]);
+        newer[60..64].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            message(&newer),
+            "checkpoint format version 2 is not supported (this rampart reads 1)"
+        );
     }
 
     #[test]

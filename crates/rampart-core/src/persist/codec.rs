@@ -279,7 +279,23 @@ fn get_name<'a>(input: &mut &'a [u8]) -> Result<&'a [u8], DecodeError> {
 /// The op must respect the field limits of the format (it does when the engine applied it); a
 /// longer field would be written but refused on decode.
 pub fn encode_op(op: &Op<'_>, base_time_ns: i64, out: &mut Vec<u8>) {
-    let base = base_time_ns;
+    match op {
+        Op::Create { .. }
+        | Op::Link { .. }
+        | Op::Unlink { .. }
+        | Op::Rmdir { .. }
+        | Op::Rename { .. } => encode_entry_op(op, base_time_ns, out),
+        Op::SetAttr { .. } => encode_set_attr(op, base_time_ns, out),
+        Op::Write { .. }
+        | Op::Fallocate { .. }
+        | Op::SetXattr { .. }
+        | Op::RemoveXattr { .. }
+        | Op::SetDurability { .. } => encode_inode_op(op, base_time_ns, out),
+    }
+}
+
+/// The records of ops on directory entries: Create, Link, Unlink, Rmdir, Rename.
+fn encode_entry_op(op: &Op<'_>, base: TimeNs, out: &mut Vec<u8>) {
     match *op {
         Op::Create {
             parent,
@@ -354,54 +370,13 @@ pub fn encode_op(op: &Op<'_>, base_time_ns: i64, out: &mut Vec<u8>) {
             put_u32(out, flags);
             put_time(out, time_ns, base);
         }
-        Op::SetAttr {
-            ino,
-            mode,
-            uid,
-            gid,
-            size_bytes,
-            atime_ns,
-            mtime_ns,
-            ctime_ns,
-            kill_suidgid,
-        } => {
-            let mut presence = 0u8;
-            for (present, bit) in [
-                (mode.is_some(), SA_MODE),
-                (uid.is_some(), SA_UID),
-                (gid.is_some(), SA_GID),
-                (size_bytes.is_some(), SA_SIZE),
-                (atime_ns.is_some(), SA_ATIME),
-                (mtime_ns.is_some(), SA_MTIME),
-                (kill_suidgid, SA_KILL_SUIDGID),
-            ] {
-                if present {
-                    presence |= bit;
-                }
-            }
-            out.push(tag::SET_ATTR);
-            put_varint(out, ino);
-            out.push(presence);
-            if let Some(v) = mode {
-                put_u32(out, v);
-            }
-            if let Some(v) = uid {
-                put_u32(out, v);
-            }
-            if let Some(v) = gid {
-                put_u32(out, v);
-            }
-            if let Some(v) = size_bytes {
-                put_varint(out, v);
-            }
-            if let Some(t) = atime_ns {
-                put_time(out, t, base);
-            }
-            if let Some(t) = mtime_ns {
-                put_time(out, t, base);
-            }
-            put_time(out, ctime_ns, base);
-        }
+        _ => unreachable!("not an entry op: {op:?}"),
+    }
+}
+
+/// The records of ops on one inode's data, xattrs and durability.
+fn encode_inode_op(op: &Op<'_>, base: TimeNs, out: &mut Vec<u8>) {
+    match *op {
         Op::Write {
             ino,
             offset,
@@ -464,7 +439,62 @@ pub fn encode_op(op: &Op<'_>, base_time_ns: i64, out: &mut Vec<u8>) {
             out.push(durability);
             put_time(out, time_ns, base);
         }
+        _ => unreachable!("not a data, xattr or durability op: {op:?}"),
     }
+}
+
+/// The SetAttr record: its presence byte says which fields follow.
+fn encode_set_attr(op: &Op<'_>, base: TimeNs, out: &mut Vec<u8>) {
+    let Op::SetAttr {
+        ino,
+        mode,
+        uid,
+        gid,
+        size_bytes,
+        atime_ns,
+        mtime_ns,
+        ctime_ns,
+        kill_suidgid,
+    } = *op
+    else {
+        unreachable!("not a SetAttr: {op:?}")
+    };
+    let mut presence = 0u8;
+    for (present, bit) in [
+        (mode.is_some(), SA_MODE),
+        (uid.is_some(), SA_UID),
+        (gid.is_some(), SA_GID),
+        (size_bytes.is_some(), SA_SIZE),
+        (atime_ns.is_some(), SA_ATIME),
+        (mtime_ns.is_some(), SA_MTIME),
+        (kill_suidgid, SA_KILL_SUIDGID),
+    ] {
+        if present {
+            presence |= bit;
+        }
+    }
+    out.push(tag::SET_ATTR);
+    put_varint(out, ino);
+    out.push(presence);
+    if let Some(v) = mode {
+        put_u32(out, v);
+    }
+    if let Some(v) = uid {
+        put_u32(out, v);
+    }
+    if let Some(v) = gid {
+        put_u32(out, v);
+    }
+    if let Some(v) = size_bytes {
+        put_varint(out, v);
+    }
+    if let Some(t) = atime_ns {
+        put_time(out, t, base);
+    }
+    if let Some(t) = mtime_ns {
+        put_time(out, t, base);
+    }
+    put_time(out, ctime_ns, base);
 }
 
 /// Reads one record, its times relative to `base_time_ns`, and advances `input` past it. On an
@@ -476,8 +506,25 @@ pub fn decode_op<'a>(input: &mut &'a [u8], base_time_ns: i64) -> Result<Op<'a>, 
     Ok(op)
 }
 
+/// The tag, then the fields of its op, in the families of the encoder.
 fn decode_fields<'a>(r: &mut &'a [u8], base: TimeNs) -> Result<Op<'a>, DecodeError> {
-    let op = match get_u8(r)? {
+    match get_u8(r)? {
+        t @ (tag::CREATE | tag::LINK | tag::UNLINK | tag::RMDIR | tag::RENAME) => {
+            decode_entry_op(t, r, base)
+        }
+        tag::SET_ATTR => decode_set_attr(r, base),
+        t @ (tag::WRITE
+        | tag::FALLOCATE
+        | tag::SET_XATTR
+        | tag::REMOVE_XATTR
+        | tag::SET_DURABILITY) => decode_inode_op(t, r, base),
+        t => Err(DecodeError::UnknownTag(t)),
+    }
+}
+
+/// The fields of the ops on directory entries (the tag is read).
+fn decode_entry_op<'a>(t: u8, r: &mut &'a [u8], base: TimeNs) -> Result<Op<'a>, DecodeError> {
+    Ok(match t {
         tag::CREATE => Op::Create {
             parent: get_varint(r)?,
             name: get_name(r)?,
@@ -514,55 +561,40 @@ fn decode_fields<'a>(r: &mut &'a [u8], base: TimeNs) -> Result<Op<'a>, DecodeErr
             flags: get_u32(r, "rename flags")?,
             time_ns: get_time(r, base)?,
         },
-        tag::SET_ATTR => {
-            let ino = get_varint(r)?;
-            let presence = get_u8(r)?;
-            if presence & SA_RESERVED != 0 {
-                return Err(DecodeError::BadValue("setattr presence byte"));
-            }
-            let has = |bit: u8| presence & bit != 0;
-            let mode = if has(SA_MODE) {
-                Some(get_u32(r, "mode")?)
-            } else {
-                None
-            };
-            let uid = if has(SA_UID) {
-                Some(get_u32(r, "uid")?)
-            } else {
-                None
-            };
-            let gid = if has(SA_GID) {
-                Some(get_u32(r, "gid")?)
-            } else {
-                None
-            };
-            let size_bytes = if has(SA_SIZE) {
-                Some(get_varint(r)?)
-            } else {
-                None
-            };
-            let atime_ns = if has(SA_ATIME) {
-                Some(get_time(r, base)?)
-            } else {
-                None
-            };
-            let mtime_ns = if has(SA_MTIME) {
-                Some(get_time(r, base)?)
-            } else {
-                None
-            };
-            Op::SetAttr {
-                ino,
-                mode,
-                uid,
-                gid,
-                size_bytes,
-                atime_ns,
-                mtime_ns,
-                ctime_ns: get_time(r, base)?,
-                kill_suidgid: has(SA_KILL_SUIDGID),
-            }
-        }
+        t => unreachable!("tag {t} is not an entry op's"),
+    })
+}
+
+/// The fields of a SetAttr (the tag is read): the presence byte, then the fields it names.
+fn decode_set_attr<'a>(r: &mut &'a [u8], base: TimeNs) -> Result<Op<'a>, DecodeError> {
+    let ino = get_varint(r)?;
+    let presence = get_u8(r)?;
+    if presence & SA_RESERVED != 0 {
+        return Err(DecodeError::BadValue("setattr presence byte"));
+    }
+    let has = |bit: u8| presence & bit != 0;
+    let mode = has(SA_MODE).then(|| get_u32(r, "mode")).transpose()?;
+    let uid = has(SA_UID).then(|| get_u32(r, "uid")).transpose()?;
+    let gid = has(SA_GID).then(|| get_u32(r, "gid")).transpose()?;
+    let size_bytes = has(SA_SIZE).then(|| get_varint(r)).transpose()?;
+    let atime_ns = has(SA_ATIME).then(|| get_time(r, base)).transpose()?;
+    let mtime_ns = has(SA_MTIME).then(|| get_time(r, base)).transpose()?;
+    Ok(Op::SetAttr {
+        ino,
+        mode,
+        uid,
+        gid,
+        size_bytes,
+        atime_ns,
+        mtime_ns,
+        ctime_ns: get_time(r, base)?,
+        kill_suidgid: has(SA_KILL_SUIDGID),
+    })
+}
+
+/// The fields of the ops on one inode's data, xattrs and durability (the tag is read).
+fn decode_inode_op<'a>(t: u8, r: &mut &'a [u8], base: TimeNs) -> Result<Op<'a>, DecodeError> {
+    Ok(match t {
         tag::WRITE => {
             let ino = get_varint(r)?;
             let offset = get_varint(r)?;
@@ -602,9 +634,8 @@ fn decode_fields<'a>(r: &mut &'a [u8], base: TimeNs) -> Result<Op<'a>, DecodeErr
             durability: get_u8(r)?,
             time_ns: get_time(r, base)?,
         },
-        t => return Err(DecodeError::UnknownTag(t)),
-    };
-    Ok(op)
+        t => unreachable!("tag {t} is not an inode op's"),
+    })
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 //! body     := op_count ops, each encoded by `codec::encode_op` against base_time_ns
 //! crc      := crc32c of first_seq .. end of body
 //! ```
-//! All integers little-endian. Invariants: the first batch's `first_seq` is the header's
+//! The header is the shared frame of `persist::header`. All integers little-endian. Invariants: the first batch's `first_seq` is the header's
 //! `base_seq`, and each batch starts where the previous one ended (`first_seq + op_count`);
 //! `op_count ≥ 1`; `body_len ≤ BATCH_BODY_MAX_BYTES`. A batch is written with one write at the
 //! journal's end and made durable by one fdatasync shared by every op in it (group commit);
@@ -27,10 +27,18 @@
 
 use crate::op::Op;
 use crate::persist::codec::{self, DecodeError};
+use crate::persist::header::{self, Fields, Frame, HeaderError};
 
 pub const MAGIC: [u8; 8] = *b"RPJOURN\0";
 pub const VERSION: u32 = 1;
-pub const HEADER_BYTES: usize = 64;
+pub const HEADER_BYTES: usize = header::HEADER_BYTES;
+const FRAME: Frame = Frame {
+    magic: MAGIC,
+    version: VERSION,
+};
+/// Offsets of the journal's own header fields (bytes 48..60 are reserved zeros).
+const BASE_SEQ_AT: usize = header::FIELDS_AT;
+const CREATED_NS_AT: usize = BASE_SEQ_AT + 8;
 const BATCH_MAGIC: u32 = u32::from_le_bytes(*b"RPJB");
 pub const BATCH_HEADER_BYTES: usize = 32;
 /// Zeros the writer keeps reserved ahead of the journal's end: when a commit would run past
@@ -50,53 +58,53 @@ pub struct Header {
 
 impl Header {
     pub fn encode(&self) -> [u8; HEADER_BYTES] {
-        let mut out = [0u8; HEADER_BYTES];
-        out[0..8].copy_from_slice(&MAGIC);
-        out[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        out[16..32].copy_from_slice(&self.store_id);
-        out[32..40].copy_from_slice(&self.base_seq.to_le_bytes());
-        out[40..48].copy_from_slice(&self.created_ns.to_le_bytes());
-        let crc = crc32c::crc32c(&out[..60]);
-        out[60..64].copy_from_slice(&crc.to_le_bytes());
-        out
+        let mut fields = Fields::default();
+        fields.put_u64(BASE_SEQ_AT, self.base_seq);
+        fields.put_i64(CREATED_NS_AT, self.created_ns);
+        FRAME.encode(&header::Header {
+            version: VERSION,
+            flags: 0,
+            store_id: self.store_id,
+            fields,
+        })
     }
 
+    /// Decodes the header at the start of a journal (the reserved bytes are not read).
     pub fn decode(bytes: &[u8]) -> Result<Header, JournalError> {
-        if bytes.len() < HEADER_BYTES {
-            return Err(JournalError::Header("shorter than its header".into()));
-        }
-        if bytes[0..8] != MAGIC {
-            return Err(JournalError::Header(
-                "not a rampart journal (bad magic)".into(),
-            ));
-        }
-        let crc = u32::from_le_bytes(bytes[60..64].try_into().expect("4 bytes"));
-        if crc32c::crc32c(&bytes[..60]) != crc {
-            return Err(JournalError::Header("header checksum mismatch".into()));
-        }
-        let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
-        if version != VERSION {
-            return Err(JournalError::Version(version));
-        }
+        let header = FRAME.decode(bytes).map_err(|e| match e {
+            HeaderError::UnsupportedVersion { found, .. } => JournalError::Version(found),
+            e => JournalError::Header(e),
+        })?;
         Ok(Header {
-            store_id: bytes[16..32].try_into().expect("16 bytes"),
-            base_seq: u64::from_le_bytes(bytes[32..40].try_into().expect("8 bytes")),
-            created_ns: i64::from_le_bytes(bytes[40..48].try_into().expect("8 bytes")),
+            store_id: header.store_id,
+            base_seq: header.fields.u64(BASE_SEQ_AT),
+            created_ns: header.fields.i64(CREATED_NS_AT),
         })
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JournalError {
-    Header(String),
+    /// The header is short, of another kind of file, or damaged (a newer version is
+    /// `Version`).
+    Header(HeaderError),
     Version(u32),
-    Op { seq: u64, error: DecodeError },
+    Op {
+        seq: u64,
+        error: DecodeError,
+    },
 }
 
 impl std::fmt::Display for JournalError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            JournalError::Header(m) => write!(f, "journal header: {m}"),
+            JournalError::Header(e) => match e {
+                HeaderError::Short { .. } => write!(f, "journal header: shorter than its header"),
+                HeaderError::BadMagic => {
+                    write!(f, "journal header: not a rampart journal (bad magic)")
+                }
+                e => write!(f, "journal header: {e}"),
+            },
             JournalError::Version(v) => write!(
                 f,
                 "journal format version {v} is not supported (this rampart reads {VERSION})"
@@ -112,6 +120,52 @@ impl std::fmt::Display for JournalError {
 }
 
 impl std::error::Error for JournalError {}
+
+/// The fixed part in front of each batch's body (`BATCH_HEADER_BYTES`): magic "RPJB",
+/// body_len u32, crc u32, first_seq u64, op_count u32, base_time_ns i64.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchHeader {
+    pub body_len: u32,
+    /// crc32c of the bytes from `first_seq` to the end of the body.
+    pub crc: u32,
+    pub first_seq: u64,
+    pub op_count: u32,
+    pub base_time_ns: i64,
+}
+
+impl BatchHeader {
+    /// Where the checksummed bytes begin: at `first_seq`.
+    const CRC_FROM: usize = 12;
+
+    /// Reads the batch header at the start of `bytes`: None if fewer bytes than one, or no
+    /// batch magic. Nothing else is checked.
+    pub fn read(bytes: &[u8]) -> Option<BatchHeader> {
+        if bytes.len() < BATCH_HEADER_BYTES || le_u32(bytes, 0) != BATCH_MAGIC {
+            return None;
+        }
+        Some(BatchHeader {
+            body_len: le_u32(bytes, 4),
+            crc: le_u32(bytes, 8),
+            first_seq: le_u64(bytes, 12),
+            op_count: le_u32(bytes, 20),
+            base_time_ns: le_u64(bytes, 24) as i64,
+        })
+    }
+
+    /// Appends the batch: this header (with `body_len` and `crc` computed here) and `body`.
+    fn frame(first_seq: u64, op_count: u32, base_time_ns: i64, body: &[u8], out: &mut Vec<u8>) {
+        let start = out.len();
+        out.extend_from_slice(&BATCH_MAGIC.to_le_bytes());
+        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        out.extend_from_slice(&[0; 4]); // crc, filled below
+        out.extend_from_slice(&first_seq.to_le_bytes());
+        out.extend_from_slice(&op_count.to_le_bytes());
+        out.extend_from_slice(&base_time_ns.to_le_bytes());
+        out.extend_from_slice(body);
+        let crc = crc32c::crc32c(&out[start + Self::CRC_FROM..]);
+        out[start + 8..start + 12].copy_from_slice(&crc.to_le_bytes());
+    }
+}
 
 /// One valid batch, borrowing the journal's bytes.
 #[derive(Clone, Copy, Debug)]
@@ -217,10 +271,8 @@ fn parse_batch(bytes: &[u8], at: usize, expected_seq: Option<u64>) -> Result<Bat
     if rest.len() < BATCH_HEADER_BYTES {
         return Err(format!("{} bytes, shorter than a batch header", rest.len()));
     }
-    if le_u32(rest, 0) != BATCH_MAGIC {
-        return Err("no batch magic".into());
-    }
-    let body_len = le_u32(rest, 4) as usize;
+    let head = BatchHeader::read(rest).ok_or("no batch magic")?;
+    let body_len = head.body_len as usize;
     if body_len > BATCH_BODY_MAX_BYTES {
         return Err(format!("batch body of {body_len} bytes is over the limit"));
     }
@@ -231,26 +283,24 @@ fn parse_batch(bytes: &[u8], at: usize, expected_seq: Option<u64>) -> Result<Bat
             rest.len()
         ));
     }
-    let crc = le_u32(rest, 8);
-    if crc32c::crc32c(&rest[12..BATCH_HEADER_BYTES + body_len]) != crc {
+    if crc32c::crc32c(&rest[BatchHeader::CRC_FROM..BATCH_HEADER_BYTES + body_len]) != head.crc {
         return Err("batch checksum mismatch".into());
     }
-    let first_seq = le_u64(rest, 12);
-    let op_count = le_u32(rest, 20);
-    if op_count == 0 {
+    if head.op_count == 0 {
         return Err("empty batch".into());
     }
     if let Some(expected) = expected_seq {
-        if first_seq != expected {
+        if head.first_seq != expected {
             return Err(format!(
-                "batch starts at op {first_seq}, expected {expected}"
+                "batch starts at op {}, expected {expected}",
+                head.first_seq
             ));
         }
     }
     Ok(Batch {
-        first_seq,
-        op_count,
-        base_time_ns: le_u64(rest, 24) as i64,
+        first_seq: head.first_seq,
+        op_count: head.op_count,
+        base_time_ns: head.base_time_ns,
         body: &rest[BATCH_HEADER_BYTES..BATCH_HEADER_BYTES + body_len],
         offset: at as u64,
     })
@@ -412,18 +462,13 @@ impl BatchBuilder {
         }
         let body = std::mem::take(&mut self.body);
         assert!(body.len() <= BATCH_BODY_MAX_BYTES, "batch over the limit");
-        let start = self.sealed.len();
-        self.sealed.extend_from_slice(&BATCH_MAGIC.to_le_bytes());
-        self.sealed
-            .extend_from_slice(&(body.len() as u32).to_le_bytes());
-        self.sealed.extend_from_slice(&[0; 4]); // crc, filled below
-        self.sealed.extend_from_slice(&self.first_seq.to_le_bytes());
-        self.sealed.extend_from_slice(&self.op_count.to_le_bytes());
-        self.sealed
-            .extend_from_slice(&self.base_time_ns.to_le_bytes());
-        self.sealed.extend_from_slice(&body);
-        let crc = crc32c::crc32c(&self.sealed[start + 12..]);
-        self.sealed[start + 8..start + 12].copy_from_slice(&crc.to_le_bytes());
+        BatchHeader::frame(
+            self.first_seq,
+            self.op_count,
+            self.base_time_ns,
+            &body,
+            &mut self.sealed,
+        );
         self.first_seq = self.next_seq;
         self.op_count = 0;
     }
@@ -448,7 +493,10 @@ pub fn framed_batches(mut framed: &[u8]) -> impl Iterator<Item = &[u8]> {
             debug_assert!(framed.is_empty(), "a framed batch was cut");
             return None;
         }
-        debug_assert_eq!(le_u32(framed, 0), BATCH_MAGIC);
+        debug_assert!(
+            BatchHeader::read(framed).is_some(),
+            "a framed batch lost its magic"
+        );
         let len = (BATCH_HEADER_BYTES + le_u32(framed, 4) as usize).min(framed.len());
         let (batch, rest) = framed.split_at(len);
         framed = rest;
@@ -659,6 +707,21 @@ mod tests {
     fn bad_headers_are_refused() {
         let j = journal_with(&[&[(b"a", 5)]]);
         assert!(matches!(scan(&j[..10]), Err(JournalError::Header(_))));
+        // The messages of the release before the shared header codec.
+        let message = |bytes: &[u8]| scan(bytes).unwrap_err().to_string();
+        assert_eq!(message(&j[..10]), "journal header: shorter than its header");
+        let mut foreign = j.clone();
+        foreign[0] = b'X';
+        assert_eq!(
+            message(&foreign),
+            "journal header: not a rampart journal (bad magic)"
+        );
+        let mut damaged = j.clone();
+        damaged[40] ^= 1;
+        assert_eq!(
+            message(&damaged),
+            "journal header: header checksum mismatch"
+        );
         let mut bad = j.clone();
         bad[33] ^= 1;
         assert!(matches!(scan(&bad), Err(JournalError::Header(_))));
@@ -669,5 +732,9 @@ mod tests {
         let crc = crc32c::crc32c(&v2[..60]);
         v2[60..64].copy_from_slice(&crc.to_le_bytes());
         assert!(matches!(scan(&v2), Err(JournalError::Version(2))));
+        assert_eq!(
+            message(&v2),
+            "journal format version 2 is not supported (this rampart reads 1)"
+        );
     }
 }

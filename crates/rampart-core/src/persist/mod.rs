@@ -3,6 +3,9 @@
 pub mod checkpoint;
 pub mod codec;
 pub mod device;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod format_checks;
+pub mod header;
 pub mod journal;
 pub mod level;
 pub mod persister;

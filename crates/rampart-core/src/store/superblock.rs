@@ -1,15 +1,23 @@
 //! The superblock: the store's identity and format version (docs/FORMAT.md).
 //!
-//! 64 bytes, little-endian: magic `RAMPART\0`, format version (u32), flags (u32), store id
-//! (16 bytes), creation time (i64 ns), 20 reserved zero bytes, CRC-32C of the first 60 bytes.
+//! A [`header`](crate::persist::header) of its own and nothing else: magic `RAMPART\0`, format
+//! version, flags, store id, then in the file's fields the creation time (i64 ns at offset 32)
+//! and 20 reserved zero bytes.
 
+use crate::persist::header::{self, Fields, Frame, HeaderError, HEADER_BYTES};
 use crate::store::StoreError;
 use crate::time::TimeNs;
 
 pub const MAGIC: [u8; 8] = *b"RAMPART\0";
 /// The format this build writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
-pub const SUPERBLOCK_BYTES: usize = 64;
+pub const SUPERBLOCK_BYTES: usize = HEADER_BYTES;
+const FRAME: Frame = Frame {
+    magic: MAGIC,
+    version: FORMAT_VERSION,
+};
+/// Offsets of the superblock's own fields.
+const CREATED_NS_AT: usize = header::FIELDS_AT;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Superblock {
@@ -21,20 +29,20 @@ pub struct Superblock {
 
 impl Superblock {
     pub fn encode(&self) -> [u8; SUPERBLOCK_BYTES] {
-        let mut out = [0u8; SUPERBLOCK_BYTES];
-        out[0..8].copy_from_slice(&MAGIC);
-        out[8..12].copy_from_slice(&self.format_version.to_le_bytes());
-        out[12..16].copy_from_slice(&self.flags.to_le_bytes());
-        out[16..32].copy_from_slice(&self.store_id);
-        out[32..40].copy_from_slice(&self.created_ns.to_le_bytes());
-        let crc = crc32c::crc32c(&out[..60]);
-        out[60..64].copy_from_slice(&crc.to_le_bytes());
-        out
+        let mut fields = Fields::default();
+        fields.put_i64(CREATED_NS_AT, self.created_ns);
+        FRAME.encode(&header::Header {
+            version: self.format_version,
+            flags: self.flags,
+            store_id: self.store_id,
+            fields,
+        })
     }
 
     /// Decodes and checks a superblock; `what` names the file in errors.
     pub fn decode(bytes: &[u8], what: &str) -> Result<Superblock, StoreError> {
-        if bytes.len() < 8 || bytes[0..8] != MAGIC {
+        // Without the magic it is no store at all; with it, any other fault is damage.
+        if !bytes.starts_with(&MAGIC) {
             return Err(StoreError::NotAStore(what.to_string()));
         }
         if bytes.len() != SUPERBLOCK_BYTES {
@@ -43,26 +51,26 @@ impl Superblock {
                 bytes.len()
             )));
         }
-        let stored = u32::from_le_bytes(bytes[60..64].try_into().expect("4 bytes"));
-        if crc32c::crc32c(&bytes[..60]) != stored {
-            return Err(StoreError::Corrupt(format!(
-                "{what}: superblock checksum mismatch"
-            )));
-        }
-        let le32 = |r: std::ops::Range<usize>| u32::from_le_bytes(bytes[r].try_into().expect("4"));
-        let format_version = le32(8..12);
-        if format_version != FORMAT_VERSION {
-            return Err(StoreError::UnsupportedVersion {
-                path: what.to_string(),
-                found: format_version,
-                supported: FORMAT_VERSION,
-            });
-        }
+        let header = FRAME.decode(bytes).map_err(|e| match e {
+            HeaderError::UnsupportedVersion { found, supported } => {
+                StoreError::UnsupportedVersion {
+                    path: what.to_string(),
+                    found,
+                    supported,
+                }
+            }
+            HeaderError::BadChecksum => {
+                StoreError::Corrupt(format!("{what}: superblock checksum mismatch"))
+            }
+            HeaderError::Short { .. } | HeaderError::BadMagic => {
+                unreachable!("the length and the magic were checked above")
+            }
+        })?;
         Ok(Superblock {
-            format_version,
-            flags: le32(12..16),
-            store_id: bytes[16..32].try_into().expect("16 bytes"),
-            created_ns: i64::from_le_bytes(bytes[32..40].try_into().expect("8 bytes")),
+            format_version: header.version,
+            flags: header.flags,
+            store_id: header.store_id,
+            created_ns: header.fields.i64(CREATED_NS_AT),
         })
     }
 }
@@ -94,6 +102,29 @@ mod tests {
             damaged[bit / 8] ^= 1 << (bit % 8);
             assert!(Superblock::decode(&damaged, "sb").is_err(), "bit {bit}");
         }
+    }
+
+    #[test]
+    fn faults_keep_their_messages() {
+        let message = |bytes: &[u8]| Superblock::decode(bytes, "sb").unwrap_err().to_string();
+        let bytes = sample().encode();
+        let mut longer = bytes.to_vec();
+        longer.push(0);
+        assert_eq!(
+            message(&longer),
+            "store is damaged: sb: superblock is 65 bytes, expected 64"
+        );
+        let mut damaged = bytes;
+        damaged[20] ^= 1;
+        assert_eq!(
+            message(&damaged),
+            "store is damaged: sb: superblock checksum mismatch"
+        );
+        let newer = Superblock {
+            format_version: 2,
+            ..sample()
+        };
+        assert!(message(&newer.encode()).starts_with("sb: store format version 2 is not"));
     }
 
     #[test]
