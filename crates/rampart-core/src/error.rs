@@ -252,3 +252,16 @@ impl fmt::Display for FsckError {
 }
 
 impl std::error::Error for FsckError {}
+
+/// An invariant of an in-memory structure that does not hold, described (what `check`
+/// functions find in a decoded or damaged state; fsck reports them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Broken(pub String);
+
+impl fmt::Display for Broken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Broken {}

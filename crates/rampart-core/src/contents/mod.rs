@@ -129,7 +129,7 @@ impl Contents {
     }
 
     /// Checks the kind's invariants against the file size.
-    pub fn check(&self, size_bytes: u64) -> Result<(), String> {
+    pub fn check(&self, size_bytes: u64) -> Result<(), crate::error::Broken> {
         match self {
             Contents::Memory(data) => data.check(size_bytes),
         }

@@ -42,3 +42,17 @@ fn repair_fixes_what_check_finds() {
     assert_eq!(buf, b"keep me");
     assert!(e.lookup_path(b"/ghost").is_err());
 }
+
+#[test]
+fn a_root_without_links_is_a_broken_invariant() {
+    let e = Engine::new(EngineConfig::default());
+    assert!(e.check().is_empty());
+    e.state.write().table.get_mut(ROOT_INO).unwrap().nlink = 0;
+    let problems = e.check();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("root directory has no links")),
+        "{problems:?}"
+    );
+}

@@ -13,6 +13,8 @@
 //! with ENOSPC. Reserved capacity is charged like bytes; a chunk with capacity and no bytes
 //! is still a hole when read.
 
+use crate::error::Broken;
+
 /// Bytes covered by one chunk.
 pub const CHUNK_BYTES: usize = 64 * 1024;
 
@@ -59,17 +61,19 @@ impl FileData {
     /// checks the result against the size with [`FileData::check`].
     pub fn from_chunks(
         chunks: impl IntoIterator<Item = (usize, Vec<u8>)>,
-    ) -> Result<FileData, String> {
+    ) -> Result<FileData, Broken> {
         let mut data = FileData::default();
         for (index, bytes) in chunks {
             if bytes.is_empty() || bytes.len() > CHUNK_BYTES {
-                return Err(format!("chunk {index} holds {} bytes", bytes.len()));
+                return Err(Broken(format!("chunk {index} holds {} bytes", bytes.len())));
             }
             if index < data.chunks.len() {
-                return Err(format!("chunk {index} out of order"));
+                return Err(Broken(format!("chunk {index} out of order")));
             }
             if index as u64 >= FILE_SIZE_MAX_BYTES / CHUNK_BYTES as u64 {
-                return Err(format!("chunk {index} is past the largest file size"));
+                return Err(Broken(format!(
+                    "chunk {index} is past the largest file size"
+                )));
             }
             data.chunks.resize_with(index, Vec::new);
             let mut chunk = bytes;
@@ -302,17 +306,17 @@ impl FileData {
     }
 
     /// Checks the invariants against the file size.
-    pub fn check(&self, size: u64) -> Result<(), String> {
+    pub fn check(&self, size: u64) -> Result<(), Broken> {
         for (i, chunk) in self.chunks.iter().enumerate() {
             let start = (i * CHUNK_BYTES) as u64;
             if chunk.len() > CHUNK_BYTES {
-                return Err(format!("chunk {i} holds {} bytes", chunk.len()));
+                return Err(Broken(format!("chunk {i} holds {} bytes", chunk.len())));
             }
             if !chunk.is_empty() && start + chunk.len() as u64 > size {
-                return Err(format!(
+                return Err(Broken(format!(
                     "chunk {i} holds bytes up to {} past the size {size}",
                     start + chunk.len() as u64
-                ));
+                )));
             }
         }
         Ok(())
@@ -412,7 +416,7 @@ mod tests {
                 prop_assert_eq!(heap, data.heap_bytes() as i64);
                 prop_assert_eq!(stored, data.stored_bytes() as i64);
                 let size = model.len() as u64;
-                data.check(size).map_err(TestCaseError::fail)?;
+                data.check(size).map_err(|e| TestCaseError::fail(e.0))?;
                 let mut out = Vec::new();
                 data.read(size, 0, size as u32 + 10, &mut out);
                 prop_assert_eq!(&out, &model);

@@ -15,6 +15,7 @@ use std::sync::OnceLock;
 use hashbrown::HashTable;
 
 use crate::attr::Ino;
+use crate::error::Broken;
 
 /// Longest name of one entry, in bytes (Linux's NAME_MAX).
 pub use crate::limits::NAME_LEN_MAX;
@@ -236,19 +237,19 @@ impl Dir {
     }
 
     /// Checks the internal invariants (tests and fsck).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), Broken> {
         let live = self.slots.iter().filter(|s| s.ino != 0).count();
         if live != self.index.len() {
-            return Err(format!(
+            return Err(Broken(format!(
                 "{live} live slots but {} indexed",
                 self.index.len()
-            ));
+            )));
         }
         for slot in self.slots.iter().filter(|s| s.ino != 0) {
             let name = self.slot_name(slot);
             match self.find(name) {
                 Some(i) if self.slots[i as usize].ino == slot.ino => {}
-                _ => return Err(format!("entry {:?} is not found by its name", name)),
+                _ => return Err(Broken(format!("entry {:?} is not found by its name", name))),
             }
         }
         Ok(())

@@ -334,7 +334,7 @@ pub fn decode_for_repair(
     }
     insert_entries(&mut inodes, entries)?;
     let (state, problems) = State::from_inodes(config, next_generation, inodes)
-        .map_err(CheckpointError::Inconsistent)?;
+        .map_err(|e| CheckpointError::Inconsistent(vec![e.to_string()]))?;
     Ok((state, header, problems))
 }
 

@@ -61,6 +61,11 @@ impl State {
             }
         }
         self.check_links(&names_per_inode, &subdirs, &mut problems);
+        // A removed directory may keep nlink 0 while the kernel holds it; the root never is
+        // removed (the next checkpoint would leave it out, and the store with it).
+        if self.table.get(ROOT_INO).is_ok_and(|root| root.nlink == 0) {
+            problems.push("the root directory has no links".into());
+        }
         let mut reached = HashSet::new();
         self.reachable_from(ROOT_INO, &mut reached);
         for (ino, inode) in self.table.iter() {

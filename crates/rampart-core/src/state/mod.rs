@@ -18,7 +18,7 @@ use std::sync::Arc;
 use crate::attr::{Durability, FileKind, Ino, ROOT_INO};
 use crate::clock::Clock;
 use crate::engine::EngineConfig;
-use crate::error::{Errno, FsResult};
+use crate::error::{Broken, Errno, FsResult};
 use crate::limits::{ENTRY_COST_BYTES, NAME_LEN_MAX};
 use crate::memory::budget::Budget;
 use crate::namespace::dir::Dir;
@@ -122,7 +122,7 @@ impl State {
         config: &EngineConfig,
         next_generation: u32,
         inodes: Vec<(Ino, Inode)>,
-    ) -> Result<(State, Vec<String>), Vec<String>> {
+    ) -> Result<(State, Vec<String>), Broken> {
         let mut state = State {
             table: InodeTable::new(),
             budget: Budget::new(config.memory_cap_bytes),
@@ -133,7 +133,7 @@ impl State {
         for (ino, inode) in inodes {
             if ino == 0 || state.table.get(ino).is_ok() || ino > crate::namespace::table::INODES_MAX
             {
-                return Err(vec![format!("inode number {ino} is invalid or repeated")]);
+                return Err(Broken(format!("inode number {ino} is invalid or repeated")));
             }
             charged += inode_charge(&inode);
             if let Some(d) = inode.dir() {
@@ -151,7 +151,7 @@ impl State {
         state.budget.set_table_bytes(state.table.heap_bytes());
         state.table.raise_next_generation(next_generation);
         if state.table.get(ROOT_INO).map(|r| r.is_dir()) != Ok(true) {
-            return Err(vec!["there is no root directory".into()]);
+            return Err(Broken("there is no root directory".into()));
         }
         state.budget.apply(charged as i64);
         let problems = state.check();
