@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 use crate::attr::Durability;
 use crate::engine::Engine;
 use crate::error::{PersistError, PersistStep};
+use crate::lock_order::{self, Rank};
 use crate::op::{Op, OpSink, SyncDone};
 use crate::persist::checkpoint;
 use crate::persist::device::Device;
@@ -149,13 +150,13 @@ pub struct Persister {
     device: Arc<dyn Device>,
     store_id: [u8; 16],
     config: PersistConfig,
-    pending: Mutex<Pending>,
+    pending: Ranked<Pending>,
     wake: Condvar,
     /// Signalled when the committer has taken what was gathered (back-pressure).
     drained: Condvar,
-    durable: Mutex<Durable>,
+    durable: Ranked<Durable>,
     /// Serialises journal writes and the steps of a checkpoint that touch the journal.
-    writing: Mutex<()>,
+    writing: Ranked<()>,
     /// True while a checkpoint runs (one at a time); `checkpoint_ended` signals its end.
     checkpointing: Mutex<bool>,
     checkpoint_ended: Condvar,
@@ -175,6 +176,63 @@ pub struct Persister {
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding one of these leaves plain data behind; keep going.
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A mutex with a place in the lock order (`lock_order`): the ones held while another lock
+/// is taken. The others here (`checkpointing`, `engine`, the thread handles) are only ever
+/// held alone.
+#[derive(Debug)]
+struct Ranked<T> {
+    rank: Rank,
+    mutex: Mutex<T>,
+}
+
+impl<T> Ranked<T> {
+    fn new(rank: Rank, value: T) -> Ranked<T> {
+        Ranked {
+            rank,
+            mutex: Mutex::new(value),
+        }
+    }
+}
+
+/// A held [`Ranked`] mutex.
+struct Locked<'a, T> {
+    guard: MutexGuard<'a, T>,
+    _held: lock_order::Held,
+}
+
+impl<T> std::ops::Deref for Locked<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> std::ops::DerefMut for Locked<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.guard
+    }
+}
+
+impl<'a, T> Locked<'a, T> {
+    /// Waits on `condvar` for at most `timeout`; the lock (and its rank) is held again after.
+    fn wait_timeout(self, condvar: &Condvar, timeout: Duration) -> Locked<'a, T> {
+        let Locked { guard, _held } = self;
+        let guard = condvar
+            .wait_timeout(guard, timeout)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+        Locked { guard, _held }
+    }
+}
+
+fn locked<T>(m: &Ranked<T>) -> Locked<'_, T> {
+    let held = lock_order::acquire(m.rank);
+    Locked {
+        guard: lock(&m.mutex),
+        _held: held,
+    }
 }
 
 fn journal_header(store_id: [u8; 16], base_seq: u64) -> Vec<u8> {
@@ -220,20 +278,26 @@ impl Persister {
             device,
             store_id,
             config,
-            pending: Mutex::new(Pending {
-                builder: BatchBuilder::new(next_seq),
-                waiters: Vec::new(),
-            }),
+            pending: Ranked::new(
+                Rank::PersisterPending,
+                Pending {
+                    builder: BatchBuilder::new(next_seq),
+                    waiters: Vec::new(),
+                },
+            ),
             wake: Condvar::new(),
             drained: Condvar::new(),
-            durable: Mutex::new(Durable {
-                seq: next_seq,
-                journal_bytes,
-                journal_file_bytes: journal_bytes,
-                image_bytes,
-                ..Durable::default()
-            }),
-            writing: Mutex::new(()),
+            durable: Ranked::new(
+                Rank::PersisterDurable,
+                Durable {
+                    seq: next_seq,
+                    journal_bytes,
+                    journal_file_bytes: journal_bytes,
+                    image_bytes,
+                    ..Durable::default()
+                },
+            ),
+            writing: Ranked::new(Rank::PersisterWriting, ()),
             checkpointing: Mutex::new(false),
             checkpoint_ended: Condvar::new(),
             checkpoint_requested: AtomicBool::new(false),
@@ -265,10 +329,10 @@ impl Persister {
 
     pub fn stats(&self) -> PersistStats {
         let (pending, pending_bytes) = {
-            let p = lock(&self.pending);
+            let p = locked(&self.pending);
             (p.builder.next_seq(), p.builder.body_bytes() as u64)
         };
-        let d = lock(&self.durable);
+        let d = locked(&self.durable);
         PersistStats {
             ops_pending: pending.saturating_sub(d.seq),
             journal_bytes: d.journal_bytes,
@@ -289,7 +353,7 @@ impl Persister {
     fn fail(&self, step: PersistStep, e: &std::io::Error) -> PersistError {
         let error = PersistError::new(step, e);
         tracing::error!("persistence stopped: {error}");
-        let mut d = lock(&self.durable);
+        let mut d = locked(&self.durable);
         let sticky = d.error.get_or_insert(error).clone();
         self.failed.store(true, Ordering::Release);
         sticky
@@ -297,17 +361,17 @@ impl Persister {
 
     /// The error that stopped persistence, if it is stopped.
     pub fn error(&self) -> Option<PersistError> {
-        lock(&self.durable).error.clone()
+        locked(&self.durable).error.clone()
     }
 
     fn sticky_error(&self) -> Option<std::io::Error> {
-        lock(&self.durable).error.clone().map(Into::into)
+        locked(&self.durable).error.clone().map(Into::into)
     }
 
     /// Takes every op gathered so far as framed batches (None if there are none), with the
     /// sequence number after them, and lets writers held back by `throttle` go on.
     fn take_gathered(&self) -> (Option<Vec<u8>>, u64) {
-        let mut p = lock(&self.pending);
+        let mut p = locked(&self.pending);
         let taken = (p.builder.take_batch(), p.builder.next_seq());
         self.pending_bytes.store(0, Ordering::Release);
         self.drained.notify_all();
@@ -316,7 +380,7 @@ impl Persister {
 
     /// Writes and syncs every batch gathered, one sync per batch. The caller holds `writing`.
     fn commit_locked(&self) -> Result<(), PersistError> {
-        if let Some(e) = lock(&self.durable).error.clone() {
+        if let Some(e) = locked(&self.durable).error.clone() {
             return Err(e);
         }
         let (framed, next_seq) = self.take_gathered();
@@ -329,7 +393,7 @@ impl Persister {
         for batch in journal::framed_batches(&framed) {
             self.write_batch(batch)?;
         }
-        let mut d = lock(&self.durable);
+        let mut d = locked(&self.durable);
         d.seq = d.seq.max(next_seq);
         d.commits += 1;
         Ok(())
@@ -339,7 +403,7 @@ impl Persister {
     fn write_batch(&self, batch: &[u8]) -> Result<(), PersistError> {
         let batch_bytes = batch.len() as u64;
         let (end, mut file_end) = {
-            let d = lock(&self.durable);
+            let d = locked(&self.durable);
             (d.journal_bytes, d.journal_file_bytes)
         };
         self.device
@@ -363,7 +427,7 @@ impl Persister {
         self.device
             .sync(JOURNAL_FILE)
             .map_err(|e| self.fail(PersistStep::SyncJournal, &e))?;
-        let mut d = lock(&self.durable);
+        let mut d = locked(&self.durable);
         d.journal_bytes += batch_bytes;
         d.journal_file_bytes = file_end;
         debug_assert!(d.journal_bytes <= d.journal_file_bytes);
@@ -373,12 +437,12 @@ impl Persister {
     /// Makes every op applied so far durable (fsync). Concurrent callers share the work: a
     /// caller whose ops went out in another's batch returns without a sync of its own.
     pub fn sync(&self) -> std::io::Result<()> {
-        let target = lock(&self.pending).builder.next_seq();
-        if lock(&self.durable).seq >= target {
+        let target = locked(&self.pending).builder.next_seq();
+        if locked(&self.durable).seq >= target {
             return self.sticky_error().map_or(Ok(()), Err);
         }
-        let _writing = lock(&self.writing);
-        if lock(&self.durable).seq >= target {
+        let _writing = locked(&self.writing);
+        if locked(&self.durable).seq >= target {
             return Ok(());
         }
         self.commit_locked().map_err(Into::into)
@@ -424,7 +488,7 @@ impl Persister {
         // keeps page faults out of the writers' pause; if the memory is not there, the image
         // grows as it is encoded instead.
         let (last_image_bytes, journal_bytes) = {
-            let d = lock(&self.durable);
+            let d = locked(&self.durable);
             (d.image_bytes, d.journal_bytes)
         };
         let estimate_bytes = last_image_bytes
@@ -441,14 +505,14 @@ impl Persister {
             image.resize(image.capacity(), 0u8);
         }
         let created_ns = now_ns();
-        let _writing = lock(&self.writing);
+        let _writing = locked(&self.writing);
         let paused = Instant::now();
         // Under the engine's shared lock no op is being applied, so the image and the
         // sequence number agree. Ops gathered but not yet committed are in the image; they
         // still go to the old journal (its batches must stay contiguous), and recovery skips
         // them.
         let (seq, base_seq, restarting) = engine.with_state(|state| {
-            let mut p = lock(&self.pending);
+            let mut p = locked(&self.pending);
             let seq = p.builder.next_seq();
             let restarting = self.failed.load(Ordering::Acquire);
             if restarting {
@@ -469,7 +533,7 @@ impl Persister {
         job.pause = paused.elapsed();
         // Every byte below `journal_bytes` is a whole, synced batch; the commit lock keeps it
         // from moving until here.
-        let journal_bytes = lock(&self.durable).journal_bytes;
+        let journal_bytes = locked(&self.durable).journal_bytes;
         drop(_writing);
         checkpoint::seal(&mut image, self.store_id, seq, created_ns);
         job.image_bytes = image.len() as u64;
@@ -490,7 +554,7 @@ impl Persister {
         {
             // Under the lock the committer waits on, so the wakeup cannot fall between its
             // check and its wait.
-            let _pending = lock(&self.pending);
+            let _pending = locked(&self.pending);
             self.stop.store(true, Ordering::Release);
             self.wake.notify_all();
         }
@@ -529,7 +593,7 @@ impl Persister {
     /// The committer is stopping: whoever still waits is answered after one last commit.
     fn answer_waiters_at_stop(&self) {
         {
-            let _writing = lock(&self.writing);
+            let _writing = locked(&self.writing);
             let _ = self.commit_locked();
         }
         self.answer_waiters();
@@ -542,7 +606,7 @@ impl OpSink for Persister {
             // Never reaches the store; recovery drops volatile files.
             return;
         }
-        let mut p = lock(&self.pending);
+        let mut p = locked(&self.pending);
         if self.failed.load(Ordering::Acquire) {
             // Nothing is written until a checkpoint succeeds; keep only the numbering, so
             // memory does not grow with ops that cannot be journaled.
@@ -566,24 +630,20 @@ impl OpSink for Persister {
         if self.pending_bytes.load(Ordering::Acquire) <= self.config.pending_bytes_max {
             return;
         }
-        let mut p = lock(&self.pending);
+        let mut p = locked(&self.pending);
         while p.builder.body_bytes() > self.config.pending_bytes_max
             && !self.stop.load(Ordering::Acquire)
             && !self.failed.load(Ordering::Acquire)
         {
             self.wake.notify_one();
-            p = self
-                .drained
-                .wait_timeout(p, Duration::from_millis(100))
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            p = p.wait_timeout(&self.drained, Duration::from_millis(100));
         }
     }
 
     fn sync_async(&self, done: SyncDone) {
-        let mut p = lock(&self.pending);
+        let mut p = locked(&self.pending);
         let target = p.builder.next_seq();
-        if lock(&self.durable).seq >= target {
+        if locked(&self.durable).seq >= target {
             drop(p);
             return done(self.sticky_error().map_or(Ok(()), Err));
         }
@@ -601,10 +661,10 @@ impl Persister {
     /// Answers the `sync_async` callers whose ops are now durable (or all of them, with the
     /// error, if persistence has stopped).
     fn answer_waiters(&self) {
-        let durable = lock(&self.durable).seq;
+        let durable = locked(&self.durable).seq;
         let error = self.sticky_error();
         let ready: Vec<SyncDone> = {
-            let mut p = lock(&self.pending);
+            let mut p = locked(&self.pending);
             let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut p.waiters)
                 .into_iter()
                 .partition(|(target, _)| error.is_some() || *target <= durable);
@@ -725,10 +785,10 @@ impl CheckpointJob<'_> {
             // `finish`, which holds commits, is small.
             for _ in 0..TAIL_ROUNDS_MAX {
                 // Every byte below `journal_bytes` is a whole, synced batch.
-                let end = lock(&p.durable).journal_bytes;
+                let end = locked(&p.durable).journal_bytes;
                 self.copy_old_journal(end)?;
                 p.device.sync(JOURNAL_TMP)?;
-                let left = lock(&p.durable)
+                let left = locked(&p.durable)
                     .journal_bytes
                     .saturating_sub(self.copied_to);
                 if left <= TAIL_LEFT_FOR_FINISH_BYTES {
@@ -743,7 +803,7 @@ impl CheckpointJob<'_> {
     /// Step 4: copies the last batches, and puts the new checkpoint and journal in place.
     pub fn finish(mut self) -> Result<(), PersistError> {
         let p = self.persister;
-        let _writing = lock(&p.writing);
+        let _writing = locked(&p.writing);
         let switching = Instant::now();
         let mut restarted_seq = self.seq;
         let result = (|| {
@@ -754,7 +814,7 @@ impl CheckpointJob<'_> {
                 }
                 restarted_seq = next_seq;
             } else {
-                let end = lock(&p.durable).journal_bytes;
+                let end = locked(&p.durable).journal_bytes;
                 self.copy_old_journal(end)?;
             }
             p.device.sync(JOURNAL_TMP)?;
@@ -777,7 +837,7 @@ impl CheckpointJob<'_> {
         let switch = switching.elapsed();
         {
             // Still under the commit lock: the next commit counts from this length.
-            let mut d = lock(&p.durable);
+            let mut d = locked(&p.durable);
             d.seq = d.seq.max(self.seq).max(restarted_seq);
             d.journal_bytes = journal_bytes;
             d.journal_file_bytes = journal_bytes;
@@ -816,7 +876,7 @@ impl Drop for CheckpointJob<'_> {
         if !self.finished && self.restarting {
             // The ops gathered for the new journal cannot be written: persistence stays
             // stopped (`fail` has set it so) and the next checkpoint starts afresh.
-            let mut pending = lock(&p.pending);
+            let mut pending = locked(&p.pending);
             let next_seq = pending.builder.next_seq();
             pending.builder = BatchBuilder::new(next_seq);
             p.pending_bytes.store(0, Ordering::Release);
@@ -840,13 +900,9 @@ fn commit_loop(persister: Weak<Persister>) {
         }
         let interval = p.config.commit_interval;
         {
-            let guard = lock(&p.pending);
+            let guard = locked(&p.pending);
             if guard.waiters.is_empty() {
-                drop(
-                    p.wake
-                        .wait_timeout(guard, interval)
-                        .unwrap_or_else(|e| e.into_inner()),
-                );
+                drop(guard.wait_timeout(&p.wake, interval));
             }
         }
         if p.stop.load(Ordering::Acquire) {
@@ -854,7 +910,7 @@ fn commit_loop(persister: Weak<Persister>) {
             return;
         }
         {
-            let writing = lock(&p.writing);
+            let writing = locked(&p.writing);
             let committed = p.commit_locked();
             drop(writing);
             p.answer_waiters();
@@ -871,7 +927,7 @@ fn commit_loop(persister: Weak<Persister>) {
             }
         }
         let (grown_bytes, due_bytes) = {
-            let d = lock(&p.durable);
+            let d = locked(&p.durable);
             (
                 d.journal_bytes
                     .saturating_sub(d.journal_bytes_at_checkpoint),

@@ -405,6 +405,9 @@ impl SimDevice {
             .ok_or_else(|| os_error(libc::EFBIG))?;
         let new_len = if place == Place::Replace {
             end
+        } else if data.is_empty() {
+            // pwrite of nothing changes nothing, past the end too.
+            len
         } else {
             len.max(end)
         };
@@ -416,7 +419,9 @@ impl SimDevice {
         if place == Place::Replace {
             file.volatile.clear();
         }
-        file.put(offset, data);
+        if !data.is_empty() {
+            file.put(offset, data);
+        }
         state.log(Event::Write {
             name: name.to_owned(),
             offset,
