@@ -64,12 +64,7 @@ impl Header {
         fields.put_u64(SEQ_AT, self.seq);
         fields.put_i64(CREATED_NS_AT, self.created_ns);
         fields.put_u64(BODY_LEN_AT, self.body_len);
-        FRAME.encode(&header::Header {
-            version: VERSION,
-            flags: 0,
-            store_id: self.store_id,
-            fields,
-        })
+        FRAME.encode_current(self.store_id, fields)
     }
 
     /// Decodes the header at the start of a checkpoint (the flags are not read).

@@ -119,6 +119,16 @@ impl Frame {
         out
     }
 
+    /// The header of a file written by this release: this frame's version, no flags.
+    pub fn encode_current(&self, store_id: [u8; 16], fields: Fields) -> [u8; HEADER_BYTES] {
+        self.encode(&Header {
+            version: self.version,
+            flags: 0,
+            store_id,
+            fields,
+        })
+    }
+
     /// Decodes the header at the start of `bytes` (which may go on past it).
     pub fn decode(&self, bytes: &[u8]) -> Result<Header, HeaderError> {
         if bytes.len() < HEADER_BYTES {

@@ -61,12 +61,7 @@ impl Header {
         let mut fields = Fields::default();
         fields.put_u64(BASE_SEQ_AT, self.base_seq);
         fields.put_i64(CREATED_NS_AT, self.created_ns);
-        FRAME.encode(&header::Header {
-            version: VERSION,
-            flags: 0,
-            store_id: self.store_id,
-            fields,
-        })
+        FRAME.encode_current(self.store_id, fields)
     }
 
     /// Decodes the header at the start of a journal (the reserved bytes are not read).
