@@ -21,9 +21,9 @@ use serde::{Deserialize, Serialize};
 
 pub const SOCKET_FILE: &str = "control.sock";
 /// Longest command line accepted.
-const COMMAND_LEN_MAX: u64 = 256;
+const COMMAND_BYTES_MAX: u64 = 256;
 /// Longest answer line read from the daemon.
-const ANSWER_LEN_MAX: u64 = 64 << 10;
+const ANSWER_BYTES_MAX: u64 = 64 << 10;
 
 /// The persister's figures.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -282,7 +282,7 @@ fn peer_still_there(stream: &UnixStream) -> bool {
 
 trait TakeLimit: std::io::Read + Sized {
     fn take_limit(self) -> std::io::Take<Self> {
-        self.take(COMMAND_LEN_MAX)
+        self.take(COMMAND_BYTES_MAX)
     }
 }
 impl<R: std::io::Read> TakeLimit for R {}
@@ -313,7 +313,7 @@ fn request(store: &Path, command: &str) -> Result<(String, BufReader<UnixStream>
     let mut reader = BufReader::new(stream);
     let mut line = String::new();
     (&mut reader)
-        .take(ANSWER_LEN_MAX)
+        .take(ANSWER_BYTES_MAX)
         .read_line(&mut line)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok((line, reader))
@@ -344,7 +344,7 @@ impl ExitWatch {
             return Watched::Ended;
         }
         let mut line = String::new();
-        match (&mut self.0).take(ANSWER_LEN_MAX).read_line(&mut line) {
+        match (&mut self.0).take(ANSWER_BYTES_MAX).read_line(&mut line) {
             Err(e)
                 if matches!(
                     e.kind(),

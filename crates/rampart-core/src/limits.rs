@@ -3,10 +3,10 @@
 //! part of that format (docs/FORMAT.md): changing it needs a version.
 
 /// Longest name of a directory entry, in bytes (NAME_MAX).
-pub const NAME_LEN_MAX: usize = 255;
+pub const NAME_BYTES_MAX: usize = 255;
 
 /// Longest symlink target, in bytes (PATH_MAX without its NUL).
-pub const SYMLINK_TARGET_LEN_MAX: usize = 4095;
+pub const SYMLINK_TARGET_BYTES_MAX: usize = 4095;
 
 /// Most links to one inode (and subdirectories of one directory).
 pub const LINK_COUNT_MAX: u32 = u32::MAX / 2;
@@ -27,12 +27,87 @@ pub const LEVELS_MAX: usize = 3;
 /// ENAMETOOLONG, as PATH_MAX bounds them for the kernel).
 pub const PATH_DEPTH_MAX: usize = 4096 / 2;
 
+// Moved here from the modules that use them (each re-exports its own).
+
+/// Longest attribute name, in bytes, including the namespace prefix (XATTR_NAME_MAX).
+pub const XATTR_NAME_BYTES_MAX: usize = 255;
+
+/// Largest attribute value, in bytes (XATTR_SIZE_MAX).
+pub const XATTR_VALUE_BYTES_MAX: usize = 64 * 1024;
+
+/// Largest name list, in bytes (XATTR_LIST_MAX): listxattr must fit its answer in it.
+pub const XATTR_LIST_BYTES_MAX: usize = 64 * 1024;
+
+/// Most bytes of names and values on one inode.
+pub const XATTR_INODE_BYTES_MAX: usize = 256 * 1024;
+
+/// Zeros the writer keeps reserved ahead of the journal's end: when a commit would run past
+/// them, it writes this many more after its batch (one commit in about 500 of 4 KiB writes).
+pub const JOURNAL_RESERVE_BYTES: usize = 2 << 20;
+
+/// Largest batch body; a batch holding more ops is cut in two by the writer.
+pub const BATCH_BODY_BYTES_MAX: usize = 64 << 20;
+
+/// Largest data of one `Write` record, in bytes.
+pub const WRITE_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+/// Longest varint, in bytes (10 × 7 bits ≥ 64 bits).
+pub const VARINT_BYTES_MAX: usize = 10;
+
+/// The longest file name a device accepts, in bytes (NAME_MAX of Linux file systems).
+pub const DEVICE_NAME_BYTES_MAX: usize = 255;
+
+/// How many open files `persist::device::DirDevice` keeps cached at most.
+pub const CACHED_FILES_MAX: usize = 16;
+
+/// Bytes covered by one chunk.
+pub const CHUNK_BYTES: usize = 64 * 1024;
+
+/// Largest file size, in bytes: 2^44 (16 TiB), which keeps the chunk table of a sparse file
+/// under 6 GiB even at its worst; the memory cap stops it far earlier.
+pub const FILE_SIZE_BYTES_MAX: u64 = 1 << 44;
+
+/// Most entries of one directory (keeps slot indices in a `u32`).
+pub const DIR_ENTRIES_MAX: usize = (u32::MAX - 1) as usize;
+
+/// Most inodes of one file system (the table is indexed by `u32`-sized numbers).
+pub const INODES_MAX: u64 = u32::MAX as u64;
+
+/// At most this much of a checkpoint image's buffer is touched before the writers' pause.
+pub const IMAGE_PREFAULT_BYTES_MAX: u64 = 16 << 30;
+
+// Relations between limits, checked at compile time.
+const _: () = assert!(CHUNK_BYTES.is_power_of_two());
 const _: () = assert!(
-    NAME_LEN_MAX <= u8::MAX as usize,
+    FILE_SIZE_BYTES_MAX.is_multiple_of(CHUNK_BYTES as u64),
+    "whole chunks"
+);
+const _: () = assert!(
+    WRITE_BYTES_MAX + 64 <= BATCH_BODY_BYTES_MAX,
+    "a batch holds the largest write record with its fields"
+);
+const _: () = assert!(XATTR_VALUE_BYTES_MAX + XATTR_NAME_BYTES_MAX <= XATTR_INODE_BYTES_MAX);
+const _: () = assert!(
+    XATTR_NAME_BYTES_MAX < XATTR_LIST_BYTES_MAX,
+    "one name fits a list"
+);
+const _: () = assert!(
+    DIR_ENTRIES_MAX < u32::MAX as usize,
+    "slot indices fit a u32 with a sentinel"
+);
+const _: () = assert!(INODES_MAX <= u32::MAX as u64);
+const _: () = assert!(VARINT_BYTES_MAX * 7 >= 64, "a varint holds any u64");
+const _: () = assert!(
+    JOURNAL_RESERVE_BYTES.is_multiple_of(4096),
+    "the reserve is whole pages"
+);
+const _: () = assert!(NAME_BYTES_MAX <= DEVICE_NAME_BYTES_MAX);
+const _: () = assert!(
+    NAME_BYTES_MAX <= u8::MAX as usize,
     "names are measured in a byte"
 );
 const _: () = assert!(
-    SYMLINK_TARGET_LEN_MAX < 4096,
+    SYMLINK_TARGET_BYTES_MAX < 4096,
     "a target fits PATH_MAX with its NUL"
 );
 const _: () = assert!(BLOCK_SIZE_BYTES.is_power_of_two());

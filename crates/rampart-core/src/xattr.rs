@@ -2,14 +2,10 @@
 
 use crate::error::{Errno, FsResult};
 
-/// Longest attribute name, in bytes, including the namespace prefix (XATTR_NAME_MAX).
-pub const NAME_LEN_MAX: usize = 255;
-/// Largest attribute value, in bytes (XATTR_SIZE_MAX).
-pub const VALUE_LEN_MAX: usize = 64 * 1024;
-/// Largest name list, in bytes (XATTR_LIST_MAX): listxattr must fit its answer in it.
-pub const LIST_LEN_MAX: usize = 64 * 1024;
-/// Most bytes of names and values on one inode.
-pub const INODE_TOTAL_BYTES_MAX: usize = 256 * 1024;
+pub use crate::limits::XATTR_INODE_BYTES_MAX;
+pub use crate::limits::XATTR_LIST_BYTES_MAX;
+pub use crate::limits::XATTR_NAME_BYTES_MAX;
+pub use crate::limits::XATTR_VALUE_BYTES_MAX;
 
 /// The namespaces rampart stores; others (system.*, e.g. POSIX ACLs) are not supported.
 const NAMESPACES: [&[u8]; 3] = [b"user.", b"trusted.", b"security."];
@@ -28,7 +24,7 @@ pub struct Xattrs {
 
 /// Checks an attribute name: its length and namespace.
 pub fn check_name(name: &[u8]) -> FsResult<()> {
-    if name.is_empty() || name.len() > NAME_LEN_MAX {
+    if name.is_empty() || name.len() > XATTR_NAME_BYTES_MAX {
         return Err(Errno::ERANGE);
     }
     match NAMESPACES.iter().find(|ns| name.starts_with(ns)) {
@@ -66,7 +62,7 @@ impl Xattrs {
     /// Validates a set without changing anything; returns the growth in bytes.
     pub fn check_set(&self, name: &[u8], value: &[u8], flags: i32) -> FsResult<u64> {
         check_name(name)?;
-        if value.len() > VALUE_LEN_MAX {
+        if value.len() > XATTR_VALUE_BYTES_MAX {
             return Err(Errno::E2BIG);
         }
         if flags & !(XATTR_CREATE | XATTR_REPLACE) != 0 {
@@ -86,7 +82,7 @@ impl Xattrs {
             } else {
                 0
             };
-        if total > INODE_TOTAL_BYTES_MAX || list > LIST_LEN_MAX {
+        if total > XATTR_INODE_BYTES_MAX || list > XATTR_LIST_BYTES_MAX {
             return Err(Errno::ENOSPC);
         }
         Ok((name.len() + value.len()) as u64 + 32)
@@ -151,7 +147,7 @@ mod tests {
             Err(Errno::EEXIST)
         );
         assert_eq!(
-            x.check_set(b"user.b", &vec![0; VALUE_LEN_MAX + 1], 0),
+            x.check_set(b"user.b", &vec![0; XATTR_VALUE_BYTES_MAX + 1], 0),
             Err(Errno::E2BIG)
         );
         x.set(b"user.a", b"2");

@@ -157,7 +157,8 @@ fn background_checkpoints_keep_the_journal_bounded_and_lose_nothing() {
     // The file holds the committed bytes and at most one reserve of zeros after them.
     let file_bytes = device.len("journal").unwrap().unwrap();
     assert!(
-        file_bytes <= stats.journal_bytes + rampart_core::persist::journal::RESERVE_BYTES as u64,
+        file_bytes
+            <= stats.journal_bytes + rampart_core::persist::journal::JOURNAL_RESERVE_BYTES as u64,
         "journal file of {file_bytes} bytes: {stats:?}"
     );
     let r = crash_and_recover(&device);

@@ -90,7 +90,7 @@ fn file_attr(a: &Attr) -> FileAttr {
         uid: a.uid,
         gid: a.gid,
         rdev: a.rdev,
-        blksize: rampart_core::engine::BLOCK_SIZE,
+        blksize: rampart_core::limits::BLOCK_SIZE_BYTES,
         flags: 0,
     }
 }
@@ -111,7 +111,7 @@ fn negative_entry() -> FileAttr {
         uid: 0,
         gid: 0,
         rdev: 0,
-        blksize: rampart_core::engine::BLOCK_SIZE,
+        blksize: rampart_core::limits::BLOCK_SIZE_BYTES,
         flags: 0,
     }
 }

@@ -5,7 +5,7 @@ use crate::attr::{Attr, Ino, SetAttr, SetTime};
 use crate::error::{Errno, FsResult};
 use crate::limits::RELATIME_INTERVAL_NS;
 use crate::op::Op;
-use crate::persist::codec::WRITE_LEN_MAX;
+use crate::persist::codec::WRITE_BYTES_MAX;
 use crate::time::TimeNs;
 
 /// Per-call scratch buffer for reads.
@@ -127,7 +127,7 @@ impl Engine {
     }
 }
 
-/// Applies a write as one op per WRITE_LEN_MAX bytes (a journal record holds at most that
+/// Applies a write as one op per WRITE_BYTES_MAX bytes (a journal record holds at most that
 /// much); returns how many bytes went in. A short write, as POSIX allows, once some of it is
 /// in; an error if none is.
 fn write_pieces(
@@ -141,7 +141,7 @@ fn write_pieces(
     let mut done = 0usize;
     // An empty write is still an op (it updates the times).
     let empty = data.is_empty().then_some(&data[..0]);
-    for piece in data.chunks(WRITE_LEN_MAX).chain(empty) {
+    for piece in data.chunks(WRITE_BYTES_MAX).chain(empty) {
         let op = Op::Write {
             ino,
             offset: offset + done as u64,

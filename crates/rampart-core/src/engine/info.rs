@@ -2,7 +2,7 @@
 
 use super::Engine;
 use crate::attr::{StatFs, Stats};
-use crate::limits::{BLOCK_SIZE_BYTES, ENTRY_COST_BYTES, NAME_LEN_MAX};
+use crate::limits::{BLOCK_SIZE_BYTES, ENTRY_COST_BYTES, NAME_BYTES_MAX};
 use crate::namespace::inode::Inode;
 
 impl Engine {
@@ -17,7 +17,7 @@ impl Engine {
             blocks_free: free / bs,
             files_total: state.table.live() + free / inode_bytes,
             files_free: free / inode_bytes,
-            name_len_max: NAME_LEN_MAX as u32,
+            name_len_max: NAME_BYTES_MAX as u32,
         }
     }
 

@@ -29,11 +29,7 @@ use crate::persist::level::{Levels, Route};
 use crate::persist::policy;
 use crate::time::TimeNs;
 
-pub use crate::limits::{LINK_COUNT_MAX, SYMLINK_TARGET_LEN_MAX};
 pub use crate::state::State;
-
-/// Block size reported by statfs and stat.
-pub const BLOCK_SIZE: u32 = crate::limits::BLOCK_SIZE_BYTES;
 
 /// Who asks: the owner of new inodes, and whether the caller is the kernel (whose lookups are
 /// counted, and which needs no cache invalidation for the changes it makes itself).

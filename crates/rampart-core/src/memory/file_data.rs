@@ -15,12 +15,9 @@
 
 use crate::error::Broken;
 
-/// Bytes covered by one chunk.
-pub const CHUNK_BYTES: usize = 64 * 1024;
+pub use crate::limits::CHUNK_BYTES;
 
-/// Largest file size, in bytes: 2^44 (16 TiB), which keeps the chunk table of a sparse file
-/// under 6 GiB even at its worst; the memory cap stops it far earlier.
-pub const FILE_SIZE_MAX_BYTES: u64 = 1 << 44;
+pub use crate::limits::FILE_SIZE_BYTES_MAX;
 
 #[derive(Debug, Default)]
 pub struct FileData {
@@ -70,7 +67,7 @@ impl FileData {
             if index < data.chunks.len() {
                 return Err(Broken(format!("chunk {index} out of order")));
             }
-            if index as u64 >= FILE_SIZE_MAX_BYTES / CHUNK_BYTES as u64 {
+            if index as u64 >= FILE_SIZE_BYTES_MAX / CHUNK_BYTES as u64 {
                 return Err(Broken(format!(
                     "chunk {index} is past the largest file size"
                 )));
@@ -116,7 +113,7 @@ impl FileData {
         len: u64,
         chunk_growth: impl Fn(&Vec<u8>, usize) -> usize,
     ) -> u64 {
-        let end = offset.saturating_add(len).min(FILE_SIZE_MAX_BYTES);
+        let end = offset.saturating_add(len).min(FILE_SIZE_BYTES_MAX);
         if offset >= end {
             return 0;
         }
@@ -149,7 +146,7 @@ impl FileData {
     pub fn reserve(&mut self, offset: u64, len: u64) -> Delta {
         let table_before = self.chunks.capacity() as i64;
         let mut delta = Delta::default();
-        let end = offset.saturating_add(len).min(FILE_SIZE_MAX_BYTES);
+        let end = offset.saturating_add(len).min(FILE_SIZE_BYTES_MAX);
         if offset >= end {
             return delta;
         }
@@ -450,8 +447,8 @@ mod tests {
         let data = FileData::default();
         let started = std::time::Instant::now();
         let growth = data.reserve_growth_bytes(0, u64::MAX);
-        assert!(growth >= FILE_SIZE_MAX_BYTES, "{growth}");
-        assert!(data.growth_bound_bytes(FILE_SIZE_MAX_BYTES - 1, 1) > 0);
+        assert!(growth >= FILE_SIZE_BYTES_MAX, "{growth}");
+        assert!(data.growth_bound_bytes(FILE_SIZE_BYTES_MAX - 1, 1) > 0);
         assert!(started.elapsed() < std::time::Duration::from_secs(1));
     }
 

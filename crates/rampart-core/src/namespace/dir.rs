@@ -18,10 +18,9 @@ use crate::attr::Ino;
 use crate::error::Broken;
 
 /// Longest name of one entry, in bytes (Linux's NAME_MAX).
-pub use crate::limits::NAME_LEN_MAX;
+pub use crate::limits::NAME_BYTES_MAX;
 
-/// Most entries of one directory (keeps slot indices in a `u32`).
-pub const ENTRIES_MAX: usize = (u32::MAX - 1) as usize;
+pub use crate::limits::DIR_ENTRIES_MAX;
 
 const FREE_NONE: u32 = u32::MAX;
 
@@ -117,7 +116,7 @@ impl Dir {
 
     /// Adds an entry. The caller has checked that `name` is valid and absent.
     pub fn insert(&mut self, name: &[u8], ino: Ino, kind_code: u8) {
-        debug_assert!(!name.is_empty() && name.len() <= NAME_LEN_MAX);
+        debug_assert!(!name.is_empty() && name.len() <= NAME_BYTES_MAX);
         debug_assert!(ino != 0);
         debug_assert!(self.find(name).is_none(), "duplicate entry");
         let name_off = u32::try_from(self.names.len()).expect("directory name arena over 4 GiB");

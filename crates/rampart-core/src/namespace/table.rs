@@ -11,8 +11,7 @@ use crate::attr::Ino;
 use crate::error::{Errno, FsResult};
 use crate::namespace::inode::Inode;
 
-/// Most inodes of one file system (the table is indexed by `u32`-sized numbers).
-pub const INODES_MAX: u64 = u32::MAX as u64;
+pub use crate::limits::INODES_MAX;
 
 /// Below this many slots the table never shrinks.
 const SHRINK_CAPACITY_MIN: usize = 1024;

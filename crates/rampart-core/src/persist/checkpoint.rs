@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64};
 use crate::attr::{FileKind, Ino, ROOT_INO};
 use crate::engine::{EngineConfig, State};
 use crate::memory::file_data::{FileData, CHUNK_BYTES};
-use crate::namespace::dir::{Dir, NAME_LEN_MAX};
+use crate::namespace::dir::{Dir, NAME_BYTES_MAX};
 use crate::namespace::inode::{Inode, Payload};
 use crate::persist::codec::{get_bytes, get_varint, get_zigzag, put_bytes, put_varint, put_zigzag};
 use crate::persist::header::{self, Fields, Frame, HeaderError};
@@ -441,12 +441,12 @@ fn read_payload<'a>(
             let mut list = Vec::with_capacity(n);
             for _ in 0..n {
                 let child = varint(input, "entry inode")?;
-                list.push((child, field_bytes(input, NAME_LEN_MAX, "entry name")?));
+                list.push((child, field_bytes(input, NAME_BYTES_MAX, "entry name")?));
             }
             (Payload::Dir(Box::new(Dir::new(parent))), 0, Some(list))
         }
         FileKind::Symlink => {
-            let target = field_bytes(input, crate::engine::SYMLINK_TARGET_LEN_MAX, "target")?;
+            let target = field_bytes(input, crate::limits::SYMLINK_TARGET_BYTES_MAX, "target")?;
             (Payload::Symlink(target.into()), target.len() as u64, None)
         }
         FileKind::CharDevice | FileKind::BlockDevice => {
@@ -462,8 +462,8 @@ fn read_xattrs(input: &mut &[u8], ino: Ino) -> Result<Xattrs, CheckpointError> {
     let n = count(input, "xattr count")?;
     let mut xattrs = Xattrs::default();
     for _ in 0..n {
-        let name = field_bytes(input, xattr::NAME_LEN_MAX, "xattr name")?;
-        let value = field_bytes(input, xattr::VALUE_LEN_MAX, "xattr value")?;
+        let name = field_bytes(input, crate::limits::XATTR_NAME_BYTES_MAX, "xattr name")?;
+        let value = field_bytes(input, crate::limits::XATTR_VALUE_BYTES_MAX, "xattr value")?;
         xattrs
             .check_set(name, value, xattr::XATTR_CREATE)
             .map_err(|e| bad(format!("xattr of inode {ino}: {e}")))?;

@@ -51,9 +51,9 @@
 //! bit 5 mtime (each set when the field is present and follows), bit 6 `kill_suidgid`; bit 7 is
 //! reserved and must be 0. The Write flags byte: bit 0 `kill_suidgid`; bits 1–7 must be 0.
 //!
-//! The limits are the engine's: names [`dir::NAME_LEN_MAX`], symlink targets
-//! [`SYMLINK_TARGET_LEN_MAX`], xattr names and values [`xattr::NAME_LEN_MAX`] and
-//! [`xattr::VALUE_LEN_MAX`], write data [`WRITE_LEN_MAX`]. The codec checks only the encoding,
+//! The limits are the engine's: names [`crate::limits::NAME_BYTES_MAX`], symlink targets
+//! [`SYMLINK_TARGET_BYTES_MAX`], xattr names and values [`crate::limits::XATTR_NAME_BYTES_MAX`] and
+//! [`crate::limits::XATTR_VALUE_BYTES_MAX`], write data [`WRITE_BYTES_MAX`]. The codec checks only the encoding,
 //! not the meaning: an empty name or an offset past the largest file size decodes, and the
 //! engine refuses it on apply as it would have refused it the first time.
 //!
@@ -69,17 +69,13 @@
 
 use std::fmt;
 
-use crate::engine::SYMLINK_TARGET_LEN_MAX;
-use crate::namespace::dir;
+use crate::limits::SYMLINK_TARGET_BYTES_MAX;
 use crate::op::Op;
 use crate::time::TimeNs;
-use crate::xattr;
 
-/// Largest data of one `Write` record, in bytes.
-pub const WRITE_LEN_MAX: usize = 16 * 1024 * 1024;
+pub use crate::limits::WRITE_BYTES_MAX;
 
-/// Longest varint, in bytes (10 × 7 bits ≥ 64 bits).
-pub const VARINT_LEN_MAX: usize = 10;
+pub use crate::limits::VARINT_BYTES_MAX;
 
 /// The tag byte of each op.
 pub mod tag {
@@ -156,8 +152,8 @@ pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 pub fn get_varint(input: &mut &[u8]) -> Result<u64, DecodeError> {
     let bytes = *input;
     let mut v = 0u64;
-    for (i, &b) in bytes.iter().take(VARINT_LEN_MAX).enumerate() {
-        if i == VARINT_LEN_MAX - 1 && b > 1 {
+    for (i, &b) in bytes.iter().take(VARINT_BYTES_MAX).enumerate() {
+        if i == VARINT_BYTES_MAX - 1 && b > 1 {
             // Bits beyond the 64th, or a continuation past the tenth byte.
             return Err(DecodeError::Overlong);
         }
@@ -263,12 +259,12 @@ fn get_time(input: &mut &[u8], base: TimeNs) -> Result<TimeNs, DecodeError> {
 }
 
 fn put_name(out: &mut Vec<u8>, name: &[u8]) {
-    debug_assert!(name.len() <= dir::NAME_LEN_MAX);
+    debug_assert!(name.len() <= crate::limits::NAME_BYTES_MAX);
     put_bytes(out, name);
 }
 
 fn get_name<'a>(input: &mut &'a [u8]) -> Result<&'a [u8], DecodeError> {
-    get_field_bytes(input, dir::NAME_LEN_MAX, "name")
+    get_field_bytes(input, crate::limits::NAME_BYTES_MAX, "name")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -309,7 +305,7 @@ fn encode_entry_op(op: &Op<'_>, base: TimeNs, out: &mut Vec<u8>) {
             target,
             time_ns,
         } => {
-            debug_assert!(target.len() <= SYMLINK_TARGET_LEN_MAX);
+            debug_assert!(target.len() <= SYMLINK_TARGET_BYTES_MAX);
             out.push(tag::CREATE);
             put_varint(out, parent);
             put_name(out, name);
@@ -384,7 +380,7 @@ fn encode_inode_op(op: &Op<'_>, base: TimeNs, out: &mut Vec<u8>) {
             time_ns,
             kill_suidgid,
         } => {
-            debug_assert!(data.len() <= WRITE_LEN_MAX);
+            debug_assert!(data.len() <= WRITE_BYTES_MAX);
             out.push(tag::WRITE);
             put_varint(out, ino);
             put_varint(out, offset);
@@ -413,8 +409,8 @@ fn encode_inode_op(op: &Op<'_>, base: TimeNs, out: &mut Vec<u8>) {
             flags,
             time_ns,
         } => {
-            debug_assert!(name.len() <= xattr::NAME_LEN_MAX);
-            debug_assert!(value.len() <= xattr::VALUE_LEN_MAX);
+            debug_assert!(name.len() <= crate::limits::XATTR_NAME_BYTES_MAX);
+            debug_assert!(value.len() <= crate::limits::XATTR_VALUE_BYTES_MAX);
             out.push(tag::SET_XATTR);
             put_varint(out, ino);
             put_bytes(out, name);
@@ -423,7 +419,7 @@ fn encode_inode_op(op: &Op<'_>, base: TimeNs, out: &mut Vec<u8>) {
             put_time(out, time_ns, base);
         }
         Op::RemoveXattr { ino, name, time_ns } => {
-            debug_assert!(name.len() <= xattr::NAME_LEN_MAX);
+            debug_assert!(name.len() <= crate::limits::XATTR_NAME_BYTES_MAX);
             out.push(tag::REMOVE_XATTR);
             put_varint(out, ino);
             put_bytes(out, name);
@@ -534,7 +530,7 @@ fn decode_entry_op<'a>(t: u8, r: &mut &'a [u8], base: TimeNs) -> Result<Op<'a>, 
             uid: get_u32(r, "uid")?,
             gid: get_u32(r, "gid")?,
             rdev: get_u32(r, "rdev")?,
-            target: get_field_bytes(r, SYMLINK_TARGET_LEN_MAX, "symlink target")?,
+            target: get_field_bytes(r, SYMLINK_TARGET_BYTES_MAX, "symlink target")?,
             time_ns: get_time(r, base)?,
         },
         tag::LINK => Op::Link {
@@ -606,7 +602,7 @@ fn decode_inode_op<'a>(t: u8, r: &mut &'a [u8], base: TimeNs) -> Result<Op<'a>, 
                 ino,
                 offset,
                 time_ns: get_time(r, base)?,
-                data: get_field_bytes(r, WRITE_LEN_MAX, "write data")?,
+                data: get_field_bytes(r, WRITE_BYTES_MAX, "write data")?,
                 kill_suidgid: flags & WR_KILL_SUIDGID != 0,
             }
         }
@@ -619,14 +615,14 @@ fn decode_inode_op<'a>(t: u8, r: &mut &'a [u8], base: TimeNs) -> Result<Op<'a>, 
         },
         tag::SET_XATTR => Op::SetXattr {
             ino: get_varint(r)?,
-            name: get_field_bytes(r, xattr::NAME_LEN_MAX, "xattr name")?,
-            value: get_field_bytes(r, xattr::VALUE_LEN_MAX, "xattr value")?,
+            name: get_field_bytes(r, crate::limits::XATTR_NAME_BYTES_MAX, "xattr name")?,
+            value: get_field_bytes(r, crate::limits::XATTR_VALUE_BYTES_MAX, "xattr value")?,
             flags: get_i32(r, "xattr flags")?,
             time_ns: get_time(r, base)?,
         },
         tag::REMOVE_XATTR => Op::RemoveXattr {
             ino: get_varint(r)?,
-            name: get_field_bytes(r, xattr::NAME_LEN_MAX, "xattr name")?,
+            name: get_field_bytes(r, crate::limits::XATTR_NAME_BYTES_MAX, "xattr name")?,
             time_ns: get_time(r, base)?,
         },
         tag::SET_DURABILITY => Op::SetDurability {
@@ -941,7 +937,7 @@ mod tests {
     }
 
     fn names() -> impl Strategy<Value = Vec<u8>> {
-        bytes(dir::NAME_LEN_MAX, dir::NAME_LEN_MAX)
+        bytes(crate::limits::NAME_BYTES_MAX, crate::limits::NAME_BYTES_MAX)
     }
 
     /// Every variant, boxed per arm: the unboxed strategy's value trees overflow the stack of a
@@ -957,7 +953,7 @@ mod tests {
                 u32s(),
                 u32s(),
                 u32s(),
-                bytes(SYMLINK_TARGET_LEN_MAX, 300),
+                bytes(SYMLINK_TARGET_BYTES_MAX, 300),
                 times(),
             )
                 .prop_map(
@@ -1060,8 +1056,11 @@ mod tests {
                 .boxed(),
             (
                 u64s(),
-                bytes(xattr::NAME_LEN_MAX, xattr::NAME_LEN_MAX),
-                bytes(xattr::VALUE_LEN_MAX, 300),
+                bytes(
+                    crate::limits::XATTR_NAME_BYTES_MAX,
+                    crate::limits::XATTR_NAME_BYTES_MAX
+                ),
+                bytes(crate::limits::XATTR_VALUE_BYTES_MAX, 300),
                 i32s(),
                 times(),
             )
@@ -1075,7 +1074,10 @@ mod tests {
                 .boxed(),
             (
                 u64s(),
-                bytes(xattr::NAME_LEN_MAX, xattr::NAME_LEN_MAX),
+                bytes(
+                    crate::limits::XATTR_NAME_BYTES_MAX,
+                    crate::limits::XATTR_NAME_BYTES_MAX
+                ),
                 times()
             )
                 .prop_map(|(ino, name, time_ns)| Owned::RemoveXattr { ino, name, time_ns })
@@ -1338,26 +1340,26 @@ mod tests {
 
         // An xattr value one byte over its limit, and xattr flags beyond i32.
         let mut r = vec![tag::SET_XATTR, 5, 1, b'u'];
-        put_varint(&mut r, xattr::VALUE_LEN_MAX as u64 + 1);
+        put_varint(&mut r, crate::limits::XATTR_VALUE_BYTES_MAX as u64 + 1);
         assert_eq!(
             decode(&r),
             Err(DecodeError::TooLong {
                 what: "xattr value",
-                len: xattr::VALUE_LEN_MAX as u64 + 1
+                len: crate::limits::XATTR_VALUE_BYTES_MAX as u64 + 1
             })
         );
         let mut r = vec![tag::SET_XATTR, 5, 1, b'u', 0];
         put_zigzag(&mut r, i64::from(i32::MAX) + 1);
         assert_eq!(decode(&r), Err(DecodeError::BadValue("xattr flags")));
 
-        // Write data one byte over WRITE_LEN_MAX: refused before looking for the bytes.
+        // Write data one byte over WRITE_BYTES_MAX: refused before looking for the bytes.
         let mut r = vec![tag::WRITE, 5, 0, 0, 0];
-        put_varint(&mut r, WRITE_LEN_MAX as u64 + 1);
+        put_varint(&mut r, WRITE_BYTES_MAX as u64 + 1);
         assert_eq!(
             decode(&r),
             Err(DecodeError::TooLong {
                 what: "write data",
-                len: WRITE_LEN_MAX as u64 + 1
+                len: WRITE_BYTES_MAX as u64 + 1
             })
         );
         // Reserved bits.
@@ -1391,7 +1393,7 @@ mod tests {
 
     #[test]
     fn maximal_write_round_trips() {
-        let data = vec![0x5Au8; WRITE_LEN_MAX];
+        let data = vec![0x5Au8; WRITE_BYTES_MAX];
         let op = Op::Write {
             ino: u64::MAX,
             offset: u64::MAX,
@@ -1408,7 +1410,10 @@ mod tests {
         let Ok(Op::Write { data: back, .. }) = decode_op(&mut input, i64::MAX) else {
             panic!("not a write");
         };
-        assert_eq!(back.as_ptr(), bytes[bytes.len() - WRITE_LEN_MAX..].as_ptr());
+        assert_eq!(
+            back.as_ptr(),
+            bytes[bytes.len() - WRITE_BYTES_MAX..].as_ptr()
+        );
     }
 
     fn create_of(name: &[u8], ino: u64, time_ns: i64) -> Op<'_> {

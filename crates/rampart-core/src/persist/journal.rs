@@ -11,11 +11,11 @@
 //! ```
 //! The header is the shared frame of `persist::header`. All integers little-endian. Invariants: the first batch's `first_seq` is the header's
 //! `base_seq`, and each batch starts where the previous one ended (`first_seq + op_count`);
-//! `op_count ≥ 1`; `body_len ≤ BATCH_BODY_MAX_BYTES`. A batch is written with one write at the
+//! `op_count ≥ 1`; `body_len ≤ BATCH_BODY_BYTES_MAX`. A batch is written with one write at the
 //! journal's end and made durable by one fdatasync shared by every op in it (group commit);
 //! a commit of several batches syncs each before writing the next.
 //!
-//! The writer keeps zeros reserved after the last batch (`RESERVE_BYTES`): a commit then
+//! The writer keeps zeros reserved after the last batch (`JOURNAL_RESERVE_BYTES`): a commit then
 //! overwrites blocks the file system has already allocated and written, and its fdatasync
 //! has no file-system metadata to write. A remainder of nothing but zeros is the clean end.
 //!
@@ -41,11 +41,8 @@ const BASE_SEQ_AT: usize = header::FIELDS_AT;
 const CREATED_NS_AT: usize = BASE_SEQ_AT + 8;
 const BATCH_MAGIC: u32 = u32::from_le_bytes(*b"RPJB");
 pub const BATCH_HEADER_BYTES: usize = 32;
-/// Zeros the writer keeps reserved ahead of the journal's end: when a commit would run past
-/// them, it writes this many more after its batch (one commit in about 500 of 4 KiB writes).
-pub const RESERVE_BYTES: usize = 2 << 20;
-/// Largest batch body; a batch holding more ops is cut in two by the writer.
-pub const BATCH_BODY_MAX_BYTES: usize = 64 << 20;
+pub use crate::limits::BATCH_BODY_BYTES_MAX;
+pub use crate::limits::JOURNAL_RESERVE_BYTES;
 
 /// The journal's header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -226,7 +223,7 @@ pub struct Scan<'a> {
     /// Bytes of the valid prefix (header and whole batches).
     pub valid_len: u64,
     pub tail: Tail,
-    /// Zero bytes after the valid prefix: space the writer reserved ahead (see `RESERVE_BYTES`).
+    /// Zero bytes after the valid prefix: space the writer reserved ahead (see `JOURNAL_RESERVE_BYTES`).
     pub reserved_bytes: u64,
 }
 
@@ -268,7 +265,7 @@ fn parse_batch(bytes: &[u8], at: usize, expected_seq: Option<u64>) -> Result<Bat
     }
     let head = BatchHeader::read(rest).ok_or("no batch magic")?;
     let body_len = head.body_len as usize;
-    if body_len > BATCH_BODY_MAX_BYTES {
+    if body_len > BATCH_BODY_BYTES_MAX {
         return Err(format!("batch body of {body_len} bytes is over the limit"));
     }
     if rest.len() < BATCH_HEADER_BYTES + body_len {
@@ -382,7 +379,7 @@ fn find_next_valid(bytes: &[u8], from: usize, expected_seq: u64) -> Option<usize
 }
 
 /// Builds batches: ops are encoded as they come, and `take_batch` frames what has gathered.
-/// A batch is sealed once its body passes half of `BATCH_BODY_MAX_BYTES`; as one op is at most
+/// A batch is sealed once its body passes half of `BATCH_BODY_BYTES_MAX`; as one op is at most
 /// 16 MiB, no batch ever passes the limit, however much gathers between two commits.
 #[derive(Debug)]
 pub struct BatchBuilder {
@@ -444,7 +441,7 @@ impl BatchBuilder {
         self.op_count += 1;
         let seq = self.next_seq;
         self.next_seq += 1;
-        if self.body.len() > BATCH_BODY_MAX_BYTES / 2 {
+        if self.body.len() > BATCH_BODY_BYTES_MAX / 2 {
             self.seal();
         }
         seq
@@ -456,7 +453,7 @@ impl BatchBuilder {
             return;
         }
         let body = std::mem::take(&mut self.body);
-        assert!(body.len() <= BATCH_BODY_MAX_BYTES, "batch over the limit");
+        assert!(body.len() <= BATCH_BODY_BYTES_MAX, "batch over the limit");
         BatchHeader::frame(
             self.first_seq,
             self.op_count,

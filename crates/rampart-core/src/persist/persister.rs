@@ -43,7 +43,7 @@ use crate::lock_order::{self, Rank};
 use crate::op::{Op, OpSink, SyncDone};
 use crate::persist::checkpoint;
 use crate::persist::device::Device;
-use crate::persist::journal::{self, BatchBuilder, BATCH_BODY_MAX_BYTES};
+use crate::persist::journal::{self, BatchBuilder, BATCH_BODY_BYTES_MAX};
 use crate::persist::recovery::{CHECKPOINT_FILE, JOURNAL_FILE};
 use crate::time::now_ns;
 
@@ -411,12 +411,12 @@ impl Persister {
             .map_err(|e| self.fail(PersistStep::WriteJournal, &e))?;
         if end + batch_bytes > file_end {
             // Past the reserved zeros: this sync writes the file system's metadata anyway, so
-            // reserve the next RESERVE_BYTES with it. Without the room, go on without.
+            // reserve the next JOURNAL_RESERVE_BYTES with it. Without the room, go on without.
             match self
                 .device
                 .write_at(JOURNAL_FILE, end + batch_bytes, &RESERVE_ZEROS)
             {
-                Ok(()) => file_end = end + batch_bytes + journal::RESERVE_BYTES as u64,
+                Ok(()) => file_end = end + batch_bytes + journal::JOURNAL_RESERVE_BYTES as u64,
                 Err(e) => {
                     tracing::debug!("no zeros reserved after the journal: {e}");
                     let len = self.device.len(JOURNAL_FILE).ok().flatten().unwrap_or(0);
@@ -616,7 +616,7 @@ impl OpSink for Persister {
         p.builder.add(op, op.time_ns());
         self.pending_bytes
             .store(p.builder.body_bytes(), Ordering::Release);
-        if p.builder.body_bytes() > BATCH_BODY_MAX_BYTES / 4 {
+        if p.builder.body_bytes() > BATCH_BODY_BYTES_MAX / 4 {
             // Keep batches bounded: let the committer write this one now.
             self.wake.notify_one();
         }
@@ -680,8 +680,7 @@ impl Persister {
     }
 }
 
-/// At most this much of a checkpoint image's buffer is touched before the writers' pause.
-const IMAGE_PREFAULT_BYTES_MAX: u64 = 16 << 30;
+pub use crate::limits::IMAGE_PREFAULT_BYTES_MAX;
 
 /// `copy_tail` copies in rounds until at most this much is left for `finish`...
 const TAIL_LEFT_FOR_FINISH_BYTES: u64 = 1 << 20;
@@ -689,7 +688,7 @@ const TAIL_LEFT_FOR_FINISH_BYTES: u64 = 1 << 20;
 const TAIL_ROUNDS_MAX: usize = 8;
 
 /// What a commit writes after its batch when it runs past the journal's reserved zeros.
-static RESERVE_ZEROS: [u8; journal::RESERVE_BYTES] = [0; journal::RESERVE_BYTES];
+static RESERVE_ZEROS: [u8; journal::JOURNAL_RESERVE_BYTES] = [0; journal::JOURNAL_RESERVE_BYTES];
 
 /// A checkpoint image is written in chunks of this size (see `write_image`).
 const IMAGE_CHUNK_BYTES: usize = 8 << 20;

@@ -8,8 +8,8 @@ use super::{check_entry_name, entry_cost, inode_base_cost, State};
 use crate::attr::{Durability, FileKind, Ino};
 use crate::contents::{Contents, Delta};
 use crate::error::{Errno, FsResult};
-use crate::limits::{LINK_COUNT_MAX, SYMLINK_TARGET_LEN_MAX};
-use crate::memory::file_data::FILE_SIZE_MAX_BYTES;
+use crate::limits::{LINK_COUNT_MAX, SYMLINK_TARGET_BYTES_MAX};
+use crate::memory::file_data::FILE_SIZE_BYTES_MAX;
 use crate::namespace::dir::Dir;
 use crate::namespace::inode::{Inode, Payload};
 use crate::op::{Op, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE};
@@ -137,7 +137,7 @@ impl State {
             if target.is_empty() {
                 return Err(Errno::ENOENT);
             }
-            if target.len() > SYMLINK_TARGET_LEN_MAX {
+            if target.len() > SYMLINK_TARGET_BYTES_MAX {
                 return Err(Errno::ENAMETOOLONG);
             }
         }
@@ -267,7 +267,7 @@ impl State {
                 Payload::Dir(_) => return Err(Errno::EISDIR),
                 _ => return Err(Errno::EINVAL),
             }
-            if size > FILE_SIZE_MAX_BYTES {
+            if size > FILE_SIZE_BYTES_MAX {
                 return Err(Errno::EFBIG);
             }
         }
@@ -345,7 +345,7 @@ impl State {
     ) -> FsResult<()> {
         let inode = self.regular_file(ino)?;
         let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
-        if end > FILE_SIZE_MAX_BYTES {
+        if end > FILE_SIZE_BYTES_MAX {
             return Err(Errno::EFBIG);
         }
         let file = inode.file().expect("regular file");
@@ -389,7 +389,7 @@ impl State {
         {
             return Err(Errno::EOPNOTSUPP);
         }
-        if !keep_size && end > FILE_SIZE_MAX_BYTES {
+        if !keep_size && end > FILE_SIZE_BYTES_MAX {
             return Err(Errno::EFBIG);
         }
         // Allocation (mode 0, KEEP_SIZE, ZERO_RANGE) reserves the range's memory now, as

@@ -19,7 +19,7 @@ use crate::attr::{Durability, FileKind, Ino, ROOT_INO};
 use crate::clock::Clock;
 use crate::engine::EngineConfig;
 use crate::error::{Broken, Errno, FsResult};
-use crate::limits::{ENTRY_COST_BYTES, NAME_LEN_MAX};
+use crate::limits::{ENTRY_COST_BYTES, NAME_BYTES_MAX};
 use crate::memory::budget::Budget;
 use crate::namespace::dir::Dir;
 use crate::namespace::inode::{Inode, Payload};
@@ -65,7 +65,7 @@ pub struct State {
 }
 
 fn check_entry_name(name: &[u8]) -> FsResult<()> {
-    if name.len() > NAME_LEN_MAX {
+    if name.len() > NAME_BYTES_MAX {
         return Err(Errno::ENAMETOOLONG);
     }
     if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
@@ -212,7 +212,7 @@ impl State {
     }
 
     pub(crate) fn child(&self, parent: Ino, name: &[u8]) -> FsResult<(Ino, u8)> {
-        if name.len() > NAME_LEN_MAX {
+        if name.len() > NAME_BYTES_MAX {
             return Err(Errno::ENAMETOOLONG);
         }
         self.dir(parent)?.get(name).ok_or(Errno::ENOENT)

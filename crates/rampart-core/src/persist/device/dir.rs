@@ -14,10 +14,9 @@ use parking_lot::Mutex;
 
 use super::{os_error, past_end, shrink_only, validate_name, Device};
 
-/// How many open files [`DirDevice`] keeps cached at most.
-pub const MAX_CACHED_FILES: usize = 16;
+pub use crate::limits::CACHED_FILES_MAX;
 
-/// The real device: files in a folder, mode 0600, with up to [`MAX_CACHED_FILES`] open file
+/// The real device: files in a folder, mode 0600, with up to [`CACHED_FILES_MAX`] open file
 /// descriptors cached by name (more while all of them are in use), each with the file's
 /// length (see `CachedFile`).
 ///
@@ -225,7 +224,7 @@ impl DirDevice {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
-        if cache.files.len() >= MAX_CACHED_FILES {
+        if cache.files.len() >= CACHED_FILES_MAX {
             // Not one in use: a second descriptor of a file being written would have a length
             // of its own, and appends through it could overwrite. If all are in use, the
             // cache grows past the limit until some are released.
@@ -643,11 +642,11 @@ mod tests {
     #[test]
     fn dir_device_cache_stays_bounded_and_correct() {
         let (dir, dev) = dir_device();
-        let names: Vec<String> = (0..3 * MAX_CACHED_FILES).map(|i| format!("f{i}")).collect();
+        let names: Vec<String> = (0..3 * CACHED_FILES_MAX).map(|i| format!("f{i}")).collect();
         for round in 0..3u8 {
             for name in &names {
                 dev.append(name, &[round]).unwrap();
-                assert!(dev.cache.lock().files.len() <= MAX_CACHED_FILES);
+                assert!(dev.cache.lock().files.len() <= CACHED_FILES_MAX);
             }
         }
         for name in &names {

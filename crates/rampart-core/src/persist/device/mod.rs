@@ -76,7 +76,7 @@ mod dir;
 pub mod faults;
 mod sim;
 
-pub use dir::{DirDevice, MAX_CACHED_FILES};
+pub use dir::{DirDevice, CACHED_FILES_MAX};
 pub use faults::{CrashImages, Delay, FailSyncs, Faults, Files, SyncOp};
 pub use sim::{CrashMode, Event, SimDevice, EVENTS_MAX};
 
@@ -167,11 +167,10 @@ pub(crate) fn copy_window(data: &[u8], offset: u64, buf: &mut [u8]) -> usize {
     n
 }
 
-/// The longest file name a device accepts, in bytes (NAME_MAX of Linux file systems).
-pub const MAX_NAME_BYTES: usize = 255;
+pub use crate::limits::DEVICE_NAME_BYTES_MAX;
 
 /// Checks that `name` is a flat file name: not empty, not `.` or `..`, no `/` or NUL, at most
-/// [`MAX_NAME_BYTES`] bytes. Errors are `InvalidInput`.
+/// [`DEVICE_NAME_BYTES_MAX`] bytes. Errors are `InvalidInput`.
 pub fn validate_name(name: &str) -> io::Result<()> {
     let why = if name.is_empty() {
         "it is empty"
@@ -181,7 +180,7 @@ pub fn validate_name(name: &str) -> io::Result<()> {
         "it contains '/'"
     } else if name.contains('\0') {
         "it contains a NUL byte"
-    } else if name.len() > MAX_NAME_BYTES {
+    } else if name.len() > DEVICE_NAME_BYTES_MAX {
         "it is longer than 255 bytes"
     } else {
         return Ok(());

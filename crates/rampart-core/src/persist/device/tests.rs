@@ -110,7 +110,7 @@ fn contract(dev: &dyn Device) {
         assert_eq!(dev.remove(&name).unwrap_err().kind(), kind);
     }
     // The longest valid name works.
-    let longest = "n".repeat(MAX_NAME_BYTES);
+    let longest = "n".repeat(DEVICE_NAME_BYTES_MAX);
     dev.append(&longest, b"ok").unwrap();
     assert_eq!(dev.len(&longest).unwrap(), Some(2));
     assert_eq!(dev.read("j").unwrap().as_deref(), Some(&b"hello!"[..]));
