@@ -25,7 +25,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use rampart_core::memory::budget::physical_memory_bytes;
+use rampart_core::physical_memory_bytes;
 
 #[derive(Parser)]
 #[command(

@@ -1,31 +1,39 @@
 //! rampart-core: the engine of rampart, a memory-first hybrid file system.
 //!
 //! The namespace (inodes, directories, links, xattrs) and small-file contents live in memory as
-//! their final home. Every mutation is an [`op::Op`] applied through one path
-//! ([`engine::State::apply`]), so persistence can journal and replay the same values. No FUSE
-//! types appear here: `rampart-fuse` maps kernel requests onto [`engine::Engine`], and programs
-//! can embed the engine directly.
+//! their final home. Every mutation is an [`Op`] applied through one path (`State::apply`),
+//! handed to the persistence levels, and journaled and replayed as the same value. No FUSE
+//! types appear here: `rampart-fuse` maps kernel requests onto [`Engine`], and programs can
+//! embed it: [`Rampart::open`] opens a store (recovery, persistence) and gives its engine.
+//!
+//! The public surface is what this page re-exports plus the modules a store's tools need:
+//! [`store`] (mkfs, the folder), [`persist`] (formats, recovery, the persister and the device
+//! seam, for tests and tools), [`fsck`], [`op`], [`error`], [`limits`], [`clock`], [`time`].
+//! The rest (state, namespace, memory, contents, xattrs, the lock order) is private: the map is
+//! docs/ARCHITECTURE.md.
 
-pub mod attr;
+mod attr;
 pub mod clock;
-pub mod contents;
-pub mod engine;
+mod contents;
+mod engine;
 pub mod error;
 pub mod fsck;
 pub mod limits;
-pub mod lock_order;
-pub mod memory;
-pub mod namespace;
+mod lock_order;
+mod memory;
+mod namespace;
 pub mod op;
 pub mod persist;
 pub mod rampart;
-pub mod state;
+mod state;
 pub mod store;
 pub mod time;
-pub mod xattr;
+mod xattr;
 
 pub use attr::{Attr, Durability, FileKind, Ino, SetAttr, SetTime, StatFs, Stats, ROOT_INO};
-pub use engine::{Ctx, Engine, EngineConfig, Invalidation, Observer, WriteTimes};
-pub use error::{Errno, FsResult};
+pub use contents::Tier;
+pub use engine::{Ctx, Engine, EngineConfig, Invalidation, Observer, ReadBuf, State, WriteTimes};
+pub use error::{Broken, Errno, FsResult};
+pub use memory::budget::{default_cap_bytes, physical_memory_bytes};
 pub use op::{Op, OpSink};
 pub use rampart::Rampart;

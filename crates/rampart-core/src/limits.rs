@@ -70,6 +70,9 @@ pub const FILE_SIZE_BYTES_MAX: u64 = 1 << 44;
 /// Most entries of one directory (keeps slot indices in a `u32`).
 pub const DIR_ENTRIES_MAX: usize = (u32::MAX - 1) as usize;
 
+/// Most bytes of names one directory holds (name offsets are `u32`s).
+pub const DIR_NAMES_BYTES_MAX: usize = u32::MAX as usize;
+
 /// Most inodes of one file system (the table is indexed by `u32`-sized numbers).
 pub const INODES_MAX: u64 = u32::MAX as u64;
 

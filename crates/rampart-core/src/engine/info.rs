@@ -34,6 +34,16 @@ impl Engine {
         }
     }
 
+    /// Which tier holds a regular file's contents.
+    pub fn tier(&self, ino: crate::attr::Ino) -> crate::error::FsResult<crate::contents::Tier> {
+        let state = self.read_state();
+        Ok(state
+            .regular_file(ino)?
+            .file()
+            .expect("regular file")
+            .tier())
+    }
+
     /// Checks every invariant; an empty list means the state is consistent.
     pub fn check(&self) -> Vec<String> {
         self.read_state().check()

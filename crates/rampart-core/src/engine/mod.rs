@@ -12,6 +12,7 @@
 //! honour the durability (throttle; sync before returning where asked).
 
 mod file_ops;
+pub use file_ops::ReadBuf;
 mod info;
 mod namespace_ops;
 mod xattr_ops;

@@ -20,7 +20,7 @@ use crate::error::Broken;
 /// Longest name of one entry, in bytes (Linux's NAME_MAX).
 pub use crate::limits::NAME_BYTES_MAX;
 
-pub use crate::limits::DIR_ENTRIES_MAX;
+use crate::limits::{DIR_ENTRIES_MAX, DIR_NAMES_BYTES_MAX};
 
 const FREE_NONE: u32 = u32::MAX;
 
@@ -91,6 +91,12 @@ impl Dir {
         self.index.is_empty()
     }
 
+    /// Whether one more entry named with `name_len` bytes fits: slot indices and name offsets
+    /// are `u32`s (the callers refuse with ENOSPC otherwise).
+    pub fn has_room_for(&self, name_len: usize) -> bool {
+        self.len() < DIR_ENTRIES_MAX && self.names.len() + name_len <= DIR_NAMES_BYTES_MAX
+    }
+
     fn slot_name(&self, slot: &Slot) -> &[u8] {
         let start = slot.name_off as usize;
         &self.names[start..start + slot.name_len as usize]
@@ -119,6 +125,7 @@ impl Dir {
         debug_assert!(!name.is_empty() && name.len() <= NAME_BYTES_MAX);
         debug_assert!(ino != 0);
         debug_assert!(self.find(name).is_none(), "duplicate entry");
+        debug_assert!(self.has_room_for(name.len()), "checked by the caller");
         let name_off = u32::try_from(self.names.len()).expect("directory name arena over 4 GiB");
         self.names.extend_from_slice(name);
         let slot = Slot {

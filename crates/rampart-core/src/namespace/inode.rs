@@ -95,17 +95,6 @@ impl Inode {
         self.atime_ns.store(t, Ordering::Relaxed);
     }
 
-    /// Heap bytes this inode holds beyond its own struct (for the memory budget).
-    pub fn heap_bytes(&self) -> u64 {
-        let payload = match &self.payload {
-            Payload::File(f) => f.heap_bytes(),
-            Payload::Dir(d) => (std::mem::size_of::<Dir>() + d.heap_bytes()) as u64,
-            Payload::Symlink(t) => t.len() as u64,
-            Payload::Special { .. } => 0,
-        };
-        payload + self.xattrs.as_ref().map_or(0, |x| x.heap_bytes())
-    }
-
     pub fn attr(&self, ino: Ino) -> Attr {
         let (rdev, allocated_bytes) = match &self.payload {
             Payload::File(f) => (0, f.stored_bytes()),

@@ -64,23 +64,6 @@ impl InodeTable {
             .ok_or(Errno::ENOENT)
     }
 
-    /// Two distinct inodes, mutably.
-    pub fn get_two_mut(&mut self, a: Ino, b: Ino) -> FsResult<(&mut Inode, &mut Inode)> {
-        assert_ne!(a, b);
-        let (lo, hi, swapped) = if a < b { (a, b, false) } else { (b, a, true) };
-        if hi as usize >= self.slots.len() {
-            return Err(Errno::ENOENT);
-        }
-        let (left, right) = self.slots.split_at_mut(hi as usize);
-        let lo_ref = left[lo as usize].as_mut().ok_or(Errno::ENOENT)?;
-        let hi_ref = right[0].as_mut().ok_or(Errno::ENOENT)?;
-        Ok(if swapped {
-            (hi_ref, lo_ref)
-        } else {
-            (lo_ref, hi_ref)
-        })
-    }
-
     /// The number and generation the next allocation will get.
     pub fn next_allocation(&self) -> FsResult<(Ino, u32)> {
         let ino = match self.free.first() {

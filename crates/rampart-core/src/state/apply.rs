@@ -127,8 +127,12 @@ impl State {
         check_entry_name(name)?;
         let kind = FileKind::from_mode(mode).ok_or(Errno::EINVAL)?;
         let parent_inode = self.live_dir(parent)?;
-        if parent_inode.dir().expect("dir").get(name).is_some() {
+        let parent_dir = parent_inode.dir().expect("dir");
+        if parent_dir.get(name).is_some() {
             return Err(Errno::EEXIST);
+        }
+        if !parent_dir.has_room_for(name.len()) {
+            return Err(Errno::ENOSPC);
         }
         if kind == FileKind::Directory && parent_inode.nlink >= LINK_COUNT_MAX {
             return Err(Errno::EMLINK);
@@ -199,14 +203,12 @@ impl State {
             return Err(Errno::EMLINK);
         }
         let kind = inode.kind();
-        if self
-            .live_dir(parent)?
-            .dir()
-            .expect("dir")
-            .get(name)
-            .is_some()
-        {
+        let parent_dir = self.live_dir(parent)?.dir().expect("dir");
+        if parent_dir.get(name).is_some() {
             return Err(Errno::EEXIST);
+        }
+        if !parent_dir.has_room_for(name.len()) {
+            return Err(Errno::ENOSPC);
         }
         let cost = entry_cost(name);
         self.budget.check(cost)?;

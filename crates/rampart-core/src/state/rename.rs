@@ -65,6 +65,9 @@ impl State {
         {
             return Err(Errno::EMLINK);
         }
+        if dst.is_none() && !self.dir(new_parent)?.has_room_for(new_name.len()) {
+            return Err(Errno::ENOSPC);
+        }
         let cost = entry_cost(new_name) as i64 - entry_cost(name) as i64;
         if dst.is_none() && cost > 0 {
             self.budget.check(cost as u64)?;

@@ -68,6 +68,8 @@ impl CachedFile {
     fn write_tracked(&self, len: &mut u64, offset: u64, data: &[u8]) -> io::Result<()> {
         let result = self.file.write_all_at(data, offset);
         *len = match &result {
+            // pwrite of nothing does not extend the file, past its end either.
+            Ok(()) if data.is_empty() => *len,
             Ok(()) => (*len).max(offset + data.len() as u64),
             Err(_) => self.file.metadata().map_or(*len, |m| m.len()),
         };
