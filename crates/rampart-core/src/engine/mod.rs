@@ -105,7 +105,8 @@ impl Default for EngineConfig {
 /// The file-system engine. Shared between threads (`Arc<Engine>`).
 pub struct Engine {
     state: RwLock<State>,
-    levels: RwLock<Levels>,
+    /// Replaced whole (rarely); cloned as an `Arc` on every path that uses it outside the lock.
+    levels: RwLock<Arc<Levels>>,
     observer: RwLock<Option<Arc<dyn Observer>>>,
     clock: Arc<dyn Clock>,
 }
@@ -159,7 +160,7 @@ impl Engine {
     pub fn with_clock(state: State, clock: Arc<dyn Clock>) -> Engine {
         Engine {
             state: RwLock::new(state),
-            levels: RwLock::new(Levels::default()),
+            levels: RwLock::new(Arc::new(Levels::default())),
             observer: RwLock::new(None),
             clock,
         }
@@ -178,7 +179,7 @@ impl Engine {
 
     /// Installs the persistence levels the engine hands its ops to.
     pub fn set_levels(&self, levels: Levels) {
-        *self.levels.write() = levels;
+        *self.levels.write() = Arc::new(levels);
     }
 
     /// Installs one level, the local store (or none).
@@ -187,7 +188,7 @@ impl Engine {
     }
 
     /// The levels attached now.
-    pub fn levels(&self) -> Levels {
+    pub fn levels(&self) -> Arc<Levels> {
         self.levels.read().clone()
     }
 
