@@ -1918,6 +1918,21 @@ int LazyFS::lfs_mkdir (const char* path, mode_t mode) {
     return 0;
 }
 
+// Added for rampart (not upstream): a node that is not a regular file has no data to cache.
+int LazyFS::lfs_mknod (const char* path, mode_t mode, dev_t rdev) {
+
+    std::shared_lock<std::shared_mutex> lock (cache_command_lock);
+
+    if (this_ ()->FSConfig->log_all_operations) {
+        spdlog::info ("[lazyfs.ops]: {}(path={})", __FUNCTION__, path);
+    }
+
+    if (mknod (path, mode, rdev) == -1)
+        return -errno;
+
+    return 0;
+}
+
 int LazyFS::lfs_link (const char* from, const char* to) {
 
     this_ ()->trigger_crash_fault ("link", "before", from, to, CLEAR);

@@ -342,6 +342,12 @@ class LazyFS : public Fusepp::Fuse<LazyFS> {
 
     static int lfs_mkdir (const char* path, mode_t mode);
 
+    /**
+     * @brief Pass-through mknod (added for rampart, not upstream): creates the node on the
+     * underlying file system; binding a Unix socket inside the mount needs it.
+     */
+    static int lfs_mknod (const char* path, mode_t mode, dev_t rdev);
+
     static int lfs_access (const char* path, int mask);
 
     static int lfs_getattr (const char*, struct stat*, struct fuse_file_info*);
