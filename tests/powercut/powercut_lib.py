@@ -145,6 +145,7 @@ class Rig:
         self.logs = {}  # wid -> log path, of the current cycle
         self.settled = {}  # relpath -> content, of the writers of earlier cycles, as recovered
         self.history = []  # one line per cut, for the report
+        self.cut_at = None  # CLOCK_MONOTONIC of the last cut
 
     @property
     def store_backing(self):
@@ -197,7 +198,7 @@ class Rig:
 
     def cut_now(self, what):
         """The power cut at this instant: the daemon stops, and what was not synced is gone."""
-        t = time.monotonic()
+        t = self.cut_at = time.monotonic()
         self._kill_daemon()
         self.lazy.clear_cache()
         self.stop_writers()
@@ -207,6 +208,7 @@ class Rig:
     def cut_by_lazyfs(self, fault, what, timeout=30):
         """Arms a LazyFS crash fault (`lazyfs::crash::...`): LazyFS kills itself at that exact
         system call, losing what it had not synced; then the daemon is killed."""
+        self.cut_at = time.monotonic()  # no writer may fail before the fault is armed
         self.lazy.command(fault)
         fired = wait_until(lambda: not self.lazy.alive(), timeout, interval=0.01)
         if not fired:
@@ -261,6 +263,9 @@ class Rig:
             if tree.get(rel, "absent") != want:
                 problems.append(f"{rel}: recovered after an earlier cut, now "
                                 f"{describe(tree.get(rel, 'absent'))} instead of {describe(want)}")
+        for wid, log in logs.items():
+            if log["error"] and log["error"]["t"] < self.cut_at:
+                problems.append(f"writer {wid} failed before the power cut: {log['error']}")
         ack_starts = [a["t0"] for log in logs.values() for a in log["acks"]]
         for wid, log in logs.items():
             mine = {p: v for p, v in tree.items() if p == f"w{wid}" or p.startswith(f"w{wid}/")}
@@ -283,7 +288,7 @@ def describe(v):
 
 
 def read_log(path):
-    steps, done, acks = [], {}, []
+    steps, done, acks, error = [], {}, [], None
     try:
         lines = Path(path).read_text().splitlines()
     except FileNotFoundError:
@@ -302,7 +307,9 @@ def read_log(path):
             done[rec["done"]] = rec["t1"]
         elif "ack" in rec:
             acks.append({"k": rec["ack"], "t0": rec["t0"], "t1": rec["t1"]})
-    return {"steps": steps, "done": done, "acks": acks}
+        elif "error" in rec:
+            error = rec
+    return {"steps": steps, "done": done, "acks": acks, "error": error}
 
 
 def read_tree(root):

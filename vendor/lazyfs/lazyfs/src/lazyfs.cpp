@@ -1710,7 +1710,6 @@ int LazyFS::lfs_rename (const char* from, const char* to, unsigned int flags) {
 }
 
 int LazyFS::lfs_truncate (const char* path, off_t truncate_size, struct fuse_file_info* fi) {
-    cout << ">> FTRUNCATE" << endl;
 
     this_ ()->trigger_crash_fault ("truncate", "before", path, "", CLEAR);
     this_ ()->trigger_configured_clear_fault ("truncate", "before", path, "");
@@ -1725,7 +1724,9 @@ int LazyFS::lfs_truncate (const char* path, off_t truncate_size, struct fuse_fil
         spdlog::info ("[lazyfs.ops]: {}(path={},size={})", __FUNCTION__, path, truncate_size);
     }
 
-    int res;
+    // rampart: `res` was left uninitialised on the cached path, so a truncate could fail with
+    // whatever errno an earlier call had left (seen: ftruncate failing with ENOENT).
+    int res = 0;
 
     string owner (path);
     string inode = this_ ()->FSCache->get_original_inode (owner);
@@ -1742,19 +1743,15 @@ int LazyFS::lfs_truncate (const char* path, off_t truncate_size, struct fuse_fil
 
     } else {
 
+        // rampart: a file with nothing cached is truncated on the file system beneath, to
+        // the size asked (upstream truncated it to 0 and then wrote zeros up to the size,
+        // which erased its content, and then failed with -1).
         if (fi != NULL)
-            res = ftruncate (fi->fh, 0);
+            res = ftruncate (fi->fh, truncate_size);
         else
-            res = truncate (path, 0);
+            res = truncate (path, truncate_size);
 
-        lfs_getattr (path, &stats, fi);
-        string newino = to_string (stats.st_ino);
-        if (this_ ()->FSCache->lockItemCheckExists (newino)) {
-            previous_metadata = this_ ()->FSCache->get_content_metadata (newino);
-            this_ ()->FSCache->unlockItem (newino);
-            inode = newino;
-        } else
-            return -1;
+        return res == -1 ? -errno : 0;
     }
 
     bool has_content_cached  = previous_metadata != nullptr;
