@@ -273,7 +273,7 @@ class Rig:
         known = {f"w{wid}" for wid in logs} | {p.split("/")[0] for p in self.settled}
         for top in sorted({p.split("/")[0] for p in tree} - known):
             problems.append(f"{top}: in the recovered file system, written by no one")
-        assert not problems, "after the power cut:\n  " + "\n  ".join(problems[:30])
+        assert not problems, "after the power cut:\n  " + "\n  ".join(problems[:80])
         self.settled = dict(tree)
         return {wid: (len(log["steps"]), max([a["k"] for a in log["acks"]], default=-1))
                 for wid, log in logs.items()}
