@@ -82,6 +82,9 @@ impl Observer for KernelNotifier {
                     .0
                     .inval_entry(INodeNo(*parent), OsStr::from_bytes(name)),
                 Invalidation::Inode { ino } => self.0.inval_inode(INodeNo(*ino), 0, 0),
+                // A negative offset: the attributes (and cached ACLs) only, no pages, so
+                // nothing in the kernel waits (fs/fuse/inode.c, fuse_reverse_inval_inode).
+                Invalidation::Attributes { ino } => self.0.inval_inode(INodeNo(*ino), -1, 0),
             };
             // ENOENT: the kernel had nothing cached for it, which is fine.
             if let Err(e) = result {
