@@ -21,6 +21,7 @@ use rampart_core::time::{to_ns, to_system_time};
 use rampart_core::{Attr, Ctx, Engine, FileKind, SetAttr, SetTime, WriteTimes};
 
 use crate::counters::{RequestCounters, RequestKind};
+use crate::refusals::Refusals;
 
 /// Kernel-cache settings of a mount.
 #[derive(Clone, Copy, Debug)]
@@ -57,6 +58,8 @@ pub(crate) struct RampartFs {
     engine: Arc<Engine>,
     cache: CachePolicy,
     counters: Arc<RequestCounters>,
+    /// Where refused writes go to have the kernel's view corrected (writeback cache only).
+    refusals: Refusals,
 }
 
 fn errno(e: rampart_core::Errno) -> Errno {
@@ -148,11 +151,13 @@ impl RampartFs {
         engine: Arc<Engine>,
         cache: CachePolicy,
         counters: Arc<RequestCounters>,
+        refusals: Refusals,
     ) -> RampartFs {
         RampartFs {
             engine,
             cache,
             counters,
+            refusals,
         }
     }
 
@@ -492,7 +497,14 @@ impl Filesystem for RampartFs {
                 .write_with(&ctx(req), ino.0, offset, data, kill, times)
             {
                 Ok(n) => reply.written(n),
-                Err(e) => reply.error(errno(e)),
+                Err(e) => {
+                    reply.error(errno(e));
+                    // The kernel has shown these bytes and their size already (writeback
+                    // cache): have it drop them, now that the reply frees the pages.
+                    if self.cache.writeback_cache {
+                        self.refusals.refused(ino.0);
+                    }
+                }
             }
         });
     }
