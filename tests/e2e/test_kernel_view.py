@@ -63,3 +63,21 @@ def test_a_write_refused_at_the_memory_cap_leaves_no_size_or_pages_behind(mount_
     with open(q, "wb") as f:
         f.write(b"y" * 4096)
     assert _same_view(q) == (4096, b"y" * 4096)
+
+
+def test_fallocated_space_counts_in_st_blocks(mnt):
+    # ext4 and tmpfs: 2048 blocks of 512 bytes for a posix_fallocate of 1 MiB.
+    p = os.path.join(mnt.path, "reserved")
+    fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, MiB)
+        st = os.fstat(fd)
+        assert st.st_size == MiB
+        assert MiB <= st.st_blocks * 512 <= MiB + 64 * 1024, st.st_blocks
+        # Written into, the space stays allocated.
+        os.pwrite(fd, b"z" * MiB, 0)
+        os.fsync(fd)
+        assert os.fstat(fd).st_blocks * 512 >= MiB
+    finally:
+        os.close(fd)
+    assert os.stat(p).st_blocks * 512 >= MiB
