@@ -7,7 +7,12 @@ import os
 
 import pytest
 
-from e2e_helpers import MiB, wait_until
+from e2e_helpers import IS_TMPFS, MiB, nobody_py, run, wait_until
+
+
+def _mode_only(p):
+    """The mode as `stat -c %a` sees it (statx for STATX_MODE alone: the kernel's cache)."""
+    return int(run(["stat", "-c", "%a", p], check=True).stdout.strip(), 8)
 
 
 def _write_past_the_cap(path, size):
@@ -81,3 +86,67 @@ def test_fallocated_space_counts_in_st_blocks(mnt):
     finally:
         os.close(fd)
     assert os.stat(p).st_blocks * 512 >= MiB
+
+
+def _copy_all(src, dst, length):
+    with open(src, "rb") as fi, open(dst, "r+b" if os.path.exists(dst) else "wb") as fo:
+        done = 0
+        while done < length:
+            n = os.copy_file_range(fi.fileno(), fo.fileno(), length - done, done, done)
+            assert n > 0, f"copy_file_range returned {n} at {done}"
+            done += n
+
+
+def test_copy_file_range_copies_inside_the_file_system(mnt):
+    src, dst = os.path.join(mnt.path, "src"), os.path.join(mnt.path, "dst")
+    data = os.urandom(3 * MiB + 123)
+    with open(src, "wb") as f:
+        f.write(data)
+    if not IS_TMPFS:
+        before = mnt.status()["fuse_requests"]
+    _copy_all(src, dst, len(data))
+    if not IS_TMPFS:
+        after = mnt.status()["fuse_requests"]
+    with open(dst, "rb") as f:
+        assert f.read() == data
+    assert os.stat(dst).st_size == len(data)
+    if not IS_TMPFS:
+        grew = {k: after.get(k, 0) - before.get(k, 0) for k in ("copy_file_range", "read", "write")}
+        # The bytes never came to user space: no READ of the source, no WRITE of the copy.
+        assert grew["copy_file_range"] >= 1 and grew["read"] == 0 and grew["write"] == 0, grew
+        # Journaled as the writes it made: the same bytes after a restart.
+        mnt.umount()
+        mnt.mount(mkfs=False)
+        with open(dst, "rb") as f:
+            assert f.read() == data
+
+
+def test_copy_file_range_clears_setuid_for_an_unprivileged_caller(mnt):
+    os.chmod(mnt.path, 0o755)
+    src, dst = os.path.join(mnt.path, "src"), os.path.join(mnt.path, "dst")
+    with open(src, "wb") as f:
+        f.write(b"payload")
+    os.chmod(src, 0o644)
+    with open(dst, "wb") as f:
+        f.write(b"#!/bin/sh\n")
+    os.chmod(dst, 0o4777)
+    assert _mode_only(dst) == 0o4777
+    err, n = nobody_py(
+        "fi = os.open(args[0], os.O_RDONLY); fo = os.open(args[1], os.O_WRONLY);"
+        "result = os.copy_file_range(fi, fo, 7, 0, 0)", src, dst)
+    assert err == 0 and n == 7
+    assert _mode_only(dst) == 0o777
+    with open(dst, "rb") as f:
+        assert f.read() == b"payloadsh\n"
+
+
+def test_copy_file_range_respects_the_memory_cap(mount_factory):
+    m = mount_factory("--memory-cap", "4M", tmpfs_opts="size=4M", name="capped")
+    src, dst = os.path.join(m.path, "src"), os.path.join(m.path, "dst")
+    with open(src, "wb") as f:
+        f.write(b"c" * (3 * MiB))
+    with pytest.raises(OSError) as e:
+        _copy_all(src, dst, 3 * MiB)
+    assert e.value.errno == errno.ENOSPC
+    with open(src, "rb") as f:
+        assert f.read() == b"c" * (3 * MiB)
