@@ -5,7 +5,7 @@ import os
 import stat
 import struct
 
-from e2e_helpers import nobody_py
+from e2e_helpers import nobody_py, run, run_as_nobody
 
 # A valid struct vfs_cap_data, revision 2, no capabilities set.
 CAPS = struct.pack("<5I", 0x02000000, 0, 0, 0, 0)
@@ -79,3 +79,33 @@ def test_chown_drops_file_capabilities(mnt):
     os.setxattr(p, "security.capability", CAPS)
     os.chown(p, 1000, 1000)
     assert "security.capability" not in os.listxattr(p)
+
+
+def _mode_only(p):
+    """The mode as `stat -c %a` sees it: statx asking for STATX_MODE alone, which the kernel
+    answers from its attribute cache unless the mode itself was invalidated (a write
+    invalidates size, times and blocks, so os.stat's full request would refresh it)."""
+    r = run(["stat", "-c", "%a", p], check=True)
+    return int(r.stdout.strip(), 8)
+
+
+def test_setuid_cleared_by_a_write_is_not_shown_from_the_kernels_cache(mnt):
+    # The mode is in the kernel's attribute cache (stat after chmod) when nobody's write
+    # clears setuid in the daemon; the next stat must not show the cached 4777 (issue 16).
+    p = _world_writable(mnt, "f", 0o4777)
+    assert _mode_only(p) == 0o4777
+    r = run_as_nobody(["/bin/sh", "-c", 'echo x >> "$1"', "sh", p])
+    assert r.returncode == 0, r.stderr
+    assert _mode_only(p) == 0o777
+    with open(p, "rb") as f:
+        assert f.read() == b"#!/bin/sh\nx\n"
+
+
+def test_capability_dropped_by_a_write_is_not_shown_from_the_kernels_cache(mnt):
+    p = _world_writable(mnt, "f", 0o4777)
+    os.setxattr(p, "security.capability", CAPS)
+    assert _mode_only(p) == 0o4777
+    err, _ = nobody_py("fd = os.open(args[0], os.O_WRONLY | os.O_APPEND); os.write(fd, b'x'); os.close(fd)", p)
+    assert err == 0
+    assert "security.capability" not in os.listxattr(p)
+    assert _mode_only(p) == 0o777

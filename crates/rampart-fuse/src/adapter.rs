@@ -12,15 +12,17 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags,
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType,
+    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
 use rampart_core::time::{to_ns, to_system_time};
 use rampart_core::{Attr, Ctx, Engine, FileKind, SetAttr, SetTime, WriteTimes};
 
 use crate::counters::{RequestCounters, RequestKind};
+use crate::refusals::Refusals;
 
 /// Kernel-cache settings of a mount.
 #[derive(Clone, Copy, Debug)]
@@ -57,6 +59,8 @@ pub(crate) struct RampartFs {
     engine: Arc<Engine>,
     cache: CachePolicy,
     counters: Arc<RequestCounters>,
+    /// Where refused writes go to have the kernel's view corrected (writeback cache only).
+    refusals: Refusals,
 }
 
 fn errno(e: rampart_core::Errno) -> Errno {
@@ -148,11 +152,13 @@ impl RampartFs {
         engine: Arc<Engine>,
         cache: CachePolicy,
         counters: Arc<RequestCounters>,
+        refusals: Refusals,
     ) -> RampartFs {
         RampartFs {
             engine,
             cache,
             counters,
+            refusals,
         }
     }
 
@@ -492,7 +498,14 @@ impl Filesystem for RampartFs {
                 .write_with(&ctx(req), ino.0, offset, data, kill, times)
             {
                 Ok(n) => reply.written(n),
-                Err(e) => reply.error(errno(e)),
+                Err(e) => {
+                    reply.error(errno(e));
+                    // The kernel has shown these bytes and their size already (writeback
+                    // cache): have it drop them, now that the reply frees the pages.
+                    if self.cache.writeback_cache {
+                        self.refusals.refused(ino.0);
+                    }
+                }
             }
         });
     }
@@ -693,6 +706,48 @@ impl Filesystem for RampartFs {
         // program expects for "not supported here", and the kernel does not remember ENOSYS
         // for ioctl, so answering it quietly matters (cp and python probe on every file).
         reply.error(Errno::ENOTTY);
+    }
+
+    fn copy_file_range(
+        &self,
+        req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        self.counters.count(RequestKind::copy_file_range);
+        guarded("copy_file_range", || {
+            // The kernel has checked access and flushed both ranges' dirty pages. It clears
+            // no privileges itself under KILLPRIV_V2 and passes no flag, so, as for truncate,
+            // a caller other than root is taken to lack CAP_FSETID (decision 0032).
+            let kill = req.uid() != 0;
+            let times = if self.cache.writeback_cache {
+                WriteTimes::KeptByKernel
+            } else {
+                WriteTimes::Stamp
+            };
+            let r = self.engine.copy_file_range(
+                &ctx(req),
+                ino_in.0,
+                offset_in,
+                ino_out.0,
+                offset_out,
+                // The reply's count is 32 bits.
+                len.min(u64::from(u32::MAX)),
+                kill,
+                times,
+            );
+            match r {
+                Ok(n) => reply.written(n as u32),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
     }
 
     fn fallocate(

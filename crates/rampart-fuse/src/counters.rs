@@ -50,6 +50,7 @@ request_kinds!(
     access,
     create,
     fallocate,
+    copy_file_range,
 );
 
 #[derive(Debug, Default)]

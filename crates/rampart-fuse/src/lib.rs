@@ -7,6 +7,7 @@
 
 mod adapter;
 pub mod counters;
+mod refusals;
 
 use std::ffi::OsStr;
 use std::io;
@@ -82,6 +83,9 @@ impl Observer for KernelNotifier {
                     .0
                     .inval_entry(INodeNo(*parent), OsStr::from_bytes(name)),
                 Invalidation::Inode { ino } => self.0.inval_inode(INodeNo(*ino), 0, 0),
+                // A negative offset: the attributes (and cached ACLs) only, no pages, so
+                // nothing in the kernel waits (fs/fuse/inode.c, fuse_reverse_inval_inode).
+                Invalidation::Attributes { ino } => self.0.inval_inode(INodeNo(*ino), -1, 0),
             };
             // ENOENT: the kernel had nothing cached for it, which is fine.
             if let Err(e) = result {
@@ -116,9 +120,18 @@ pub fn mount(
         config.io_uring_depth = Some(IO_URING_QUEUE_DEPTH);
     }
     let counters = Arc::new(RequestCounters::default());
-    let fs = adapter::RampartFs::new(engine.clone(), options.cache, counters.clone());
+    let (refusals, refusals_worker) = refusals::channel();
+    let fs = adapter::RampartFs::new(engine.clone(), options.cache, counters.clone(), refusals);
     let session = Session::new(fs, mountpoint, &config)?;
     engine.set_observer(Some(Arc::new(KernelNotifier(session.notifier()))));
+    if options.cache.writeback_cache {
+        // Without it the worker is not started and refusals are dropped: the kernel's size
+        // then follows the engine's (write-through).
+        match refusals::MountAt::of(mountpoint) {
+            Ok(at) => refusals_worker.start(at, engine.clone(), session.notifier())?,
+            Err(e) => tracing::warn!("cannot correct the kernel's view after refused writes: {e}"),
+        }
+    }
     Ok(Mounted {
         session,
         engine,

@@ -70,6 +70,13 @@ impl Contents {
         }
     }
 
+    /// Bytes allocated to the contents: held, or reserved by `fallocate` (`st_blocks`).
+    pub fn allocated_bytes(&self) -> u64 {
+        match self {
+            Contents::Memory(data) => data.allocated_bytes(),
+        }
+    }
+
     /// The chunks of in-memory contents that hold bytes, with their index; nothing for
     /// contents held elsewhere.
     pub fn chunks(&self) -> impl Iterator<Item = (usize, &[u8])> {

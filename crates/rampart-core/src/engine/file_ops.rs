@@ -11,6 +11,10 @@ use crate::time::TimeNs;
 /// Per-call scratch buffer for reads.
 pub type ReadBuf = Vec<u8>;
 
+/// The most one copy_file_range copies: the bytes are held twice while the engine's lock is
+/// held, so other requests wait for the copy (a few milliseconds at this size).
+pub const COPY_LEN_MAX: u64 = 8 << 20;
+
 fn resolve_time(t: SetTime, now: TimeNs) -> TimeNs {
     match t {
         SetTime::At(ns) => ns,
@@ -100,6 +104,58 @@ impl Engine {
                 Ok(done as u32)
             },
             |_| vec![Invalidation::Inode { ino }],
+        )
+    }
+
+    /// Copies up to `len` bytes of `ino_in` from `offset_in` to `ino_out` at `offset_out`
+    /// within the engine (copy_file_range: the bytes never go through user space); returns
+    /// how many were copied, fewer than asked at the source's end or past [`COPY_LEN_MAX`]
+    /// (callers loop, as for any copy_file_range). Journaled as the writes it makes, so replay
+    /// gives the same bytes; the memory cap applies as to writes. The caller checked access
+    /// (the kernel does, for a mount). `kill_suidgid` and `times` as for [`Engine::write_with`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy_file_range(
+        &self,
+        ctx: &Ctx,
+        ino_in: Ino,
+        offset_in: u64,
+        ino_out: Ino,
+        offset_out: u64,
+        len: u64,
+        kill_suidgid: bool,
+        times: WriteTimes,
+    ) -> FsResult<u64> {
+        self.mutate(
+            ctx,
+            |m, time_ns| {
+                let source = m.state().regular_file(ino_in)?;
+                let mut bytes = Vec::new();
+                let want = len.min(COPY_LEN_MAX) as u32;
+                source.file().expect("regular file").read(
+                    source.size_bytes,
+                    offset_in,
+                    want,
+                    &mut bytes,
+                )?;
+                m.state().regular_file(ino_out)?;
+                if bytes.is_empty() {
+                    return Ok(0);
+                }
+                let kept_times = match times {
+                    WriteTimes::KeptByKernel if !kill_suidgid => m
+                        .state()
+                        .inode(ino_out)
+                        .ok()
+                        .map(|i| (i.mtime_ns, i.ctime_ns)),
+                    _ => None,
+                };
+                let done = write_pieces(m, ino_out, offset_out, &bytes, time_ns, kill_suidgid)?;
+                if let Some(kept) = kept_times {
+                    restore_times(m, ino_out, kept);
+                }
+                Ok(done as u64)
+            },
+            |_| vec![Invalidation::Inode { ino: ino_out }],
         )
     }
 

@@ -72,9 +72,15 @@ pub enum Invalidation {
     },
     /// The attributes and data of an inode.
     Inode { ino: crate::attr::Ino },
+    /// The attributes of an inode only: its cached pages stay. The one kind that is safe to
+    /// send while the kernel waits for the reply to a request about that inode (a WRITE whose
+    /// pages are under writeback): invalidating pages would wait for that very reply.
+    Attributes { ino: crate::attr::Ino },
 }
 
-/// Told of changes made by library callers, so that a mount can invalidate the kernel's caches.
+/// Told of changes the kernel did not make itself: every change by a library caller, and
+/// what the engine changes on its own while serving the kernel (the setuid bit a write clears),
+/// so that a mount can invalidate the kernel's caches.
 pub trait Observer: Send + Sync {
     fn invalidate(&self, what: &[Invalidation]);
 }
@@ -122,6 +128,8 @@ pub(crate) struct Mutation<'e> {
     engine: &'e Engine,
     state: RwLockWriteGuard<'e, State>,
     route: Route,
+    /// Changes the ops made that the kernel cannot know from its request and the reply.
+    behind_kernel: Vec<Invalidation>,
     _rank: lock_order::Held,
 }
 
@@ -133,7 +141,15 @@ impl Mutation<'_> {
 
     /// Applies `op` and hands it to the levels with what the policy says it must honour.
     pub(crate) fn apply(&mut self, op: &Op<'_>) -> FsResult<()> {
+        let privileges = |state: &State, ino| state.inode(ino).ok().map(privileges_of);
+        let watched = attributes_not_in_reply(op);
+        let before = watched.and_then(|ino| privileges(&self.state, ino));
         self.state.apply(op)?;
+        if let Some(ino) = watched {
+            if before != privileges(&self.state, ino) {
+                self.behind_kernel.push(Invalidation::Attributes { ino });
+            }
+        }
         let route = policy::route(&self.state, op);
         self.engine.levels.read().applied(op, &route);
         self.route = self.route.stronger(route);
@@ -148,6 +164,26 @@ impl Mutation<'_> {
         policy::materialize(&self.state, ino, |op| levels.applied(op, &route));
         self.route = self.route.stronger(route);
     }
+}
+
+/// The inode whose attributes `op` may change without the kernel learning them from its reply:
+/// a WRITE, FALLOCATE or COPY_FILE_RANGE is answered with a count or nothing, not attributes
+/// (SETATTR and the namespace ops reply with the attributes the op left).
+fn attributes_not_in_reply(op: &Op<'_>) -> Option<crate::attr::Ino> {
+    match *op {
+        Op::Write { ino, .. } | Op::Fallocate { ino, .. } => Some(ino),
+        _ => None,
+    }
+}
+
+/// What a write may take away behind the kernel's back (killpriv, decision 0009): the mode bits
+/// and `security.capability`, whose absence the kernel remembers (S_NOSEC).
+fn privileges_of(inode: &crate::namespace::inode::Inode) -> (u32, bool) {
+    let capability = inode
+        .xattrs
+        .as_ref()
+        .is_some_and(|x| x.get(crate::state::CAPABILITY_XATTR).is_some());
+    (inode.mode, capability)
 }
 
 impl Engine {
@@ -234,8 +270,9 @@ impl Engine {
 
     /// The one sequence of every mutation. `body` gets the time and a [`Mutation`] through
     /// which it applies its ops; once it returns Ok, the lock is dropped, the observer is told
-    /// what `invalidations` lists (for library callers: the kernel knows its own changes),
-    /// and the ops' durability is honoured. A failed `body` has changed nothing the levels
+    /// what `invalidations` lists (for library callers: the kernel knows its own changes) and,
+    /// for every caller, what the ops changed that the kernel cannot know from its request
+    /// (the setuid bit a write clears), and the ops' durability is honoured. A failed `body` has changed nothing the levels
     /// saw after its last successful `apply`.
     pub(crate) fn mutate<T>(
         &self,
@@ -249,18 +286,24 @@ impl Engine {
             engine: self,
             state: self.state.write(),
             route: Route::VOLATILE,
+            behind_kernel: Vec::new(),
             _rank: rank,
         };
         let out = body(&mut mutation, time_ns);
         let route = mutation.route;
+        let mut told = std::mem::take(&mut mutation.behind_kernel);
         drop(mutation);
-        let out = out?;
-        // The change is in memory whatever honouring it does, so the kernel is told first.
-        if !ctx.kernel {
+        // The change is in memory whatever honouring it does, so the kernel is told first
+        // (what the ops applied before a failure changed, too).
+        if let (false, Ok(out)) = (ctx.kernel, &out) {
+            told.extend(invalidations(out));
+        }
+        if !told.is_empty() {
             if let Some(observer) = self.observer.read().clone() {
-                observer.invalidate(&invalidations(&out));
+                observer.invalidate(&told);
             }
         }
+        let out = out?;
         self.honour(route)?;
         Ok(out)
     }

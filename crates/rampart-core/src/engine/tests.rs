@@ -56,3 +56,47 @@ fn a_root_without_links_is_a_broken_invariant() {
         "{problems:?}"
     );
 }
+
+/// Records what the engine tells a mount.
+#[derive(Default)]
+struct Recorder(parking_lot::Mutex<Vec<Invalidation>>);
+
+impl Observer for Recorder {
+    fn invalidate(&self, what: &[Invalidation]) {
+        self.0.lock().extend_from_slice(what);
+    }
+}
+
+#[test]
+fn the_kernel_is_told_of_privileges_a_write_takes_away_and_only_of_those() {
+    let e = Engine::new(EngineConfig::default());
+    let recorder = Arc::new(Recorder::default());
+    e.set_observer(Some(recorder.clone()));
+    let kernel = Ctx {
+        uid: 65534,
+        gid: 65534,
+        kernel: true,
+    };
+    let f = e
+        .mknod(&kernel, ROOT_INO, b"f", libc::S_IFREG | 0o4777, 0)
+        .unwrap()
+        .ino;
+    // The kernel's own changes, and a write that takes nothing away: nothing to tell.
+    e.write(&kernel, f, 0, b"a", false).unwrap();
+    assert!(recorder.0.lock().is_empty());
+    // A flagged write clears setuid behind the kernel's back: its attributes, not its pages.
+    e.write(&kernel, f, 1, b"b", true).unwrap();
+    assert_eq!(
+        std::mem::take(&mut *recorder.0.lock()),
+        vec![Invalidation::Attributes { ino: f }]
+    );
+    // The capability goes with any write, even root's.
+    let root = Ctx { uid: 0, ..kernel };
+    e.setxattr(&root, f, b"security.capability", &[1, 0, 0, 2], 0)
+        .unwrap();
+    e.write(&root, f, 2, b"c", false).unwrap();
+    assert_eq!(
+        std::mem::take(&mut *recorder.0.lock()),
+        vec![Invalidation::Attributes { ino: f }]
+    );
+}

@@ -85,6 +85,17 @@ impl FileData {
         self.chunks.iter().map(|c| c.len() as u64).sum()
     }
 
+    /// Bytes allocated to the contents (`st_blocks`): the bytes held, and the capacity
+    /// `fallocate` reserved in chunks that hold no bytes yet. A chunk holding bytes counts
+    /// them only: its spare capacity may be growth slack, which a checkpoint does not keep,
+    /// and `st_blocks` must not change across a remount for that.
+    pub fn allocated_bytes(&self) -> u64 {
+        self.chunks
+            .iter()
+            .map(|c| if c.is_empty() { c.capacity() } else { c.len() } as u64)
+            .sum()
+    }
+
     /// Heap bytes a write of `len` bytes at `offset` may add at most; used to refuse a write
     /// before it starts rather than fail half-way. Capacity already held (reserved by
     /// `fallocate`, or slack) is counted, so a write into a reserved range needs nothing.

@@ -97,7 +97,7 @@ impl Inode {
 
     pub fn attr(&self, ino: Ino) -> Attr {
         let (rdev, allocated_bytes) = match &self.payload {
-            Payload::File(f) => (0, f.stored_bytes()),
+            Payload::File(f) => (0, f.allocated_bytes()),
             Payload::Dir(d) => (0, d.heap_bytes() as u64),
             Payload::Symlink(t) => (0, t.len() as u64),
             Payload::Special { rdev } => (*rdev, 0),
