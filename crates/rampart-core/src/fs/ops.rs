@@ -5,7 +5,7 @@ use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use super::{errno, File, Fs, Metadata, ReadDir};
 use crate::attr::{Durability, FileKind, Ino, SetAttr};
@@ -46,20 +46,24 @@ impl Fs {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn create_dir_all(&self, path: impl AsRef<Path>) -> io::Result<()> {
-        let mut prefix = PathBuf::from("/");
-        for component in path.as_ref().components() {
-            match component {
-                Component::Normal(name) => prefix.push(name),
-                Component::ParentDir => prefix.push(".."),
-                Component::RootDir | Component::CurDir | Component::Prefix(_) => continue,
+        // As std does: the path itself first, then its missing ancestors from the top down,
+        // so the error is the one creating the path itself gives (ENOTDIR under a file).
+        let path = path.as_ref();
+        let mut missing = Vec::new();
+        let mut next = Some(path);
+        while let Some(dir) = next.filter(|d| !d.as_os_str().is_empty()) {
+            match self.create_dir(dir) {
+                Ok(()) => break,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => missing.push(dir),
+                Err(_) if self.metadata(dir).is_ok_and(|m| m.is_dir()) => break,
+                Err(e) => return Err(e),
             }
-            match self.create_dir(&prefix) {
+            next = dir.parent();
+        }
+        for dir in missing.into_iter().rev() {
+            match self.create_dir(dir) {
                 Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    if !self.metadata(&prefix)?.is_dir() {
-                        return Err(errno(Errno::EEXIST));
-                    }
-                }
+                Err(_) if self.metadata(dir).is_ok_and(|m| m.is_dir()) => {}
                 Err(e) => return Err(e),
             }
         }
