@@ -98,7 +98,11 @@ fn random_op(fs: &Fs, rng: &mut Rng) -> Option<File> {
             let _ = fs.write(&p, vec![byte; rng.below(3000) as usize]);
         }
         1 | 2 => {
-            let mut f = OpenOptions::new().write(true).create(true).open(fs, &p).ok()?;
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .open(fs, &p)
+                .ok()?;
             f.seek(SeekFrom::Start(rng.below(100_000))).ok()?;
             let byte = rng.below(250) as u8 + 1;
             f.write_all(&vec![byte; rng.below(3000) as usize]).ok()?;
@@ -198,7 +202,11 @@ fn run_seed(seed: u64, mode: CrashMode) -> usize {
         }
     }
     let images = device.take_crash_images();
-    assert!(images.len() >= 10, "seed {seed}: only {} sync points", images.len());
+    assert!(
+        images.len() >= 10,
+        "seed {seed}: only {} sync points",
+        images.len()
+    );
     let mut torn = 0;
     for (i, image) in images.iter().enumerate() {
         let acked = acknowledged
@@ -208,11 +216,18 @@ fn run_seed(seed: u64, mode: CrashMode) -> usize {
         let allowed = &acknowledged[acked.saturating_sub(1)..=acked];
         let (state, report) = recover(image, STORE_ID, &options.engine)
             .unwrap_or_else(|e| panic!("seed {seed} image {i}: recovery failed: {e}"));
-        if matches!(report.tail, rampart_core::persist::journal::Tail::Torn { .. }) {
+        if matches!(
+            report.tail,
+            rampart_core::persist::journal::Tail::Torn { .. }
+        ) {
             torn += 1;
         }
         let engine = Arc::new(Engine::from_state(state));
-        assert!(engine.check().is_empty(), "seed {seed} image {i}: {:?}", engine.check());
+        assert!(
+            engine.check().is_empty(),
+            "seed {seed} image {i}: {:?}",
+            engine.check()
+        );
         let got = snapshot(&Fs::from_engine(engine, 0, 0));
         assert!(
             allowed.iter().any(|(_, s)| *s == got),
@@ -244,5 +259,8 @@ fn crash_before_every_sync_of_the_path_api_with_torn_writes() {
         .map(|seed| run_seed(500 + seed, CrashMode::TornTail))
         .sum();
     eprintln!("{torn} recoveries dropped a torn batch");
-    assert!(torn >= 1, "no torn batch was recovered: the torn path did not run");
+    assert!(
+        torn >= 1,
+        "no torn batch was recovered: the torn path did not run"
+    );
 }

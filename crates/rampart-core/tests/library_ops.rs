@@ -9,7 +9,8 @@ use rampart_core::fs::{File, Fs, OpenOptions};
 use rampart_core::{Durability, FileKind};
 
 fn raw(e: std::io::Error) -> i32 {
-    e.raw_os_error().unwrap_or_else(|| panic!("no errno in {e:?}"))
+    e.raw_os_error()
+        .unwrap_or_else(|| panic!("no errno in {e:?}"))
 }
 
 #[test]
@@ -87,7 +88,11 @@ fn files_read_write_seek_append_truncate() {
     let fs = Fs::in_memory();
     fs.write("f", b"hello world").unwrap();
     assert_eq!(fs.read_to_string("f").unwrap(), "hello world");
-    let mut f = OpenOptions::new().read(true).write(true).open(&fs, "f").unwrap();
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&fs, "f")
+        .unwrap();
     f.seek(SeekFrom::Start(6)).unwrap();
     f.write_all(b"WORLD").unwrap();
     assert_eq!(f.seek(SeekFrom::End(-5)).unwrap(), 6);
@@ -95,7 +100,10 @@ fn files_read_write_seek_append_truncate() {
     f.read_to_string(&mut s).unwrap();
     assert_eq!(s, "WORLD");
     assert_eq!(f.seek(SeekFrom::Current(-11)).unwrap(), 0);
-    assert_eq!(raw(f.seek(SeekFrom::Current(-1)).unwrap_err()), libc::EINVAL);
+    assert_eq!(
+        raw(f.seek(SeekFrom::Current(-1)).unwrap_err()),
+        libc::EINVAL
+    );
     f.set_len(3).unwrap();
     assert_eq!(f.metadata().unwrap().len(), 3);
     f.set_len(5).unwrap();
@@ -113,7 +121,11 @@ fn files_read_write_seek_append_truncate() {
     assert_eq!(raw(r.set_len(0).unwrap_err()), libc::EINVAL);
 
     // truncate cuts, create makes, create_new refuses what exists, inconsistent options fail.
-    OpenOptions::new().write(true).truncate(true).open(&fs, "f").unwrap();
+    OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&fs, "f")
+        .unwrap();
     assert_eq!(fs.metadata("f").unwrap().len(), 0);
     let e = OpenOptions::new().write(true).open(&fs, "new").unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotFound);
@@ -124,7 +136,10 @@ fn files_read_write_seek_append_truncate() {
         .open(&fs, "new")
         .unwrap();
     assert_eq!(made.metadata().unwrap().mode(), 0o600);
-    let e = OpenOptions::new().write(true).create_new(true).open(&fs, "new");
+    let e = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&fs, "new");
     assert_eq!(e.unwrap_err().kind(), ErrorKind::AlreadyExists);
     let e = OpenOptions::new().read(true).truncate(true).open(&fs, "f");
     assert_eq!(e.unwrap_err().kind(), ErrorKind::InvalidInput);
@@ -167,7 +182,11 @@ fn a_removed_file_lives_while_open() {
     assert_eq!(f.metadata().unwrap().nlink(), 0);
     assert_eq!(fs.engine().stats().files, 1);
     drop(f);
-    assert_eq!(fs.engine().stats().files, 0, "freed once the handle is dropped");
+    assert_eq!(
+        fs.engine().stats().files,
+        0,
+        "freed once the handle is dropped"
+    );
 }
 
 #[test]
@@ -177,7 +196,10 @@ fn rename_links_and_symlinks() {
     fs.write("x/f", b"1").unwrap();
     fs.rename("x/f", "x/y/g").unwrap();
     assert_eq!(fs.read("x/y/g").unwrap(), b"1");
-    assert_eq!(fs.rename("x/f", "z").unwrap_err().kind(), ErrorKind::NotFound);
+    assert_eq!(
+        fs.rename("x/f", "z").unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
     assert_eq!(raw(fs.rename("/", "z").unwrap_err()), libc::EBUSY);
     fs.create_dir("x/full").unwrap();
     fs.write("x/full/k", b"").unwrap();
@@ -210,7 +232,10 @@ fn rename_links_and_symlinks() {
     fs.write("dl", b"made").unwrap();
     assert_eq!(fs.read("dangling").unwrap(), b"made");
     // ...but create_new refuses the link itself.
-    let e = OpenOptions::new().write(true).create_new(true).open(&fs, "dl");
+    let e = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&fs, "dl");
     assert_eq!(e.unwrap_err().kind(), ErrorKind::AlreadyExists);
     // rename and remove_file act on the link, not its target.
     fs.rename("sy", "sy2").unwrap();
@@ -253,7 +278,10 @@ fn metadata_permissions_durability_and_xattrs() {
     assert_eq!(m.durability(), Durability::default());
     fs.set_permissions("f", std::fs::Permissions::from_mode(0o4755))
         .unwrap();
-    assert_eq!(fs.metadata("f").unwrap().permissions().mode() & 0o7777, 0o4755);
+    assert_eq!(
+        fs.metadata("f").unwrap().permissions().mode() & 0o7777,
+        0o4755
+    );
     // A write by a uid other than 0 clears setuid, as the kernel does.
     fs.write("f", b"changed").unwrap();
     assert_eq!(fs.metadata("f").unwrap().mode(), 0o755);
@@ -275,7 +303,10 @@ fn metadata_permissions_durability_and_xattrs() {
         fs.get_xattr("missing", "user.a").unwrap_err().kind(),
         ErrorKind::NotFound
     );
-    assert_eq!(raw(fs.set_xattr("f", "bogus", b"").unwrap_err()), libc::EOPNOTSUPP);
+    assert_eq!(
+        raw(fs.set_xattr("f", "bogus", b"").unwrap_err()),
+        libc::EOPNOTSUPP
+    );
 }
 
 #[test]

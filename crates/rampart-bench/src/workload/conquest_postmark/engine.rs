@@ -239,9 +239,7 @@ pub fn run_on<T: Target>(
     if cfg.subdirectories > 1 {
         for i in 0..cfg.subdirectories {
             let sub = dir.join(format!("s{i}"));
-            target
-                .create_dir(&sub)
-                .map_err(io_err("creating", &sub))?;
+            target.create_dir(&sub).map_err(io_err("creating", &sub))?;
         }
     }
     let outcome = d.phases();

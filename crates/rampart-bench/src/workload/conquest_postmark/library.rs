@@ -64,7 +64,10 @@ impl Target for Library {
         File::open(&self.0, path)
     }
     fn open_append(&self, path: &Path) -> std::io::Result<File> {
-        OpenOptions::new().read(true).append(true).open(&self.0, path)
+        OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(&self.0, path)
     }
     fn remove_file(&self, path: &Path) -> std::io::Result<()> {
         self.0.remove_file(path)
@@ -82,7 +85,11 @@ struct LibraryPostmark;
 impl LibraryPostmark {
     /// One run through the library on a fresh store with the default persistence; the final
     /// checkpoint at close is not timed (PostMark does not time an unmount either).
-    fn run_library(&self, cfg: &Config, ctx: &Ctx) -> Result<(super::Counts, super::engine::RunTimes)> {
+    fn run_library(
+        &self,
+        cfg: &Config,
+        ctx: &Ctx,
+    ) -> Result<(super::Counts, super::engine::RunTimes)> {
         let store = store_path();
         let _ = std::fs::remove_dir_all(&store);
         let fail = |what: &str, e: std::io::Error| {
@@ -91,7 +98,8 @@ impl LibraryPostmark {
         rampart_core::store::mkfs(&store).map_err(|e| fail("mkfs", std::io::Error::other(e)))?;
         let outcome = (|| {
             let fs = Fs::open(&store).map_err(|e| fail("opening", e))?;
-            fs.create_dir("/postmark").map_err(|e| fail("creating /postmark in", e))?;
+            fs.create_dir("/postmark")
+                .map_err(|e| fail("creating /postmark in", e))?;
             let target = Library(fs);
             let result = run_on(&target, cfg, Path::new("/postmark"), ctx.cancel);
             target.0.close().map_err(|e| fail("closing", e))?;
@@ -216,12 +224,18 @@ mod tests {
     fn the_library_runs_the_same_operations_as_system_calls() {
         let cfg = config(Profile::Tiny);
         let shm = crate::testing::shm_tempdir();
-        let (syscalls, _) = run_on(&Syscalls, &cfg, shm.path(), crate::cmd::Cancel::global()).unwrap();
+        let (syscalls, _) =
+            run_on(&Syscalls, &cfg, shm.path(), crate::cmd::Cancel::global()).unwrap();
         let fs = Fs::in_memory();
         fs.create_dir("/pm").unwrap();
         let target = Library(fs.clone());
-        let (library, _) =
-            run_on(&target, &cfg, Path::new("/pm"), crate::cmd::Cancel::global()).unwrap();
+        let (library, _) = run_on(
+            &target,
+            &cfg,
+            Path::new("/pm"),
+            crate::cmd::Cancel::global(),
+        )
+        .unwrap();
         assert_eq!(syscalls, library);
         assert!(library.read > 0 && library.appended > 0 && library.deleted > 0);
         assert_eq!(fs.read_dir("/pm").unwrap().count(), 0);
