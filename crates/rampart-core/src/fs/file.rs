@@ -108,10 +108,8 @@ impl OpenOptions {
 
     fn open_inner(&self, fs: &Fs, path: &Path) -> Result<File, Errno> {
         let writes = self.write || self.append;
-        if !(self.read || writes)
-            || (self.truncate && !writes)
-            || ((self.create || self.create_new) && !writes)
-        {
+        let needs_writing = self.truncate || self.create || self.create_new;
+        if !writes && (!self.read || needs_writing) {
             return Err(Errno::EINVAL);
         }
         let engine = fs.engine();
