@@ -4,7 +4,8 @@
 //! their final home. Every mutation is an [`Op`] applied through one path (`State::apply`),
 //! handed to the persistence levels, and journaled and replayed as the same value. No FUSE
 //! types appear here: `rampart-fuse` maps kernel requests onto [`Engine`], and programs can
-//! embed it: [`Rampart::open`] opens a store (recovery, persistence) and gives its engine.
+//! embed it: [`fs::Fs::open`] opens a store and gives the path-level API (`std::fs`-like);
+//! [`Rampart::open`] opens a store (recovery, persistence) and gives its engine.
 //!
 //! The public surface is what this page re-exports plus the modules a store's tools need:
 //! [`store`] (mkfs, the folder), [`persist`] (formats, recovery, the persister and the device
@@ -17,6 +18,7 @@ pub mod clock;
 mod contents;
 mod engine;
 pub mod error;
+pub mod fs;
 pub mod fsck;
 pub mod limits;
 mod lock_order;

@@ -27,6 +27,13 @@ pub const LEVELS_MAX: usize = 3;
 /// ENAMETOOLONG, as PATH_MAX bounds them for the kernel).
 pub const PATH_DEPTH_MAX: usize = 4096 / 2;
 
+/// Longest path the library's path API (`fs`) accepts, in bytes (PATH_MAX without its NUL).
+pub const PATH_BYTES_MAX: usize = 4095;
+
+/// How many symlinks the library's path API follows while resolving one path (Linux's
+/// MAXSYMLINKS); one more fails with ELOOP.
+pub const SYMLINK_FOLLOWS_MAX: usize = 40;
+
 // Moved here from the modules that use them (each re-exports its own).
 
 /// Longest attribute name, in bytes, including the namespace prefix (XATTR_NAME_MAX).

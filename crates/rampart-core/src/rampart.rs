@@ -26,12 +26,15 @@ pub struct Rampart {
     /// The store's folder, resolved (absolute, without links).
     path: PathBuf,
     store_id: [u8; 16],
-    device: Arc<DirDevice>,
+    /// The store folder's device (None when opened with [`Rampart::open_device`]).
+    device: Option<Arc<DirDevice>>,
     engine: Arc<Engine>,
     persister: Arc<Persister>,
     recovery: Report,
-    /// Holds the store's lock; None once closed.
+    /// Holds the store's lock (None when opened with [`Rampart::open_device`]).
     store: Option<Store>,
+    /// False once closed.
+    running: bool,
 }
 
 impl Rampart {
@@ -62,11 +65,34 @@ impl Rampart {
         Ok(Rampart {
             path,
             store_id,
-            device,
+            device: Some(device),
             engine,
             persister,
             recovery,
             store: Some(store),
+            running: true,
+        })
+    }
+
+    /// Opens the file system held by `device` with recovery and persistence exactly as
+    /// [`Rampart::open`] does, without a store folder or its lock: for tests over a simulated
+    /// device (`persist::device::SimDevice`). [`Rampart::path`] is empty.
+    pub fn open_device(
+        device: Arc<dyn Device>,
+        store_id: [u8; 16],
+        options: &Options,
+    ) -> Result<Rampart, crate::error::StartError> {
+        let (engine, persister, recovery) =
+            crate::persist::open(device, store_id, &options.engine, options.persist.clone())?;
+        Ok(Rampart {
+            path: PathBuf::new(),
+            store_id,
+            device: None,
+            engine,
+            persister,
+            recovery,
+            store: None,
+            running: true,
         })
     }
 
@@ -101,17 +127,17 @@ impl Rampart {
     }
 
     fn shut_down(&mut self) -> Result<(), CloseError> {
-        let Some(store) = self.store.take() else {
+        if !std::mem::take(&mut self.running) {
             return Ok(());
-        };
+        }
         let saved = self.persister.shutdown(&self.engine);
         self.engine.set_sink(None);
-        drop(store);
+        drop(self.store.take());
         match saved {
             Err(e) => Err(CloseError::FinalCheckpoint(e)),
             // The journal was written through the folder's descriptor: if the folder was
             // deleted meanwhile, so was everything written to it.
-            Ok(()) if self.device.folder_removed() => {
+            Ok(()) if self.device.as_ref().is_some_and(|d| d.folder_removed()) => {
                 Err(CloseError::FolderRemoved(self.path.clone()))
             }
             Ok(()) => Ok(()),

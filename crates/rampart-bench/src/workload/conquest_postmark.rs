@@ -6,6 +6,7 @@
 //! which `tests::same_operations_as_real_postmark` checks against `/usr/bin/postmark`.
 
 mod engine;
+pub mod library;
 mod mt;
 
 use std::time::Duration;

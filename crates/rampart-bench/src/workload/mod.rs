@@ -142,6 +142,7 @@ pub fn all() -> Vec<Box<dyn Workload>> {
     let mut all: Vec<Box<dyn Workload>> = Vec::new();
     all.extend(postmark::workloads());
     all.extend(conquest_postmark::workloads());
+    all.extend(conquest_postmark::library::workloads());
     all.extend(sprite::workloads());
     all.extend(fio::workloads());
     all.extend(mbfs::workloads());

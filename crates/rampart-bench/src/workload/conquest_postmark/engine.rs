@@ -27,7 +27,7 @@
 //! Every share above 0 draws the same numbers, so those runs perform the same sequence of
 //! operations and differ only in which files are large.
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -141,7 +141,54 @@ struct Slot {
     large: bool,
 }
 
-struct Driver<'a> {
+/// What the driver runs on: system calls (a mounted peer), or a file system in the process
+/// (`library.rs`). postmark.c's opens, as each method says.
+pub trait Target {
+    type File: Read + Write;
+    fn create_dir(&self, path: &Path) -> std::io::Result<()>;
+    fn remove_dir(&self, path: &Path) -> std::io::Result<()>;
+    /// O_RDWR|O_CREAT, mode 0644, no O_TRUNC (names are never reused in a run).
+    fn create(&self, path: &Path) -> std::io::Result<Self::File>;
+    /// O_RDONLY.
+    fn open_read(&self, path: &Path) -> std::io::Result<Self::File>;
+    /// O_RDWR|O_APPEND.
+    fn open_append(&self, path: &Path) -> std::io::Result<Self::File>;
+    fn remove_file(&self, path: &Path) -> std::io::Result<()>;
+}
+
+/// System calls through `std::fs`, on whatever is mounted.
+pub struct Syscalls;
+
+impl Target for Syscalls {
+    type File = std::fs::File;
+    fn create_dir(&self, path: &Path) -> std::io::Result<()> {
+        std::fs::create_dir(path)
+    }
+    fn remove_dir(&self, path: &Path) -> std::io::Result<()> {
+        std::fs::remove_dir(path)
+    }
+    fn create(&self, path: &Path) -> std::io::Result<std::fs::File> {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o644)
+            .open(path)
+    }
+    fn open_read(&self, path: &Path) -> std::io::Result<std::fs::File> {
+        std::fs::File::open(path)
+    }
+    fn open_append(&self, path: &Path) -> std::io::Result<std::fs::File> {
+        OpenOptions::new().read(true).append(true).open(path)
+    }
+    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+        std::fs::remove_file(path)
+    }
+}
+
+struct Driver<'a, T: Target> {
+    target: &'a T,
     cfg: &'a Config,
     dir: &'a Path,
     cancel: &'a Cancel,
@@ -160,6 +207,16 @@ struct Driver<'a> {
 /// subdirectories. Fails on any I/O error (postmark would print it and carry on, making its
 /// counts meaningless) and when the pool runs out of files, as postmark does.
 pub fn run(cfg: &Config, dir: &Path, cancel: &Cancel) -> Result<(Counts, RunTimes)> {
+    run_on(&Syscalls, cfg, dir, cancel)
+}
+
+/// [`run`] on `target`.
+pub fn run_on<T: Target>(
+    target: &T,
+    cfg: &Config,
+    dir: &Path,
+    cancel: &Cancel,
+) -> Result<(Counts, RunTimes)> {
     cfg.validate()?;
     let mut rng = Mt19937::new(cfg.seed);
     // postmark.c's initialize_file_source: printable junk, drawn before anything else.
@@ -167,6 +224,7 @@ pub fn run(cfg: &Config, dir: &Path, cancel: &Cancel) -> Result<(Counts, RunTime
         .map(|_| 32 + rng.rnd(95) as u8)
         .collect();
     let mut d = Driver {
+        target,
         cfg,
         dir,
         cancel,
@@ -181,7 +239,7 @@ pub fn run(cfg: &Config, dir: &Path, cancel: &Cancel) -> Result<(Counts, RunTime
     if cfg.subdirectories > 1 {
         for i in 0..cfg.subdirectories {
             let sub = dir.join(format!("s{i}"));
-            std::fs::create_dir(&sub).map_err(io_err("creating", &sub))?;
+            target.create_dir(&sub).map_err(io_err("creating", &sub))?;
         }
     }
     let outcome = d.phases();
@@ -189,14 +247,14 @@ pub fn run(cfg: &Config, dir: &Path, cancel: &Cancel) -> Result<(Counts, RunTime
         for i in 0..cfg.subdirectories {
             let sub = dir.join(format!("s{i}"));
             // After an error files may remain; the caller removes the tree then.
-            let _ = std::fs::remove_dir(&sub);
+            let _ = target.remove_dir(&sub);
         }
     }
     let times = outcome?;
     Ok((d.counts, times))
 }
 
-impl Driver<'_> {
+impl<T: Target> Driver<'_, T> {
     fn phases(&mut self) -> Result<RunTimes> {
         let started = Instant::now();
         for i in 0..self.cfg.files {
@@ -319,21 +377,16 @@ impl Driver<'_> {
             self.counts.created_large += 1;
         }
         self.set_path(slot);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            // postmark.c opens O_RDWR|O_CREAT, no O_TRUNC (names are never reused in a run).
-            .truncate(false)
-            .mode(0o644)
-            .open(&self.path)
+        let file = self
+            .target
+            .create(&self.path)
             .map_err(io_err("creating", &self.path))?;
         self.write_blocks(file, size_bytes)
     }
 
     /// postmark.c's write_blocks: whole blocks from the start of the source buffer, then the
     /// remainder (a zero-length write when there is none, as postmark does), then close.
-    fn write_blocks(&mut self, mut file: File, size_bytes: u32) -> Result<()> {
+    fn write_blocks(&mut self, mut file: T::File, size_bytes: u32) -> Result<()> {
         let block = self.cfg.write_block_bytes as usize;
         let size = size_bytes as usize;
         let mut offset = 0;
@@ -355,7 +408,10 @@ impl Driver<'_> {
 
     fn read_file(&mut self, slot: usize) -> Result<()> {
         self.set_path(slot);
-        let mut file = File::open(&self.path).map_err(io_err("opening", &self.path))?;
+        let mut file = self
+            .target
+            .open_read(&self.path)
+            .map_err(io_err("opening", &self.path))?;
         let size = self.table[slot].size_bytes as usize;
         let block = self.read_buffer.len();
         let err = |e| BenchError::io("PostMark driver: reading", e);
@@ -382,10 +438,9 @@ impl Driver<'_> {
             return Ok(());
         }
         self.set_path(slot);
-        let file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .open(&self.path)
+        let file = self
+            .target
+            .open_append(&self.path)
             .map_err(|e| BenchError::io(format!("opening {} to append", self.path.display()), e))?;
         let block = self.rng.rnd(high - size) + 1;
         self.write_blocks(file, block)?;
@@ -399,7 +454,9 @@ impl Driver<'_> {
             return Ok(());
         }
         self.set_path(slot);
-        std::fs::remove_file(&self.path).map_err(io_err("deleting", &self.path))?;
+        self.target
+            .remove_file(&self.path)
+            .map_err(io_err("deleting", &self.path))?;
         self.table[slot].size_bytes = 0;
         self.counts.deleted += 1;
         Ok(())
