@@ -121,8 +121,13 @@ fn mean_ms(now: &Latency, before: Option<&Latency>) -> Option<f64> {
     (count > 0).then(|| sum * 1e3 / count as f64)
 }
 
+/// A latency in milliseconds, in µs below one (memory-speed requests take a few µs).
 fn show_ms(ms: Option<f64>) -> String {
-    ms.map_or_else(|| "-".into(), |ms| format!("{ms:.3} ms"))
+    match ms {
+        None => "-".into(),
+        Some(ms) if ms < 1.0 => format!("{:.1} µs", ms * 1e3),
+        Some(ms) => format!("{ms:.1} ms"),
+    }
 }
 
 /// One frame: the mount's figures, and its requests over `since` (the previous answer and
@@ -253,5 +258,8 @@ mod tests {
         assert_eq!(mean_ms(&now, Some(&before)), Some(50.0));
         assert_eq!(mean_ms(&now, None), Some(75.0));
         assert_eq!(mean_ms(&before, Some(&before)), None);
+        assert_eq!(show_ms(Some(0.0026)), "2.6 µs");
+        assert_eq!(show_ms(Some(12.34)), "12.3 ms");
+        assert_eq!(show_ms(None), "-");
     }
 }
