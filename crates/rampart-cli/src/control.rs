@@ -2,18 +2,20 @@
 //! channel through which `rampart status` asks a running mount for its figures.
 //!
 //! Protocol: the client sends one command line, the daemon answers one line of JSON.
-//! - `status`: the daemon's figures ([`Status`]).
+//! - `status`: the daemon's figures ([`Status`], whose JSON form is docs/status-schema.json).
 //! - `watch-exit`: `{"watching":true}` at once; then, on the same connection, one [`Exit`]
 //!   line when the daemon has finished its shutdown (final checkpoint written or failed).
 //!   `rampart umount` uses it to say whether the last changes were saved. If the daemon dies
 //!   without finishing, the connection just ends.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use rampart_core::latency::LatencyHistogram;
 use rampart_core::persist::persister::Persister;
 use rampart_core::Engine;
 use rampart_fuse::RequestCounters;
@@ -49,10 +51,44 @@ pub struct Persistence {
     pub checkpoint_due_at_journal_bytes: u64,
     /// The I/O error that stopped persistence, if any.
     pub error: Option<String>,
+    /// With changes pending: the oldest is at most this old (null when nothing is pending, or
+    /// before the first commit).
+    #[serde(default)]
+    pub oldest_pending_age_ms_max: Option<f64>,
+    /// How long commits took (write and sync of the journal).
+    #[serde(default)]
+    pub commit_latency: Latency,
+    /// How long checkpoints took, start to finish.
+    #[serde(default)]
+    pub checkpoint_latency: Latency,
 }
+
+/// A latency summary: how many were measured and their total (mean = sum / count). The
+/// metrics endpoint has the full histograms.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Latency {
+    pub count: u64,
+    pub sum_seconds: f64,
+}
+
+impl From<&LatencyHistogram> for Latency {
+    fn from(h: &LatencyHistogram) -> Latency {
+        Latency {
+            count: h.count,
+            sum_seconds: h.sum_ns as f64 / 1e9,
+        }
+    }
+}
+
+/// The version of the `status --json` object (docs/status-schema.json). Raise it when a
+/// field changes meaning or goes away; new fields keep it.
+pub const STATUS_SCHEMA_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Status {
+    /// [`STATUS_SCHEMA_VERSION`] of the daemon that answered.
+    #[serde(default)]
+    pub schema_version: u32,
     pub pid: u32,
     pub store: PathBuf,
     pub mountpoint: PathBuf,
@@ -68,19 +104,38 @@ pub struct Status {
     /// How requests reach the daemon: "io_uring" (a queue per CPU) or "/dev/fuse".
     pub fuse_transport: String,
     /// FUSE requests served since the mount, by kind (round trips with the kernel).
-    pub fuse_requests: std::collections::BTreeMap<String, u64>,
+    pub fuse_requests: BTreeMap<String, u64>,
+    /// Their latencies, by kind (only kinds answered at least once).
+    #[serde(default)]
+    pub fuse_latency: BTreeMap<String, Latency>,
+    /// fsyncs answered EIO because the store could not be written.
+    #[serde(default)]
+    pub fuse_sync_failures: u64,
 }
 
-pub fn status_of(
-    engine: &Engine,
-    persister: &Persister,
-    counters: &RequestCounters,
-    store: &Path,
-    mountpoint: &Path,
-    fuse_transport: &str,
-) -> Status {
+/// What a daemon reports on: its engine, persister and FUSE counters, and where it serves.
+pub struct Sources {
+    pub engine: Arc<Engine>,
+    pub persister: Arc<Persister>,
+    pub counters: Arc<RequestCounters>,
+    pub store: PathBuf,
+    pub mountpoint: PathBuf,
+    /// How requests reach the daemon: "io_uring" or "/dev/fuse".
+    pub fuse_transport: &'static str,
+}
+
+pub fn status_of(sources: &Sources) -> Status {
+    let Sources {
+        engine,
+        persister,
+        counters,
+        store,
+        mountpoint,
+        fuse_transport,
+    } = sources;
     let s = engine.stats();
     Status {
+        schema_version: STATUS_SCHEMA_VERSION,
         pid: std::process::id(),
         store: store.to_path_buf(),
         mountpoint: mountpoint.to_path_buf(),
@@ -106,6 +161,11 @@ pub fn status_of(
                 checkpoint_image_bytes: p.checkpoint_image_bytes,
                 checkpoint_due_at_journal_bytes: p.checkpoint_due_at_journal_bytes,
                 error: p.error,
+                oldest_pending_age_ms_max: p
+                    .oldest_pending_age_max
+                    .map(|age| age.as_secs_f64() * 1e3),
+                commit_latency: Latency::from(&p.commit_latency),
+                checkpoint_latency: Latency::from(&p.checkpoint_latency),
             }
         },
         fuse_transport: fuse_transport.to_string(),
@@ -114,6 +174,12 @@ pub fn status_of(
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
+        fuse_latency: counters
+            .latencies()
+            .iter()
+            .map(|(k, h)| (k.to_string(), Latency::from(h)))
+            .collect(),
+        fuse_sync_failures: counters.sync_failures(),
     }
 }
 
@@ -179,16 +245,9 @@ impl ControlSocket {
 }
 
 /// Serves the control socket on a background thread until the process ends.
-pub fn serve(
-    engine: Arc<Engine>,
-    persister: Arc<Persister>,
-    counters: Arc<RequestCounters>,
-    store: PathBuf,
-    mountpoint: PathBuf,
-    fuse_transport: &'static str,
-) -> std::io::Result<ControlSocket> {
+pub fn serve(sources: Arc<Sources>) -> std::io::Result<ControlSocket> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let path = store.join(SOCKET_FILE);
+    let path = sources.store.join(SOCKET_FILE);
     // A socket left by a daemon that died: we hold the store lock, so it is stale.
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path)?;
@@ -207,14 +266,7 @@ pub fn serve(
         .spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
-                if let Err(e) = answer(
-                    stream,
-                    &engine,
-                    &persister,
-                    &counters,
-                    &exit_watchers,
-                    (&store, &mountpoint, fuse_transport),
-                ) {
+                if let Err(e) = answer(stream, &sources, &exit_watchers) {
                     tracing::debug!("control request failed: {e}");
                 }
             }
@@ -224,11 +276,8 @@ pub fn serve(
 
 fn answer(
     stream: UnixStream,
-    engine: &Engine,
-    persister: &Persister,
-    counters: &RequestCounters,
+    sources: &Sources,
     exit_watchers: &ExitWatchers,
-    (store, mountpoint, fuse_transport): (&Path, &Path, &str),
 ) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut line = String::new();
@@ -251,15 +300,8 @@ fn answer(
                 return Ok(());
             }
         }
-        "status" => serde_json::to_string(&status_of(
-            engine,
-            persister,
-            counters,
-            store,
-            mountpoint,
-            fuse_transport,
-        ))
-        .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")),
+        "status" => serde_json::to_string(&status_of(sources))
+            .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")),
         other => serde_json::json!({ "error": format!("unknown command {other:?}") }).to_string(),
     };
     (&stream).write_all(format!("{reply}\n").as_bytes())

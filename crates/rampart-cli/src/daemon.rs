@@ -33,6 +33,8 @@ pub struct ServeConfig {
     pub checkpoint_after_bytes: u64,
     /// And also each time it has grown by the last checkpoint's size (`--checkpoint-after auto`).
     pub checkpoint_scales_with_image: bool,
+    /// Where to serve Prometheus metrics, if anywhere.
+    pub metrics: crate::metrics::MetricsConfig,
 }
 
 /// How often, and how far apart, a busy unmount is retried before detaching lazily.
@@ -82,6 +84,8 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     let store_path = rampart.path().to_path_buf();
     let engine = rampart.engine().clone();
     tracing::info!("recovered {}: {}", store_path.display(), rampart.recovery());
+    // Bound before mounting, so that a refused address fails the mount cleanly.
+    let metrics_listeners = crate::metrics::bind(&config.metrics)?;
     let options = MountOptions {
         threads: config.threads,
         allow_other: config.allow_other,
@@ -106,15 +110,16 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
         tracing::warn!("cannot start the memory trimmer: {e}");
     }
     spawn_signal_thread(signals, mounted.unmounter(), mountpoint.clone())?;
-    let socket = crate::control::serve(
-        engine.clone(),
-        rampart.persister().clone(),
-        mounted.counters(),
-        store_path.clone(),
-        mountpoint.clone(),
+    let sources = Arc::new(crate::control::Sources {
+        engine: engine.clone(),
+        persister: rampart.persister().clone(),
+        counters: mounted.counters(),
+        store: store_path.clone(),
+        mountpoint: mountpoint.clone(),
         fuse_transport,
-    )
-    .map_err(|e| {
+    });
+    let metrics = metrics_listeners.serve(sources.clone());
+    let socket = crate::control::serve(sources).map_err(|e| {
         format!(
             "cannot open the control socket in {}: {e}",
             store_path.display()
@@ -135,6 +140,7 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     detach_if_aborted(&result, own_mount.as_ref(), &mountpoint);
     // Clean unmount: a final checkpoint, so that the next mount has nothing to replay.
     socket.remove();
+    drop(metrics);
     drop(engine);
     let closed = rampart.close();
     // What the shutdown lost, if anything, and why; then whether the session ended badly.

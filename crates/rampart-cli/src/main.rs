@@ -15,9 +15,11 @@ mod control;
 mod daemon;
 mod fsck;
 mod memory_trim;
+mod metrics;
 mod mounts;
 mod page_flusher;
 mod size;
+mod watch;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -57,9 +59,15 @@ enum Cmd {
     /// Show files, directories, bytes and memory used against the cap of a mount.
     Status {
         mountpoint: PathBuf,
-        /// Print one JSON object.
-        #[arg(long)]
+        /// Print one JSON object (its schema: docs/status-schema.json).
+        #[arg(long, conflicts_with = "watch")]
         json: bool,
+        /// Redraw the figures every --interval, like top, until Ctrl-C or the unmount.
+        #[arg(long)]
+        watch: bool,
+        /// How often --watch redraws: e.g. 1s, 500ms (100ms to 1h).
+        #[arg(long, default_value = "1s", value_parser = watch::parse_interval)]
+        interval: Duration,
     },
     /// Run the papers' benchmarks on rampart and its peers and write a report (as root).
     Bench(bench::BenchArgs),
@@ -115,6 +123,12 @@ struct MountArgs {
     /// write more than the journal does.
     #[arg(long, default_value = "auto", value_parser = parse_checkpoint_after)]
     checkpoint_after: (u64, bool),
+    /// Serve Prometheus metrics (GET /metrics) on this Unix socket (mode 0600).
+    #[arg(long, value_name = "PATH")]
+    metrics_socket: Option<PathBuf>,
+    /// Serve Prometheus metrics (GET /metrics) on this loopback address, e.g. 127.0.0.1:9750.
+    #[arg(long, value_name = "ADDR:PORT", value_parser = metrics::parse_listen)]
+    metrics_listen: Option<std::net::SocketAddr>,
     /// Log level.
     #[arg(long, default_value = "info", value_parser = ["error", "warn", "info", "debug", "trace"])]
     log_level: String,
@@ -246,7 +260,15 @@ fn main() -> ExitCode {
         Cmd::Mkfs { store } => cmd_mkfs(&store),
         Cmd::Mount(args) => cmd_mount(args),
         Cmd::Umount { mountpoint, lazy } => cmd_umount(&mountpoint, lazy),
-        Cmd::Status { mountpoint, json } => cmd_status(&mountpoint, json),
+        Cmd::Status {
+            mountpoint,
+            watch: true,
+            interval,
+            ..
+        } => watch::run(&mountpoint, interval),
+        Cmd::Status {
+            mountpoint, json, ..
+        } => cmd_status(&mountpoint, json),
         Cmd::Bench(args) => return with_stdout_checked(bench::run(args)),
         Cmd::Fsck {
             store,
@@ -304,6 +326,7 @@ fn cmd_mount(args: MountArgs) -> Result<(), String> {
         commit_interval: args.commit_interval,
         checkpoint_after_bytes,
         checkpoint_scales_with_image,
+        metrics: metrics_config(&args)?,
     };
 
     if args.daemon_child {
@@ -332,6 +355,22 @@ fn cmd_mount(args: MountArgs) -> Result<(), String> {
         mountpoint.display()
     );
     Ok(())
+}
+
+/// `--metrics-socket` and `--metrics-listen`. The socket path is made absolute: the daemon
+/// child does not keep the caller's working directory in mind.
+fn metrics_config(args: &MountArgs) -> Result<metrics::MetricsConfig, String> {
+    let socket = match &args.metrics_socket {
+        Some(path) => Some(
+            std::path::absolute(path)
+                .map_err(|e| format!("invalid --metrics-socket {}: {e}", path.display()))?,
+        ),
+        None => None,
+    };
+    Ok(metrics::MetricsConfig {
+        socket,
+        listen: args.metrics_listen,
+    })
 }
 
 /// `store` in the rampart home ($RAMPART_HOME, else ~/.local/share/rampart), made on first
@@ -381,6 +420,12 @@ fn daemon_child_args(args: &MountArgs, config: &daemon::ServeConfig) -> Vec<OsSt
     ];
     if args.private {
         child_args.push("--private".into());
+    }
+    if let Some(path) = &config.metrics.socket {
+        child_args.extend(["--metrics-socket".into(), path.clone().into()]);
+    }
+    if let Some(addr) = config.metrics.listen {
+        child_args.extend(["--metrics-listen".into(), addr.to_string().into()]);
     }
     child_args.push(config.store.clone().into());
     child_args.push(config.mountpoint.clone().into());

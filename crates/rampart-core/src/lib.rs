@@ -9,7 +9,8 @@
 //!
 //! The public surface is what this page re-exports plus the modules a store's tools need:
 //! [`store`] (mkfs, the folder), [`persist`] (formats, recovery, the persister and the device
-//! seam, for tests and tools), [`fsck`], [`op`], [`error`], [`limits`], [`clock`], [`time`].
+//! seam, for tests and tools), [`fsck`], [`op`], [`error`], [`limits`], [`clock`], [`time`],
+//! [`latency`] (histograms for metrics).
 //! The rest (state, namespace, memory, contents, xattrs, the lock order) is private: the map is
 //! docs/ARCHITECTURE.md.
 
@@ -20,6 +21,7 @@ mod engine;
 pub mod error;
 pub mod fs;
 pub mod fsck;
+pub mod latency;
 pub mod limits;
 mod lock_order;
 mod memory;

@@ -21,7 +21,7 @@ use fuser::{
 use rampart_core::time::{to_ns, to_system_time};
 use rampart_core::{Attr, Ctx, Engine, FileKind, SetAttr, SetTime, WriteTimes};
 
-use crate::counters::{RequestCounters, RequestKind};
+use crate::counters::{PendingRequest, RequestCounters, RequestKind};
 use crate::refusals::Refusals;
 
 /// Kernel-cache settings of a mount.
@@ -165,13 +165,18 @@ impl RampartFs {
     /// Answers once everything is durable (EIO if the store could not be written), without
     /// holding this worker thread: the persister answers after the disk sync that covers it,
     /// and every fsync that arrives meanwhile shares that sync.
-    fn reply_synced(&self, reply: ReplyEmpty) {
-        self.engine.sync_async(Box::new(move |result| match result {
-            Ok(()) => reply.ok(),
-            Err(e) => {
-                tracing::error!("sync failed: {e}");
-                reply.error(Errno::EIO)
+    fn reply_synced(&self, reply: ReplyEmpty, request: PendingRequest) {
+        let counters = self.counters.clone();
+        self.engine.sync_async(Box::new(move |result| {
+            match result {
+                Ok(()) => reply.ok(),
+                Err(e) => {
+                    tracing::error!("sync failed: {e}");
+                    counters.count_sync_failure();
+                    reply.error(Errno::EIO)
+                }
             }
+            request.finish(&counters);
         }));
     }
 
@@ -239,7 +244,7 @@ impl Filesystem for RampartFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.counters.count(RequestKind::lookup);
+        let _timer = self.counters.start(RequestKind::lookup);
         guarded("lookup", || {
             match self.engine.lookup(&ctx(req), parent.0, name.as_bytes()) {
                 Ok(a) => reply.entry(
@@ -258,12 +263,12 @@ impl Filesystem for RampartFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.counters.count(RequestKind::forget);
+        let _timer = self.counters.start(RequestKind::forget);
         guarded("forget", || self.engine.forget(ino.0, nlookup));
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.counters.count(RequestKind::getattr);
+        let _timer = self.counters.start(RequestKind::getattr);
         guarded("getattr", || match self.engine.getattr(ino.0) {
             Ok(a) => reply.attr(&self.cache.attr_ttl, &file_attr(&a)),
             Err(e) => reply.error(errno(e)),
@@ -288,7 +293,7 @@ impl Filesystem for RampartFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        self.counters.count(RequestKind::setattr);
+        let _timer = self.counters.start(RequestKind::setattr);
         guarded("setattr", || {
             // fuser does not pass FATTR_KILL_SUIDGID; the kernel sets it for a truncate by a
             // caller without CAP_FSETID, which we take to be every uid but root. (A chown of a
@@ -311,7 +316,7 @@ impl Filesystem for RampartFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.counters.count(RequestKind::readlink);
+        let _timer = self.counters.start(RequestKind::readlink);
         guarded("readlink", || match self.engine.readlink(ino.0) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(e)),
@@ -328,7 +333,7 @@ impl Filesystem for RampartFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        self.counters.count(RequestKind::mknod);
+        let _timer = self.counters.start(RequestKind::mknod);
         guarded("mknod", || {
             // The kernel has applied the umask already (FUSE_DONT_MASK is not negotiated).
             let r = self
@@ -347,7 +352,7 @@ impl Filesystem for RampartFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        self.counters.count(RequestKind::mkdir);
+        let _timer = self.counters.start(RequestKind::mkdir);
         guarded("mkdir", || {
             let r = self
                 .engine
@@ -357,7 +362,7 @@ impl Filesystem for RampartFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.counters.count(RequestKind::unlink);
+        let _timer = self.counters.start(RequestKind::unlink);
         guarded("unlink", || {
             reply_empty(
                 reply,
@@ -367,7 +372,7 @@ impl Filesystem for RampartFs {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.counters.count(RequestKind::rmdir);
+        let _timer = self.counters.start(RequestKind::rmdir);
         guarded("rmdir", || {
             reply_empty(
                 reply,
@@ -384,7 +389,7 @@ impl Filesystem for RampartFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        self.counters.count(RequestKind::symlink);
+        let _timer = self.counters.start(RequestKind::symlink);
         guarded("symlink", || {
             let r = self.engine.symlink(
                 &ctx(req),
@@ -406,7 +411,7 @@ impl Filesystem for RampartFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        self.counters.count(RequestKind::rename);
+        let _timer = self.counters.start(RequestKind::rename);
         guarded("rename", || {
             let r = self.engine.rename(
                 &ctx(req),
@@ -428,7 +433,7 @@ impl Filesystem for RampartFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        self.counters.count(RequestKind::link);
+        let _timer = self.counters.start(RequestKind::link);
         guarded("link", || {
             let r = self
                 .engine
@@ -438,7 +443,7 @@ impl Filesystem for RampartFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.counters.count(RequestKind::open);
+        let _timer = self.counters.start(RequestKind::open);
         if self.cache.no_open {
             // The kernel then opens files itself, with FOPEN_KEEP_CACHE.
             return reply.error(Errno::ENOSYS);
@@ -462,7 +467,7 @@ impl Filesystem for RampartFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.counters.count(RequestKind::read);
+        let _timer = self.counters.start(RequestKind::read);
         guarded("read", || {
             let mut buf = Vec::new();
             match self.engine.read(ino.0, offset, size, &mut buf) {
@@ -484,7 +489,7 @@ impl Filesystem for RampartFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        self.counters.count(RequestKind::write);
+        let _timer = self.counters.start(RequestKind::write);
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         guarded("write", || {
             // Under the writeback cache the kernel owns mtime and ctime (decision 0020).
@@ -518,7 +523,7 @@ impl Filesystem for RampartFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        self.counters.count(RequestKind::flush);
+        let _timer = self.counters.start(RequestKind::flush);
         // Nothing to do at close (written data is in the engine already; with the writeback
         // cache the kernel writes dirty pages before FLUSH). ENOSYS tells the kernel to stop
         // sending FLUSH, saving a round trip per close.
@@ -533,18 +538,18 @@ impl Filesystem for RampartFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.counters.count(RequestKind::fsync);
+        let timer = self.counters.start(RequestKind::fsync);
         // Everything applied so far becomes durable (group commit: concurrent fsyncs share
         // one fdatasync of the journal). The writeback cache has sent this file's dirty pages
         // before FSYNC arrives.
         guarded("fsync", || match self.engine.getattr(ino.0) {
             Err(e) => reply.error(errno(e)),
-            Ok(_) => self.reply_synced(reply),
+            Ok(_) => self.reply_synced(reply, timer.hand_off()),
         });
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.counters.count(RequestKind::opendir);
+        let _timer = self.counters.start(RequestKind::opendir);
         if self.cache.no_open {
             return reply.error(Errno::ENOSYS);
         }
@@ -566,7 +571,7 @@ impl Filesystem for RampartFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        self.counters.count(RequestKind::readdir);
+        let _timer = self.counters.start(RequestKind::readdir);
         guarded("readdir", || {
             let r = self.engine.readdir(ino.0, offset, |ino, next, kind, name| {
                 !reply.add(INodeNo(ino), next, file_type(kind), OsStr::from_bytes(name))
@@ -586,12 +591,12 @@ impl Filesystem for RampartFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.counters.count(RequestKind::fsyncdir);
-        guarded("fsyncdir", || self.reply_synced(reply));
+        let timer = self.counters.start(RequestKind::fsyncdir);
+        guarded("fsyncdir", || self.reply_synced(reply, timer.hand_off()));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.counters.count(RequestKind::statfs);
+        let _timer = self.counters.start(RequestKind::statfs);
         guarded("statfs", || {
             let s = self.engine.statfs();
             reply.statfs(
@@ -617,7 +622,7 @@ impl Filesystem for RampartFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        self.counters.count(RequestKind::setxattr);
+        let _timer = self.counters.start(RequestKind::setxattr);
         guarded("setxattr", || {
             let r = self
                 .engine
@@ -627,14 +632,14 @@ impl Filesystem for RampartFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        self.counters.count(RequestKind::getxattr);
+        let _timer = self.counters.start(RequestKind::getxattr);
         guarded("getxattr", || {
             reply_xattr(reply, size, self.engine.getxattr(ino.0, name.as_bytes()))
         });
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.counters.count(RequestKind::listxattr);
+        let _timer = self.counters.start(RequestKind::listxattr);
         guarded("listxattr", || {
             // trusted.* names are only listed to privileged callers, as the kernel does for
             // local file systems.
@@ -644,7 +649,7 @@ impl Filesystem for RampartFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.counters.count(RequestKind::removexattr);
+        let _timer = self.counters.start(RequestKind::removexattr);
         guarded("removexattr", || {
             reply_empty(
                 reply,
@@ -654,7 +659,7 @@ impl Filesystem for RampartFs {
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
-        self.counters.count(RequestKind::access);
+        let _timer = self.counters.start(RequestKind::access);
         // With default_permissions the kernel checks access itself; this only confirms the
         // inode exists.
         guarded("access", || {
@@ -672,7 +677,7 @@ impl Filesystem for RampartFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        self.counters.count(RequestKind::create);
+        let _timer = self.counters.start(RequestKind::create);
         guarded("create", || {
             let mode = libc::S_IFREG | (mode & 0o7777);
             match self
@@ -721,7 +726,7 @@ impl Filesystem for RampartFs {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        self.counters.count(RequestKind::copy_file_range);
+        let _timer = self.counters.start(RequestKind::copy_file_range);
         guarded("copy_file_range", || {
             // The kernel has checked access and flushed both ranges' dirty pages. It clears
             // no privileges itself under KILLPRIV_V2 and passes no flag, so, as for truncate,
@@ -760,7 +765,7 @@ impl Filesystem for RampartFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        self.counters.count(RequestKind::fallocate);
+        let _timer = self.counters.start(RequestKind::fallocate);
         guarded("fallocate", || {
             reply_empty(
                 reply,

@@ -19,7 +19,7 @@ use fuser::{Config, INodeNo, MountOption, Notifier, Session, SessionACL, Session
 use rampart_core::{Engine, Invalidation, Observer};
 
 pub use adapter::CachePolicy;
-pub use counters::{RequestCounters, RequestKind};
+pub use counters::{PendingRequest, RequestCounters, RequestKind, RequestTimer};
 
 /// Requests one CPU's io_uring queue can hold at once (fsyncs waiting for a commit hold one
 /// each, so 8 stalled a CPU's other requests under 16 writers); each costs a payload buffer of

@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 use crate::attr::Durability;
 use crate::engine::Engine;
 use crate::error::{PersistError, PersistStep};
+use crate::latency::LatencyHistogram;
 use crate::lock_order::{self, Rank};
 use crate::op::{Op, OpSink, SyncDone};
 use crate::persist::checkpoint;
@@ -108,6 +109,13 @@ pub struct PersistStats {
     /// The journal length at which the next background checkpoint is due.
     pub checkpoint_due_at_journal_bytes: u64,
     pub error: Option<String>,
+    /// How long each commit took to write and sync its batches.
+    pub commit_latency: LatencyHistogram,
+    /// How long each checkpoint took, from its start to the new files in place.
+    pub checkpoint_latency: LatencyHistogram,
+    /// With ops pending: the oldest is at most this old (the time since the last commit took
+    /// what was gathered); None when nothing is pending or no commit has run yet.
+    pub oldest_pending_age_max: Option<Duration>,
 }
 
 struct Pending {
@@ -143,6 +151,10 @@ struct Durable {
     /// The last checkpoint's length (the one found at start, then each new one's).
     image_bytes: u64,
     error: Option<PersistError>,
+    commit_latency: LatencyHistogram,
+    checkpoint_latency: LatencyHistogram,
+    /// When the last commit took what was gathered: every op pending now came after it.
+    last_take: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -346,6 +358,12 @@ impl Persister {
                 .journal_bytes_at_checkpoint
                 .saturating_add(self.config.checkpoint_due_bytes(d.image_bytes)),
             error: d.error.as_ref().map(ToString::to_string),
+            commit_latency: d.commit_latency.clone(),
+            checkpoint_latency: d.checkpoint_latency.clone(),
+            oldest_pending_age_max: d
+                .last_take
+                .filter(|_| pending > d.seq)
+                .map(|at| at.elapsed()),
         }
     }
 
@@ -383,8 +401,10 @@ impl Persister {
         if let Some(e) = locked(&self.durable).error.clone() {
             return Err(e);
         }
+        let started = Instant::now();
         let (framed, next_seq) = self.take_gathered();
         let Some(framed) = framed else {
+            locked(&self.durable).last_take = Some(started);
             return Ok(());
         };
         // One sync per batch: if several went out in one write, a crash could leave a later
@@ -396,6 +416,8 @@ impl Persister {
         let mut d = locked(&self.durable);
         d.seq = d.seq.max(next_seq);
         d.commits += 1;
+        d.commit_latency.record(started.elapsed());
+        d.last_take = Some(started);
         Ok(())
     }
 
@@ -453,10 +475,15 @@ impl Persister {
     /// not depend on the journal, so it is tried even after an I/O error; when it starts
     /// after one, its success clears that error and persistence resumes.
     pub fn checkpoint(&self, engine: &Engine) -> Result<(), PersistError> {
+        let started = Instant::now();
         let mut job = self.checkpoint_begin(engine)?;
         job.write_image()?;
         job.copy_tail()?;
-        job.finish()
+        job.finish()?;
+        locked(&self.durable)
+            .checkpoint_latency
+            .record(started.elapsed());
+        Ok(())
     }
 
     /// Step 1 of a checkpoint: encodes the image. Waits for a checkpoint already running.
