@@ -33,6 +33,8 @@ pub struct ServeConfig {
     pub checkpoint_after_bytes: u64,
     /// And also each time it has grown by the last checkpoint's size (`--checkpoint-after auto`).
     pub checkpoint_scales_with_image: bool,
+    /// Generic mount flags for the kernel (`ro`, `noexec`, ...), from `-o`.
+    pub kernel_flags: Vec<String>,
 }
 
 /// How often, and how far apart, a busy unmount is retried before detaching lazily.
@@ -92,6 +94,7 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
             ..CachePolicy::default()
         },
         io_uring: config.io_uring,
+        kernel_flags: config.kernel_flags.clone(),
     };
     let mut mounted = rampart_fuse::mount(engine.clone(), &mountpoint, &options)
         .map_err(|e| format!("cannot mount at {}: {e}", mountpoint.display()))?;
@@ -128,6 +131,12 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
         fuse_transport
     );
     on_ready();
+    crate::sd_notify::notify(&format!(
+        "READY=1\nMAINPID={}\nSTATUS=serving {} at {} through {fuse_transport}",
+        std::process::id(),
+        store_path.display(),
+        mountpoint.display()
+    ));
     let page_flusher =
         start_page_flusher(config, &mountpoint, own_mount.as_ref(), &mounted, &engine);
     let result = mounted.run();
@@ -135,6 +144,7 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     detach_if_aborted(&result, own_mount.as_ref(), &mountpoint);
     // Clean unmount: a final checkpoint, so that the next mount has nothing to replay.
     socket.remove();
+    crate::sd_notify::notify("STOPPING=1\nSTATUS=unmounted; writing the final checkpoint");
     drop(engine);
     let closed = rampart.close();
     // What the shutdown lost, if anything, and why; then whether the session ended badly.
@@ -146,6 +156,7 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     if outcome == Exit::Clean {
         tracing::info!("unmounted {}", mountpoint.display());
     }
+    crate::sd_notify::notify(&format!("STATUS=stopped: {outcome:?}"));
     // After the lock is released: whoever waits for this can mount the store at once.
     socket.report_exit(&outcome);
     match outcome {
