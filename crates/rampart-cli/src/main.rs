@@ -51,6 +51,7 @@ enum Cmd {
         store: PathBuf,
     },
     /// Mount a store (by default as a background daemon).
+    #[command(after_long_help = MOUNT_LONG_HELP)]
     Mount(MountArgs),
     /// Unmount a rampart mount; waits for its daemon to finish.
     Umount {
@@ -109,7 +110,8 @@ struct MountArgs {
     #[arg(long)]
     allow_other: bool,
     /// Options in mount(8)'s form, comma-separated: every option above by its name with `_`
-    /// (memory_cap=4G,threads=8,commit_interval=1s,private,...), the generic flags ro, rw,
+    /// (memory_cap=4G,threads=8,commit_interval=1s,...; --private is owner_only, as mount(8)
+    /// keeps `private` for itself), the generic flags ro, rw,
     /// nosuid, suid, nodev, dev, noexec, exec, noatime, atime, sync, async, dirsync (passed to
     /// the kernel), and defaults, nofail, noauto, _netdev, x-* (ignored). Later ones win.
     #[arg(short = 'o', value_name = "OPTIONS")]
@@ -183,8 +185,8 @@ impl MountArgs {
                         _ => unreachable!("mount_options::VALUE_OPTIONS lists {name}"),
                     }
                 }
-                Parsed::Switch("private") => (self.private, self.allow_other) = (true, false),
-                Parsed::Switch(_allow_other) => (self.private, self.allow_other) = (false, true),
+                Parsed::Switch("allow_other") => (self.private, self.allow_other) = (false, true),
+                Parsed::Switch(_owner_only) => (self.private, self.allow_other) = (true, false),
                 Parsed::KernelFlag(flag) => flags.push(flag),
                 Parsed::Ignored => {}
             }
@@ -193,6 +195,24 @@ impl MountArgs {
         Ok(())
     }
 }
+
+/// The end of `rampart mount --help` and of the rampart-mount(1) manual page.
+const MOUNT_LONG_HELP: &str = "\
+mount(8), /etc/fstab and systemd:
+  mount -t fuse.rampart -o memory_cap=4G,commit_interval=1s STORE MOUNTPOINT
+  STORE MOUNTPOINT fuse.rampart defaults,memory_cap=4G,nofail 0 0     (an /etc/fstab line)
+mount(8) runs /sbin/mount.fuse.rampart (a link to rampart that scripts/install makes); without \
+it mount.fuse3 runs `rampart STORE MOUNTPOINT -o OPTIONS`, which works the same. umount \
+MOUNTPOINT runs /sbin/umount.fuse.rampart, which waits for the final checkpoint as `rampart \
+umount` does (without that link, umount returns before it). A mount unit and a service: \
+contrib/systemd (installed by scripts/install).
+
+Users other than root mount through fusermount3, as for every FUSE file system: a store and a \
+mount point of their own, and /dev/fuse readable and writable by them; unmount with \
+`rampart umount` or `fusermount3 -u`. allow_other needs user_allow_other in /etc/fuse.conf.
+
+Exit status: 0 mounted, 1 failed (the message says why), 2 bad usage. As mount(8)'s helper: 0, \
+1 bad usage, 32 failed.";
 
 /// Most FUSE worker threads: each holds a request buffer of about 1 MiB and a descriptor.
 const THREADS_MAX: usize = 256;

@@ -60,8 +60,9 @@ pub const VALUE_OPTIONS: [&str; 8] = [
     "log_level",
 ];
 
-/// `rampart mount` switches, by their `-o` name.
-pub const SWITCH_OPTIONS: [&str; 2] = ["private", "allow_other"];
+/// `rampart mount` switches, by their `-o` name. `owner_only` is `--private`: mount(8) takes
+/// `private` for itself (mount propagation) and never passes it on.
+pub const SWITCH_OPTIONS: [&str; 3] = ["owner_only", "private", "allow_other"];
 
 /// One `-o` option, sorted out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,6 +172,7 @@ mod tests {
             Ok(Parsed::Value("commit_interval", "1s".into()))
         );
         assert_eq!(parse_one("private"), Ok(Parsed::Switch("private")));
+        assert_eq!(parse_one("owner_only"), Ok(Parsed::Switch("owner_only")));
         assert!(parse_one("memory_cap").is_err());
         assert!(parse_one("memory_cap=").is_err());
         assert!(parse_one("private=yes").is_err());
