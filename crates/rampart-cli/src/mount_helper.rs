@@ -85,8 +85,7 @@ fn parse(args: &[OsString]) -> Result<HelperArgs, String> {
             parsed.positional.push(arg.clone());
             continue;
         };
-        let mut chars = letters.char_indices();
-        while let Some((at, letter)) = chars.next() {
+        for (at, letter) in letters.char_indices() {
             match letter {
                 'o' | 't' | 'N' => {
                     let attached = &letters[at + 1..];

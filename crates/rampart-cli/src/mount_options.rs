@@ -209,7 +209,8 @@ mod tests {
             .map(|s| s.to_string())
             .collect();
         assert_eq!(resolve_kernel_flags(&given), ["ro", "suid", "nodev"]);
-        let split: Vec<&str> = split(&["a,,b,".into(), "c".into()]).collect();
+        let given = ["a,,b,".to_string(), "c".to_string()];
+        let split: Vec<&str> = split(&given).collect();
         assert_eq!(split, ["a", "b", "c"]);
     }
 }
