@@ -287,3 +287,10 @@ def test_install_script_installs_under_a_prefix(test_base):
     assert f"ExecStart={binary} mount --foreground" in service and "Type=notify" in service
     mount_unit = (root / "etc/systemd/system/mnt-rampart.mount").read_text()
     assert "Type=fuse.rampart" in mount_unit
+    if shutil.which("systemd-analyze"):
+        # Offline checks of the unit files (systemd need not be running).
+        instance = root / "rampart@e2e.service"
+        instance.write_text(service)
+        r = run(["systemd-analyze", "verify", "--man=no", instance, root / "etc/systemd/system/mnt-rampart.mount"],
+                timeout=120)
+        assert r.returncode == 0 and "rampart" not in r.stderr, r.stderr
