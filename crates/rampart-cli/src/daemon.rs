@@ -35,6 +35,8 @@ pub struct ServeConfig {
     pub checkpoint_scales_with_image: bool,
     /// Where to serve Prometheus metrics, if anywhere.
     pub metrics: crate::metrics::MetricsConfig,
+    /// Generic mount flags for the kernel (`ro`, `noexec`, ...), from `-o`.
+    pub kernel_flags: Vec<String>,
 }
 
 /// How often, and how far apart, a busy unmount is retried before detaching lazily.
@@ -86,17 +88,7 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     tracing::info!("recovered {}: {}", store_path.display(), rampart.recovery());
     // Bound before mounting, so that a refused address fails the mount cleanly.
     let metrics_listeners = crate::metrics::bind(&config.metrics)?;
-    let options = MountOptions {
-        threads: config.threads,
-        allow_other: config.allow_other,
-        fs_name: store_path.display().to_string(),
-        cache: CachePolicy {
-            writeback_cache: config.writeback_cache,
-            no_open: config.no_open,
-            ..CachePolicy::default()
-        },
-        io_uring: config.io_uring,
-    };
+    let options = mount_options(config, &store_path);
     let mut mounted = rampart_fuse::mount(engine.clone(), &mountpoint, &options)
         .map_err(|e| format!("cannot mount at {}: {e}", mountpoint.display()))?;
     // This mount's device number tells it from a later mount at the same place (see below).
@@ -133,6 +125,12 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
         fuse_transport
     );
     on_ready();
+    crate::sd_notify::notify(&format!(
+        "READY=1\nMAINPID={}\nSTATUS=serving {} at {} through {fuse_transport}",
+        std::process::id(),
+        store_path.display(),
+        mountpoint.display()
+    ));
     let page_flusher =
         start_page_flusher(config, &mountpoint, own_mount.as_ref(), &mounted, &engine);
     let result = mounted.run();
@@ -141,6 +139,7 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     // Clean unmount: a final checkpoint, so that the next mount has nothing to replay.
     socket.remove();
     drop(metrics);
+    crate::sd_notify::notify("STOPPING=1\nSTATUS=unmounted; writing the final checkpoint");
     drop(engine);
     let closed = rampart.close();
     // What the shutdown lost, if anything, and why; then whether the session ended badly.
@@ -152,11 +151,28 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     if outcome == Exit::Clean {
         tracing::info!("unmounted {}", mountpoint.display());
     }
+    crate::sd_notify::notify(&format!("STATUS=stopped: {outcome:?}"));
     // After the lock is released: whoever waits for this can mount the store at once.
     socket.report_exit(&outcome);
     match outcome {
         Exit::Clean => Ok(()),
         Exit::Failed(e) | Exit::Lost(e) => Err(e),
+    }
+}
+
+/// The FUSE mount's settings, from the command line.
+fn mount_options(config: &ServeConfig, store_path: &Path) -> MountOptions {
+    MountOptions {
+        threads: config.threads,
+        allow_other: config.allow_other,
+        fs_name: store_path.display().to_string(),
+        cache: CachePolicy {
+            writeback_cache: config.writeback_cache,
+            no_open: config.no_open,
+            ..CachePolicy::default()
+        },
+        io_uring: config.io_uring,
+        kernel_flags: config.kernel_flags.clone(),
     }
 }
 

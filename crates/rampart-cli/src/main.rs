@@ -14,11 +14,16 @@ mod bench;
 mod control;
 mod daemon;
 mod fsck;
+mod manuals;
 mod memory_trim;
 mod metrics;
+mod mount_helper;
+mod mount_options;
 mod mounts;
 mod page_flusher;
+mod sd_notify;
 mod size;
+mod unprivileged;
 mod watch;
 
 use std::ffi::OsString;
@@ -48,6 +53,7 @@ enum Cmd {
         store: PathBuf,
     },
     /// Mount a store (by default as a background daemon).
+    #[command(after_long_help = MOUNT_LONG_HELP)]
     Mount(MountArgs),
     /// Unmount a rampart mount; waits for its daemon to finish.
     Umount {
@@ -83,6 +89,9 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Write the manual pages (man1/*.1) and shell completions (bash, zsh, fish) into DIR.
+    #[command(hide = true)]
+    GenerateManuals { dir: PathBuf },
 }
 
 #[derive(clap::Args, Clone)]
@@ -102,8 +111,25 @@ struct MountArgs {
     threads: Option<usize>,
     /// Only the mounting user may enter the mount (the default for root is every user, with
     /// permissions enforced by the kernel).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "allow_other")]
     private: bool,
+    /// Every user may enter the mount, with permissions enforced by the kernel (the default
+    /// for root; other users need `user_allow_other` in /etc/fuse.conf).
+    #[arg(long)]
+    allow_other: bool,
+    /// Options in mount(8)'s form, comma-separated: every option above by its name with `_`
+    /// (memory_cap=4G,threads=8,commit_interval=1s,...; --private is owner_only, as mount(8)
+    /// keeps `private` for itself), the generic flags ro, rw,
+    /// nosuid, suid, nodev, dev, noexec, exec, noatime, atime, sync, async, dirsync (passed to
+    /// the kernel), and defaults, nofail, noauto, _netdev, x-* (ignored). Later ones win.
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    options: Vec<String>,
+    /// The generic kernel flags the options asked for, resolved (`apply_options`).
+    #[arg(skip)]
+    kernel_flags: Vec<String>,
+    /// Say nothing on success (as mount(8)'s helper).
+    #[arg(skip)]
+    quiet: bool,
     /// Cache writes in the kernel's page cache and send them in large batches.
     #[arg(long, value_parser = ["on", "off"], default_value = "on")]
     writeback_cache: String,
@@ -136,6 +162,75 @@ struct MountArgs {
     #[arg(long, hide = true)]
     daemon_child: bool,
 }
+
+impl MountArgs {
+    /// Applies the `-o` options over the `--` ones (they come later on the command line, as
+    /// mount(8) has them).
+    fn apply_options(&mut self) -> Result<(), String> {
+        use mount_options::Parsed;
+        let on_off = |name: &str, value: &str| match value {
+            "on" | "off" => Ok(value.to_string()),
+            _ => Err(format!("mount option {name}={value}: give on or off")),
+        };
+        let mut flags = Vec::new();
+        for option in mount_options::split(&self.options) {
+            match mount_options::parse_one(option)? {
+                Parsed::Value(name, value) => {
+                    let v = value.as_str();
+                    let bad = |e: String| format!("mount option {name}={v}: {e}");
+                    match name {
+                        "memory_cap" => self.memory_cap = parse_memory_cap(v).map_err(bad)?,
+                        "threads" => self.threads = Some(parse_threads(v).map_err(bad)?),
+                        "writeback_cache" => self.writeback_cache = on_off(name, v)?,
+                        "no_open" => self.no_open = on_off(name, v)?,
+                        "fuse_io_uring" => self.fuse_io_uring = on_off(name, v)?,
+                        "commit_interval" => {
+                            self.commit_interval = parse_duration(v).map_err(bad)?
+                        }
+                        "checkpoint_after" => {
+                            self.checkpoint_after = parse_checkpoint_after(v).map_err(bad)?
+                        }
+                        "log_level" => {
+                            if !["error", "warn", "info", "debug", "trace"].contains(&v) {
+                                return Err(bad("give error, warn, info, debug or trace".into()));
+                            }
+                            self.log_level = value.clone();
+                        }
+                        "metrics_socket" => self.metrics_socket = Some(PathBuf::from(v)),
+                        "metrics_listen" => {
+                            self.metrics_listen = Some(metrics::parse_listen(v).map_err(bad)?)
+                        }
+                        _ => unreachable!("mount_options::VALUE_OPTIONS lists {name}"),
+                    }
+                }
+                Parsed::Switch("allow_other") => (self.private, self.allow_other) = (false, true),
+                Parsed::Switch(_owner_only) => (self.private, self.allow_other) = (true, false),
+                Parsed::KernelFlag(flag) => flags.push(flag),
+                Parsed::Ignored => {}
+            }
+        }
+        self.kernel_flags = mount_options::resolve_kernel_flags(&flags);
+        Ok(())
+    }
+}
+
+/// The end of `rampart mount --help` and of the rampart-mount(1) manual page.
+const MOUNT_LONG_HELP: &str = "\
+mount(8), /etc/fstab and systemd:
+  mount -t fuse.rampart -o memory_cap=4G,commit_interval=1s STORE MOUNTPOINT
+  STORE MOUNTPOINT fuse.rampart defaults,memory_cap=4G,nofail 0 0     (an /etc/fstab line)
+mount(8) runs /sbin/mount.fuse.rampart (a link to rampart that scripts/install makes); without \
+it mount.fuse3 runs `rampart STORE MOUNTPOINT -o OPTIONS`, which works the same. umount \
+MOUNTPOINT runs /sbin/umount.fuse.rampart, which waits for the final checkpoint as `rampart \
+umount` does (without that link, umount returns before it). A mount unit and a service: \
+contrib/systemd (installed by scripts/install).
+
+Users other than root mount through fusermount3, as for every FUSE file system: a store and a \
+mount point of their own, and /dev/fuse readable and writable by them; unmount with \
+`rampart umount` or `fusermount3 -u`. allow_other needs user_allow_other in /etc/fuse.conf.
+
+Exit status: 0 mounted, 1 failed (the message says why), 2 bad usage. As mount(8)'s helper: 0, \
+1 bad usage, 32 failed.";
 
 /// Most FUSE worker threads: each holds a request buffer of about 1 MiB and a descriptor.
 const THREADS_MAX: usize = 256;
@@ -255,10 +350,19 @@ fn init_logging(level: &str) {
 }
 
 fn main() -> ExitCode {
+    if let Some(code) = mount_helper::run_if_called_as_helper() {
+        return with_stdout_checked(code);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Cmd::Mkfs { store } => cmd_mkfs(&store),
-        Cmd::Mount(args) => cmd_mount(args),
+        Cmd::Mount(mut args) => match args.apply_options() {
+            Ok(()) => cmd_mount(args),
+            Err(e) => {
+                eprintln!("rampart: {e}");
+                return ExitCode::from(2);
+            }
+        },
         Cmd::Umount { mountpoint, lazy } => cmd_umount(&mountpoint, lazy),
         Cmd::Status {
             mountpoint,
@@ -275,6 +379,7 @@ fn main() -> ExitCode {
             repair,
             json,
         } => return with_stdout_checked(fsck::run(&store, repair, json)),
+        Cmd::GenerateManuals { dir } => manuals::generate(&dir),
     };
     with_stdout_checked(match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -300,6 +405,7 @@ fn cmd_mkfs(store: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Mounts as `args` ask; their `-o` options must have been applied (`apply_options`).
 fn cmd_mount(args: MountArgs) -> Result<(), String> {
     init_logging(&args.log_level);
     let memory_cap_bytes = args.memory_cap;
@@ -319,7 +425,8 @@ fn cmd_mount(args: MountArgs) -> Result<(), String> {
         threads: args
             .threads
             .unwrap_or_else(|| rampart_fuse::MountOptions::default().threads),
-        allow_other: !args.private && nix::unistd::geteuid().is_root(),
+        allow_other: args.allow_other || (!args.private && nix::unistd::geteuid().is_root()),
+        kernel_flags: args.kernel_flags.clone(),
         writeback_cache: args.writeback_cache == "on",
         no_open: args.no_open == "on",
         io_uring: args.fuse_io_uring == "on",
@@ -329,6 +436,9 @@ fn cmd_mount(args: MountArgs) -> Result<(), String> {
         metrics: metrics_config(&args)?,
     };
 
+    if !args.daemon_child && !nix::unistd::geteuid().is_root() {
+        unprivileged::check(&mountpoint, config.allow_other)?;
+    }
     if args.daemon_child {
         daemon::detach_session();
         return daemon::serve(&config, daemon::report_ready_and_close_stdout).map_err(|e| {
@@ -349,6 +459,9 @@ fn cmd_mount(args: MountArgs) -> Result<(), String> {
     rampart_core::store::Store::open(&store).map_err(|e| e.to_string())?;
     let child_args = daemon_child_args(&args, &config);
     let pid = daemon::spawn_daemon(&child_args, &store.join("rampart.log"))?;
+    if args.quiet {
+        return Ok(());
+    }
     outln!(
         "mounted {} at {} (daemon pid {pid})",
         store.display(),
@@ -426,6 +539,13 @@ fn daemon_child_args(args: &MountArgs, config: &daemon::ServeConfig) -> Vec<OsSt
     }
     if let Some(addr) = config.metrics.listen {
         child_args.extend(["--metrics-listen".into(), addr.to_string().into()]);
+    }
+    if args.allow_other {
+        child_args.push("--allow-other".into());
+    }
+    if !args.kernel_flags.is_empty() {
+        child_args.push("-o".into());
+        child_args.push(args.kernel_flags.join(",").into());
     }
     child_args.push(config.store.clone().into());
     child_args.push(config.mountpoint.clone().into());

@@ -40,6 +40,10 @@ pub struct MountOptions {
     /// Serve requests through FUSE over io_uring when the kernel offers it (Linux 6.14+ with
     /// `fuse.enable_uring=Y`): a queue thread per CPU, so a request never wakes another CPU.
     pub io_uring: bool,
+    /// Generic mount flags for the kernel by mount(8)'s names: `ro`, `rw`, `nosuid`, `suid`,
+    /// `nodev`, `dev`, `noexec`, `exec`, `noatime`, `atime`, `sync`, `async`, `dirsync`.
+    /// FUSE mounts are `nosuid,nodev` unless `suid` and `dev` are given (by root).
+    pub kernel_flags: Vec<String>,
 }
 
 impl Default for MountOptions {
@@ -53,6 +57,7 @@ impl Default for MountOptions {
             fs_name: "rampart".into(),
             cache: CachePolicy::default(),
             io_uring: false,
+            kernel_flags: Vec::new(),
         }
     }
 }
@@ -97,6 +102,34 @@ impl Observer for KernelNotifier {
     }
 }
 
+/// The FUSE subtype: rampart mounts are of type `fuse.rampart`.
+pub const SUBTYPE: &str = "rampart";
+
+/// A generic mount flag by its mount(8) name.
+fn kernel_flag(name: &str) -> io::Result<MountOption> {
+    Ok(match name {
+        "ro" => MountOption::RO,
+        "rw" => MountOption::RW,
+        "nosuid" => MountOption::NoSuid,
+        "suid" => MountOption::Suid,
+        "nodev" => MountOption::NoDev,
+        "dev" => MountOption::Dev,
+        "noexec" => MountOption::NoExec,
+        "exec" => MountOption::Exec,
+        "noatime" => MountOption::NoAtime,
+        "atime" => MountOption::Atime,
+        "sync" => MountOption::Sync,
+        "async" => MountOption::Async,
+        "dirsync" => MountOption::DirSync,
+        _ => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("unknown mount flag {name:?}"),
+            ))
+        }
+    })
+}
+
 /// Mounts `engine` at `mountpoint`. Returns once the kernel has accepted the mount.
 pub fn mount(
     engine: Arc<Engine>,
@@ -106,9 +139,15 @@ pub fn mount(
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName(options.fs_name.clone()),
-        MountOption::Subtype("rampart".into()),
+        // The type /proc/mounts shows is `fuse.rampart` either way: fusermount3 reads
+        // `subtype=` from its options, and the kernel takes it as a mount option when root
+        // mounts directly (fuser's `Subtype` would reach only fusermount3).
+        MountOption::CUSTOM(format!("subtype={SUBTYPE}")),
         MountOption::DefaultPermissions,
     ];
+    for name in &options.kernel_flags {
+        config.mount_options.push(kernel_flag(name)?);
+    }
     config.acl = if options.allow_other {
         SessionACL::All
     } else {
