@@ -107,30 +107,31 @@ def test_daemon_survives_bad_requests(mnt):
     f = os.path.join(d, "f")
     write_file(f, b"keep me")
     long = os.path.join(d, "n" * 300)
-    for fn, args in [(os.open, (long, os.O_CREAT | os.O_WRONLY)), (os.mkdir, (long,)), (os.stat, (long,)),
-                     (os.unlink, (long,)), (os.rmdir, (long,)), (os.rename, (f, long)),
-                     (os.setxattr, (f, "user." + "x" * 300, b"v")), (os.getxattr, (f, "user." + "x" * 300)),
-                     (os.setxattr, (f, "user.big", b"v" * 70000)), (os.getxattr, (f, "user.none")),
-                     (os.removexattr, (f, "user.none")), (os.setxattr, (f, "nonamespace", b"v")),
-                     (os.setxattr, (f, "user.", b"v")),
-                     (os.rename, (d, os.path.join(d, "inside"))),
-                     (renameat2, (f, f + "2", RENAME_NOREPLACE | RENAME_EXCHANGE)),
-                     (renameat2, (f, os.path.join(d, "nope"), RENAME_EXCHANGE)),
-                     (os.rmdir, (mnt.path,)), (os.rmdir, (f,)), (os.unlink, (d,)), (os.readlink, (f,)),
-                     (os.link, (d, os.path.join(d, "dl"))), (os.truncate, (f, -5)),
-                     (os.mknod, (os.path.join(d, "w"), 0o170000 | 0o777))]:
-        try:
-            fn(*args)
-        except OSError:
-            pass
+    E = errno
+    # (expected errno, call, arguments): what Linux answers (checked against tmpfs).
+    for expected, fn, args in [
+            (E.ENAMETOOLONG, os.open, (long, os.O_CREAT | os.O_WRONLY)), (E.ENAMETOOLONG, os.mkdir, (long,)),
+            (E.ENAMETOOLONG, os.stat, (long,)), (E.ENAMETOOLONG, os.unlink, (long,)),
+            (E.ENAMETOOLONG, os.rmdir, (long,)), (E.ENAMETOOLONG, os.rename, (f, long)),
+            (E.ERANGE, os.setxattr, (f, "user." + "x" * 300, b"v")),
+            (E.ERANGE, os.getxattr, (f, "user." + "x" * 300)),
+            (E.E2BIG, os.setxattr, (f, "user.big", b"v" * 70000)), (E.ENODATA, os.getxattr, (f, "user.none")),
+            (E.ENODATA, os.removexattr, (f, "user.none")), (E.EOPNOTSUPP, os.setxattr, (f, "nonamespace", b"v")),
+            (E.EINVAL, os.setxattr, (f, "user.", b"v")),
+            (E.EINVAL, os.rename, (d, os.path.join(d, "inside"))),
+            (E.EINVAL, renameat2, (f, f + "2", RENAME_NOREPLACE | RENAME_EXCHANGE)),
+            (E.ENOENT, renameat2, (f, os.path.join(d, "nope"), RENAME_EXCHANGE)),
+            (E.EBUSY, os.rmdir, (mnt.path,)), (E.ENOTDIR, os.rmdir, (f,)), (E.EISDIR, os.unlink, (d,)),
+            (E.EINVAL, os.readlink, (f,)), (E.EPERM, os.link, (d, os.path.join(d, "dl"))),
+            (E.EINVAL, os.truncate, (f, -5)), (E.EINVAL, os.mknod, (os.path.join(d, "w"), 0o170000 | 0o777))]:
+        expect_errno(expected, fn, *args)
     fd = os.open(f, os.O_RDWR)
     try:
-        for mode, off, ln in [(FALLOC_FL_PUNCH_HOLE, 0, 10), (FALLOC_FL_COLLAPSE_RANGE, 0, 4096),
-                              (0xFFFF, 0, 10), (0, -1, 10), (0, 0, 0), (0, 2**63 - 2, 10)]:
-            try:
-                fallocate(fd, mode, off, ln)
-            except OSError:
-                pass
+        for expected, mode, off, ln in [(E.EOPNOTSUPP, FALLOC_FL_PUNCH_HOLE, 0, 10),
+                                        (E.EOPNOTSUPP, FALLOC_FL_COLLAPSE_RANGE, 0, 4096),
+                                        (E.EOPNOTSUPP, 0xFFFF, 0, 10), (E.EINVAL, 0, -1, 10), (E.EINVAL, 0, 0, 0),
+                                        (E.EFBIG, 0, 2**63 - 2, 10)]:
+            expect_errno(expected, fallocate, fd, mode, off, ln)
         for off in (2**63 - 2, 2**62, 2**40):
             try:
                 os.pwrite(fd, b"far away", off)

@@ -1,6 +1,7 @@
 //! Every peer whose tools are present, for real: set up at the tiny profile, a file written
 //! and read, a remount (where the peer keeps its data) that the file survives, usage measured,
-//! teardown, and nothing left mounted, attached or on disk. Needs root (skipped otherwise).
+//! teardown, and nothing left mounted, attached or on disk. Needs root (fails
+//! otherwise, rather than counting as passed without running).
 //!
 //! Run: `cargo test -p rampart-bench --test peers -- --test-threads=1`
 
@@ -18,9 +19,16 @@ use rampart_bench::profile::Profile;
 /// `--test-threads=1`.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn is_root() -> bool {
+/// These tests mount file systems: without root they cannot run, and a test that returns
+/// without running would be counted as passed. So they fail, saying why.
+fn require_root() {
     // SAFETY: geteuid(2) has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    let root = unsafe { libc::geteuid() == 0 };
+    assert!(
+        root,
+        "this test mounts file systems and needs root: run it as root (scripts/test does), or \
+         leave it out explicitly with `--skip` (it did not run)"
+    );
 }
 
 /// The rampart binary of this workspace, if built.
@@ -115,10 +123,7 @@ impl Drop for RunDirs {
 
 #[test]
 fn every_available_peer_works_and_leaves_nothing_behind() {
-    if !is_root() {
-        eprintln!("skipped: mounting needs root");
-        return;
-    }
+    require_root();
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dirs = RunDirs::new("peers");
     let bin = rampart_bin();
@@ -212,10 +217,7 @@ fn every_available_peer_works_and_leaves_nothing_behind() {
 
 #[test]
 fn a_dropped_peer_tears_itself_down() {
-    if !is_root() {
-        eprintln!("skipped: mounting needs root");
-        return;
-    }
+    require_root();
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dirs = RunDirs::new("dropped");
     let env = dirs.env(PathBuf::from("rampart"));
@@ -232,10 +234,7 @@ fn a_dropped_peer_tears_itself_down() {
 
 #[test]
 fn a_busy_peer_is_detached_lazily_and_that_is_reported() {
-    if !is_root() {
-        eprintln!("skipped: mounting needs root");
-        return;
-    }
+    require_root();
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dirs = RunDirs::new("busy");
     let env = dirs.env(PathBuf::from("rampart"));
@@ -249,16 +248,13 @@ fn a_busy_peer_is_detached_lazily_and_that_is_reported() {
 
 #[test]
 fn a_failed_setup_undoes_what_it_did() {
-    if !is_root() {
-        eprintln!("skipped: mounting needs root");
-        return;
-    }
+    require_root();
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dirs = RunDirs::new("failed");
     // `false mkfs STORE` fails after the folders were made.
     let env = dirs.env(PathBuf::from("/bin/false"));
-    if peer::check_tools(PeerKind::Rampart).is_err() {
-        return;
+    if let Err(e) = peer::check_tools(PeerKind::Rampart) {
+        panic!("this test needs the tools of the rampart peer: {e}");
     }
     let err = peer::setup(PeerKind::Rampart, &env)
         .err()
@@ -269,9 +265,9 @@ fn a_failed_setup_undoes_what_it_did() {
 
 #[test]
 fn sweep_removes_what_a_killed_run_left() {
-    if !is_root() || peer::check_tools(PeerKind::Ext4Ram).is_err() {
-        eprintln!("skipped: needs root and losetup");
-        return;
+    require_root();
+    if let Err(e) = peer::check_tools(PeerKind::Ext4Ram) {
+        panic!("this test needs the tools of ext4-ram (losetup, mkfs.ext4): {e}");
     }
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // A pid that has ended: a child we started and reaped.

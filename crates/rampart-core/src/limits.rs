@@ -86,6 +86,11 @@ pub const INODES_MAX: u64 = u32::MAX as u64;
 /// At most this much of a checkpoint image's buffer is touched before the writers' pause.
 pub const IMAGE_PREFAULT_BYTES_MAX: u64 = 16 << 30;
 
+/// Longest a mount (or fsck) waits for the store's lock while the daemon holding it has died
+/// but is still exiting (the kernel releases a dead process's files, an io_uring ring's among
+/// them, a moment after its leader becomes a zombie).
+pub const LOCK_WAIT_EXITING_MS_MAX: u64 = 10_000;
+
 // Relations between limits, checked at compile time.
 const _: () = assert!(CHUNK_BYTES.is_power_of_two());
 const _: () = assert!(

@@ -10,21 +10,21 @@ use std::time::Duration;
 use rampart_core::{Ctx, Engine, EngineConfig, SetAttr, ROOT_INO};
 use rampart_fuse::{mount, MountOptions};
 
-fn can_mount() -> bool {
-    Path::new("/dev/fuse").exists() && nix_is_root()
-}
-
-fn nix_is_root() -> bool {
+/// Mounting needs root and /dev/fuse: without them the test cannot run, and returning early
+/// would count it as passed. So it fails, saying why.
+fn require_mount_rights() {
     // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    let root = unsafe { libc::geteuid() == 0 };
+    assert!(
+        root && Path::new("/dev/fuse").exists(),
+        "this test mounts a FUSE file system and needs root and /dev/fuse: run it as root \
+         (scripts/test does), or leave it out explicitly with `--skip` (it did not run)"
+    );
 }
 
 #[test]
 fn library_changes_invalidate_the_kernel_cache() {
-    if !can_mount() {
-        eprintln!("skipped: needs root and /dev/fuse");
-        return;
-    }
+    require_mount_rights();
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().to_path_buf();
     let engine = Arc::new(Engine::new(EngineConfig::default()));

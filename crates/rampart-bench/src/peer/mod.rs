@@ -115,6 +115,17 @@ pub struct Usage {
     pub method: String,
 }
 
+/// What a crash remount measured.
+#[derive(Clone, Debug)]
+pub struct CrashRemount {
+    /// From the mount command's start until the root can be listed.
+    pub mount_time: Duration,
+    /// The journal's length at the kill, as the daemon reported it.
+    pub journal_bytes: u64,
+    /// What the new daemon logged of its recovery (ops replayed, batches, its own time).
+    pub recovered: Option<String>,
+}
+
 /// A mounted peer. Dropping it without `teardown` still tears it down (best effort).
 pub trait Mounted {
     fn kind(&self) -> PeerKind;
@@ -123,6 +134,12 @@ pub trait Mounted {
     /// Unmount and mount the same data again; the time from the mount command's start until
     /// the root can be listed.
     fn remount(&mut self) -> Result<Duration>;
+    /// Kill the file system's daemon (`kill -9`), detach the dead mount and mount the same
+    /// data again, timed as `remount`: a crash recovery with a journal to replay. None for
+    /// peers without a daemon to kill (kernel file systems).
+    fn crash_remount(&mut self) -> Result<Option<CrashRemount>> {
+        Ok(None)
+    }
     fn usage(&self) -> Result<Usage>;
     /// Devices, mkfs and mount options, exactly as used.
     fn settings(&self) -> Vec<(String, String)>;
@@ -335,6 +352,13 @@ impl Mounted for Peer {
         let elapsed = started.elapsed();
         entries?;
         Ok(elapsed)
+    }
+
+    fn crash_remount(&mut self) -> Result<Option<CrashRemount>> {
+        match (self.kind, self.mount_again.clone()) {
+            (PeerKind::Rampart, Some(mount)) => self.rampart_crash_remount(&mount).map(Some),
+            _ => Ok(None),
+        }
     }
 
     fn usage(&self) -> Result<Usage> {

@@ -162,6 +162,69 @@ impl Peer {
     }
 }
 
+impl Peer {
+    /// `kill -9` of the daemon, `fusermount3 -u -z` of its dead mount, caches dropped, then the
+    /// mount timed until the root can be listed (it replays the journal).
+    pub(super) fn rampart_crash_remount(
+        &mut self,
+        mount: &MountCommand,
+    ) -> Result<super::CrashRemount> {
+        self.cancel.check()?;
+        let status = self.rampart_status()?;
+        let pid = status_pid(&status)
+            .ok_or_else(|| BenchError::Other("`rampart status --json` gave no pid".into()))?;
+        let journal_bytes = status["persistence"]["journal_bytes"].as_u64().unwrap_or(0);
+        let raw = libc::pid_t::try_from(pid)
+            .map_err(|_| BenchError::Other(format!("daemon pid {pid} out of range")))?;
+        // SAFETY: kill(2) sends a signal; it has no memory-safety preconditions.
+        unsafe { libc::kill(raw, libc::SIGKILL) };
+        if !cleanup::wait_for_exit(pid, Duration::from_secs(30)) {
+            return Err(BenchError::Other(format!(
+                "rampart daemon {pid} still runs 30 s after SIGKILL"
+            )));
+        }
+        self.run(
+            Command::new("fusermount3")
+                .arg("-u")
+                .arg("-z")
+                .arg(&self.mnt),
+            UNMOUNT_TIMEOUT,
+        )?;
+        super::drop_caches()?;
+        let started = std::time::Instant::now();
+        self.run(&mut mount.command(), MOUNT_TIMEOUT)?;
+        let listed = std::fs::read_dir(&self.mnt)
+            .and_then(|dir| dir.collect::<std::io::Result<Vec<_>>>())
+            .map_err(|e| {
+                BenchError::io(
+                    format!("listing {} after the crash remount", self.mnt.display()),
+                    e,
+                )
+            });
+        let mount_time = started.elapsed();
+        listed?;
+        let recovered = self.store.as_deref().and_then(last_recovery_line);
+        Ok(super::CrashRemount {
+            mount_time,
+            journal_bytes,
+            recovered,
+        })
+    }
+}
+
+/// What the daemon last logged of a recovery (`recovered STORE: …`) in `STORE/rampart.log`.
+fn last_recovery_line(store: &Path) -> Option<String> {
+    let log = std::fs::read_to_string(store.join("rampart.log")).ok()?;
+    let line = log.lines().rev().find(|l| l.contains("recovered "))?;
+    let at = line.find("recovered ")?;
+    let text = &line[at..];
+    Some(
+        text.split_once(": ")
+            .map_or(text, |(_, what)| what)
+            .to_string(),
+    )
+}
+
 /// The daemon's pid in a `rampart status --json` answer.
 fn status_pid(status: &serde_json::Value) -> Option<u32> {
     status["pid"].as_u64().and_then(|p| u32::try_from(p).ok())

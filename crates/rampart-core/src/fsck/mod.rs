@@ -78,6 +78,12 @@ fn run(path: &Path, repair: bool, progress: &dyn Progress) -> Result<Report, Fsc
         ..Report::default()
     };
     progress.phase(Phase::CheckpointDecode, 1);
+    // A lost superblock is rebuilt first, from the store id in the other files' headers.
+    let rebuilt = if repair {
+        crate::store::rebuild_superblock(path).map_err(FsckError::Store)?
+    } else {
+        None
+    };
     let opened = if repair {
         Store::open(path)
     } else {
@@ -98,6 +104,10 @@ fn run(path: &Path, repair: bool, progress: &dyn Progress) -> Result<Report, Fsc
         store_id: Some(hex(&sb.store_id)),
         error: None,
     };
+    if let Some(what) = rebuilt {
+        r.repairs.push(what);
+        r.repaired = true;
+    }
     let device = if repair {
         DirDevice::open(path)
     } else {

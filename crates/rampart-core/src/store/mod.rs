@@ -4,15 +4,19 @@
 //! folder of large files extend it. The store is private to its owner (mode 0700), and one
 //! daemon at a time holds its lock (an `flock`, released by the kernel if the daemon dies).
 
+mod lock;
+mod rebuild;
 pub mod superblock;
+
+pub use rebuild::rebuild_superblock;
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use lock::{lock, Access};
 use superblock::{Superblock, FORMAT_VERSION};
 
 pub const SUPERBLOCK_FILE: &str = "superblock";
@@ -35,6 +39,24 @@ pub enum StoreError {
     AlreadyMounted {
         path: PathBuf,
         pid: Option<u32>,
+    },
+    /// The lock is still held for a daemon that has died: the kernel has not yet released
+    /// its files after `waited_ms` of waiting.
+    HolderExiting {
+        path: PathBuf,
+        pid: u32,
+        waited_ms: u64,
+    },
+    /// The superblock is missing or damaged (`why`) while the store's checkpoint or journal
+    /// is there: `rampart fsck --repair` rebuilds it.
+    SuperblockLost {
+        path: PathBuf,
+        why: String,
+    },
+    /// `rampart fsck --repair` cannot rebuild the superblock: `why`.
+    CannotRebuild {
+        path: PathBuf,
+        why: String,
     },
     NotEmpty(PathBuf),
     Missing(PathBuf),
@@ -70,9 +92,41 @@ impl fmt::Display for StoreError {
                     path.display()
                 ),
             },
+            StoreError::HolderExiting {
+                path,
+                pid,
+                waited_ms,
+            } => write!(
+                f,
+                "store {} is still locked by daemon pid {pid}, which has died but is still \
+                 exiting (the kernel has not released its files after {waited_ms} ms); try \
+                 again in a few seconds",
+                path.display()
+            ),
+            StoreError::SuperblockLost { path, why } => write!(
+                f,
+                "{}: the superblock is {why}, but the store's checkpoint and journal are \
+                 there; `rampart fsck --repair {}` rebuilds the superblock from the store id \
+                 in their headers (do not run `rampart mkfs`: it makes a new, empty store)",
+                path.display(),
+                path.display()
+            ),
+            StoreError::CannotRebuild { path, why } => write!(
+                f,
+                "cannot rebuild the superblock of {}: {why}",
+                path.display()
+            ),
             StoreError::Missing(p) => write!(
                 f,
                 "store {} does not exist; create it with `rampart mkfs {}`",
+                p.display(),
+                p.display()
+            ),
+            StoreError::NotEmpty(p) if rebuild::holds_store_files(p) => write!(
+                f,
+                "{} holds a rampart store (its checkpoint or journal): mkfs would not replace \
+                 it; if its superblock is missing or damaged, `rampart fsck --repair {}` \
+                 rebuilds it; for a new store choose a new path",
                 p.display(),
                 p.display()
             ),
@@ -131,8 +185,16 @@ pub fn mkfs(path: &Path) -> Result<Superblock, StoreError> {
         store_id: new_store_id(),
         created_ns: crate::time::now_ns(),
     };
-    // Write to a temporary name, sync, then rename: a crash leaves no half superblock.
+    write_superblock(path, &sb)?;
+    Ok(sb)
+}
+
+/// Writes `sb` as the superblock of the store at `path`: to a temporary name, synced, then
+/// renamed over the old one, so that a crash leaves no half superblock.
+fn write_superblock(path: &Path, sb: &Superblock) -> Result<(), StoreError> {
     let tmp = path.join(format!("{SUPERBLOCK_FILE}.tmp"));
+    // A temporary file left by a crash in the middle holds nothing of value.
+    let _ = fs::remove_file(&tmp);
     let mut f = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -145,8 +207,7 @@ pub fn mkfs(path: &Path) -> Result<Superblock, StoreError> {
     fs::rename(&tmp, &final_path).map_err(io_err(&final_path))?;
     File::open(path)
         .and_then(|d| d.sync_all())
-        .map_err(io_err(path))?;
-    Ok(sb)
+        .map_err(io_err(path))
 }
 
 /// True if `path` holds a superblock file (valid or not).
@@ -161,18 +222,6 @@ pub struct Store {
     superblock: Superblock,
     /// None: opened read-only and never mounted (no lock file, so no daemon holds it).
     _lock: Option<File>,
-}
-
-/// How a store is opened.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Access {
-    /// To mount or change it: an exclusive lock, the lock file (created if needed) holding
-    /// our pid.
-    Exclusive,
-    /// To read it: a shared lock on the existing lock file, opened read-only; nothing is
-    /// written, so a read-only copy of a store can be checked. Still refused while a daemon
-    /// holds the exclusive lock.
-    ReadOnly,
 }
 
 impl Store {
@@ -222,57 +271,32 @@ fn read_superblock(path: &Path) -> Result<Superblock, StoreError> {
     let bytes = match fs::read(&sb_path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(StoreError::NotAStore(path.display().to_string()))
+            return Err(lost_or(path, "missing".into(), || {
+                StoreError::NotAStore(path.display().to_string())
+            }))
         }
         Err(e) => return Err(io_err(&sb_path)(e)),
     };
-    Superblock::decode(&bytes, &sb_path.display().to_string())
+    Superblock::decode(&bytes, &sb_path.display().to_string()).map_err(|e| match e {
+        StoreError::NotAStore(_) => lost_or(path, "not a superblock".into(), || e),
+        StoreError::Corrupt(why) => lost_or(path, format!("damaged ({why})"), || {
+            StoreError::Corrupt(why.clone())
+        }),
+        e => e,
+    })
 }
 
-/// Takes the store's lock (see [`Access`]). None: read-only, and there is no lock file.
-fn lock(path: &Path, access: Access) -> Result<Option<File>, StoreError> {
-    let lock_path = path.join(LOCK_FILE);
-    let opened = match access {
-        Access::Exclusive => OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&lock_path),
-        Access::ReadOnly => File::open(&lock_path),
-    };
-    let mut lock = match opened {
-        Ok(file) => file,
-        // Never mounted: no daemon can hold it.
-        Err(e) if access == Access::ReadOnly && e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(None)
+/// [`StoreError::SuperblockLost`] if the folder holds the store's other files (so the advice
+/// is to rebuild the superblock, not to make a new store), else `otherwise()`.
+fn lost_or(path: &Path, why: String, otherwise: impl FnOnce() -> StoreError) -> StoreError {
+    if rebuild::holds_store_files(path) {
+        StoreError::SuperblockLost {
+            path: path.to_path_buf(),
+            why,
         }
-        Err(e) => return Err(io_err(&lock_path)(e)),
-    };
-    let operation = match access {
-        Access::Exclusive => libc::LOCK_EX,
-        Access::ReadOnly => libc::LOCK_SH,
-    };
-    // SAFETY: flock on a valid open descriptor has no memory-safety preconditions.
-    let rc = unsafe { libc::flock(lock.as_raw_fd(), operation | libc::LOCK_NB) };
-    if rc != 0 {
-        let err = std::io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            let mut text = String::new();
-            let _ = lock.read_to_string(&mut text);
-            return Err(StoreError::AlreadyMounted {
-                path: path.to_path_buf(),
-                pid: text.trim().parse().ok(),
-            });
-        }
-        return Err(io_err(&lock_path)(err));
+    } else {
+        otherwise()
     }
-    if access == Access::Exclusive {
-        lock.set_len(0).map_err(io_err(&lock_path))?;
-        writeln!(lock, "{}", std::process::id()).map_err(io_err(&lock_path))?;
-    }
-    Ok(Some(lock))
 }
 
 #[cfg(test)]

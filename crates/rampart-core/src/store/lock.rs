@@ -1,0 +1,238 @@
+//! The store's lock: an `flock` on the file `lock`, exclusive for a daemon (which writes its pid
+//! there), shared for a read-only check.
+//!
+//! The kernel releases an flock when the last descriptor of its open file is closed, which for
+//! a killed daemon is not when its pid dies: the thread-group leader becomes a zombie first,
+//! and the files go only once its last thread has finished exiting (cancelling its io_uring
+//! requests takes a while). A restart right after `kill -9` (by hand, by systemd) would meet a
+//! lock held by a dead daemon. So a lock whose holder has died (gone or a zombie) is waited
+//! for, polling, for at most `LOCK_WAIT_EXITING_MS_MAX`, and then said to be held by a daemon
+//! still exiting.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::{io_err, StoreError, LOCK_FILE};
+use crate::limits::LOCK_WAIT_EXITING_MS_MAX;
+
+/// Between two attempts at a lock held by a dying daemon.
+const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// How a store is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Access {
+    /// To mount or change it: an exclusive lock, the lock file (created if needed) holding
+    /// our pid.
+    Exclusive,
+    /// To read it: a shared lock on the existing lock file, opened read-only; nothing is
+    /// written, so a read-only copy of a store can be checked. Still refused while a daemon
+    /// holds the exclusive lock.
+    ReadOnly,
+}
+
+/// Takes the store's lock (see [`Access`]). None: read-only, and there is no lock file.
+pub(super) fn lock(path: &Path, access: Access) -> Result<Option<File>, StoreError> {
+    lock_waiting(
+        path,
+        access,
+        Duration::from_millis(LOCK_WAIT_EXITING_MS_MAX),
+    )
+}
+
+/// [`lock`], waiting at most `wait_max` for a holder that has died.
+fn lock_waiting(
+    path: &Path,
+    access: Access,
+    wait_max: Duration,
+) -> Result<Option<File>, StoreError> {
+    let lock_path = path.join(LOCK_FILE);
+    let opened = match access {
+        Access::Exclusive => OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&lock_path),
+        Access::ReadOnly => File::open(&lock_path),
+    };
+    let lock = match opened {
+        Ok(file) => file,
+        // Never mounted: no daemon can hold it.
+        Err(e) if access == Access::ReadOnly && e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(None)
+        }
+        Err(e) => return Err(io_err(&lock_path)(e)),
+    };
+    let started = Instant::now();
+    loop {
+        match try_flock(&lock, access) {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(err) => return Err(io_err(&lock_path)(err)),
+        }
+        let pid = holder_pid(&lock);
+        let dying = pid.is_some_and(|pid| !process_running(pid));
+        if !dying {
+            return Err(StoreError::AlreadyMounted {
+                path: path.to_path_buf(),
+                pid,
+            });
+        }
+        if started.elapsed() >= wait_max {
+            return Err(StoreError::HolderExiting {
+                path: path.to_path_buf(),
+                pid: pid.unwrap_or_default(),
+                waited_ms: started.elapsed().as_millis() as u64,
+            });
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+    if started.elapsed() > POLL_INTERVAL {
+        tracing::info!(
+            "{}: waited {} ms for the store's lock, held by a daemon that had died",
+            path.display(),
+            started.elapsed().as_millis()
+        );
+    }
+    if access == Access::Exclusive {
+        lock.set_len(0).map_err(io_err(&lock_path))?;
+        lock.write_all_at(format!("{}\n", std::process::id()).as_bytes(), 0)
+            .map_err(io_err(&lock_path))?;
+    }
+    Ok(Some(lock))
+}
+
+/// Ok(false): someone else holds it.
+fn try_flock(lock: &File, access: Access) -> std::io::Result<bool> {
+    let operation = match access {
+        Access::Exclusive => libc::LOCK_EX,
+        Access::ReadOnly => libc::LOCK_SH,
+    };
+    // SAFETY: flock on a valid open descriptor has no memory-safety preconditions.
+    let rc = unsafe { libc::flock(lock.as_raw_fd(), operation | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(err)
+    }
+}
+
+/// The pid the last daemon wrote in the lock file, if any.
+fn holder_pid(lock: &File) -> Option<u32> {
+    let mut buf = [0u8; 32];
+    // At offset 0, leaving the descriptor's position alone.
+    let n = lock.read_at(&mut buf, 0).ok()?;
+    std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok()
+}
+
+/// True while `pid` is a process that has not died: it exists and is no zombie (a zombie's
+/// threads may still be exiting, but it runs no more code of its own).
+fn process_running(pid: u32) -> bool {
+    let Ok(raw) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: kill with signal 0 only checks that the process exists; no memory is touched.
+    let exists = unsafe { libc::kill(raw, 0) } == 0
+        || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    if !exists {
+        return false;
+    }
+    // The state follows the command name's closing parenthesis in /proc/PID/stat.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .map(str::trim_start)
+            .is_some_and(|state| state.starts_with('Z') || state.starts_with('X')),
+        // Gone between the two looks.
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process that has died but whose pid stays a zombie until reaped: the state a killed
+    /// daemon is in while its last threads exit.
+    fn zombie() -> std::process::Child {
+        let child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while process_running(pid) {
+            assert!(Instant::now() < deadline, "`true` did not exit");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        child
+    }
+
+    fn store() -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        super::super::mkfs(&path).unwrap();
+        (dir, path)
+    }
+
+    /// Holds the lock through a descriptor of its own, as a dead daemon's unreleased file
+    /// does, with `pid` in the file.
+    fn held_by(path: &Path, pid: u32) -> File {
+        let holder = lock(path, Access::Exclusive).unwrap().unwrap();
+        std::fs::write(path.join(LOCK_FILE), format!("{pid}\n")).unwrap();
+        holder
+    }
+
+    #[test]
+    fn a_lock_held_for_a_dead_daemon_is_waited_for_and_taken() {
+        let (_dir, path) = store();
+        let mut child = zombie();
+        let holder = held_by(&path, child.id());
+        let released = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(holder); // the kernel releases the dead daemon's files
+        });
+        let started = Instant::now();
+        let taken = lock(&path, Access::Exclusive).unwrap();
+        assert!(taken.is_some());
+        assert!(started.elapsed() >= Duration::from_millis(250));
+        released.join().unwrap();
+        child.wait().unwrap();
+        let text = std::fs::read_to_string(path.join(LOCK_FILE)).unwrap();
+        assert_eq!(text.trim(), std::process::id().to_string());
+    }
+
+    #[test]
+    fn a_dead_daemon_that_never_lets_go_is_named_as_still_exiting() {
+        let (_dir, path) = store();
+        let mut child = zombie();
+        let _holder = held_by(&path, child.id());
+        let err = lock_waiting(&path, Access::ReadOnly, Duration::from_millis(200)).unwrap_err();
+        assert!(
+            matches!(err, StoreError::HolderExiting { pid, .. } if pid == child.id()),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("has died but is still exiting") && text.contains("try again"),
+            "{text}"
+        );
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn a_live_holder_is_refused_at_once() {
+        let (_dir, path) = store();
+        let _holder = lock(&path, Access::Exclusive).unwrap();
+        let started = Instant::now();
+        let err = lock(&path, Access::Exclusive).unwrap_err();
+        assert!(matches!(err, StoreError::AlreadyMounted { .. }), "{err:?}");
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+}

@@ -1,0 +1,117 @@
+"""Restarting rampart right after a crash, as a user or systemd does: `kill -9` of the daemon,
+then at once (as soon as its pid has died, without waiting for its store lock) the mount
+again. The dead daemon's leader is a zombie while its last threads exit and the kernel
+releases its files (the io_uring ring's, the lock's); the new daemon must wait for that lock
+briefly instead of refusing "already mounted" (issue 16, item 9)."""
+
+import fcntl
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from e2e_helpers import Mount, in_mount_table, pid_alive, read_file, run, wait_until
+
+pytestmark = pytest.mark.rampart_only("restarts the rampart daemon after kill -9")
+
+ROUNDS = 10
+EXIT_WAIT = 30
+
+
+class Writers:
+    """Threads writing and fsyncing small files until told to stop (or the mount dies);
+    records every file whose fsync returned (acknowledged as durable)."""
+
+    def __init__(self, root, tag, threads=3):
+        self.root = root
+        self.tag = tag
+        self.acked = {}
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run, args=(t,), daemon=True) for t in range(threads)]
+
+    def _run(self, t):
+        i = 0
+        while not self.stop.is_set():
+            path = os.path.join(self.root, f"{self.tag}-w{t}-{i:05d}")
+            data = f"{self.tag} {t} {i}\n".encode() * 50
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    os.write(fd, data)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError:
+                return  # the daemon was killed
+            with self.lock:
+                self.acked[path] = data
+            i += 1
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in self.threads), "a writer hung"
+
+
+def test_remount_at_once_after_kill_9_under_load(test_base, rampart_env, cleanup_mounts):
+    m = Mount(test_base, "restart", env=rampart_env)
+    cleanup_mounts.append(m)
+    m.mount()
+    acked = {}
+    for round_ in range(ROUNDS):
+        with Writers(m.path, f"r{round_}") as w:
+            assert wait_until(lambda: len(w.acked) >= 20, 60), "the writers made no progress"
+            pid = m.pid
+            os.kill(pid, signal.SIGKILL)
+            # What a user sees: the daemon is dead. Its store lock may not be released yet.
+            assert wait_until(lambda: not pid_alive(pid), EXIT_WAIT), f"daemon {pid} survived SIGKILL"
+            run(["fusermount3", "-u", "-z", m.path], timeout=60)
+            assert wait_until(lambda: not in_mount_table(m.path), EXIT_WAIT), "dead mount still in the table"
+            m.mounted = False
+        acked.update(w.acked)
+        started = time.monotonic()
+        m.mount(mkfs=False)  # asserts that `rampart mount` succeeded
+        assert m.alive()
+        assert time.monotonic() - started < 60
+        assert m.pid != pid, "the old daemon is still serving"
+        for path, data in acked.items():
+            assert read_file(path) == data, f"round {round_}: fsync'd {path} lost or changed"
+    r = m.umount()
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_lock_kept_by_a_dead_daemon_is_named(test_base, rampart_env, cleanup_mounts):
+    """A lock that outlives its dead holder longer than the wait: the message says the previous
+    daemon is still exiting (not "unmount it first"). The holder is simulated: a process that
+    holds the lock's descriptor while the pid in the lock file is a zombie of ours."""
+    m = Mount(test_base, "held", env=rampart_env)
+    m.mkfs()
+    lock_path = os.path.join(m.store, "lock")
+    zombie = subprocess.Popen(["true"])
+    assert wait_until(lambda: not pid_alive(zombie.pid), 30)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{zombie.pid}\n".encode(), 0)
+        started = time.monotonic()
+        r = m.cli("fsck", m.store)
+        waited = time.monotonic() - started
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert f"daemon pid {zombie.pid}" in r.stderr and "still exiting" in r.stderr, r.stderr
+        assert "unmount it first" not in r.stderr, r.stderr
+        assert 5 <= waited < 60, f"gave up after {waited:.1f} s"
+    finally:
+        os.close(fd)
+        zombie.wait()
+    assert m.cli("fsck", m.store).returncode == 0
