@@ -49,6 +49,9 @@ pub struct Persistence {
     pub checkpoint_due_at_journal_bytes: u64,
     /// The I/O error that stopped persistence, if any.
     pub error: Option<String>,
+    /// The last background checkpoint's failure, until one succeeds (commits go on).
+    #[serde(default)]
+    pub checkpoint_error: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -106,6 +109,7 @@ pub fn status_of(
                 checkpoint_image_bytes: p.checkpoint_image_bytes,
                 checkpoint_due_at_journal_bytes: p.checkpoint_due_at_journal_bytes,
                 error: p.error,
+                checkpoint_error: p.checkpoint_error,
             }
         },
         fuse_transport: fuse_transport.to_string(),

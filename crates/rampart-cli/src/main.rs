@@ -534,6 +534,9 @@ fn cmd_status(mountpoint: &Path, json: bool) -> Result<(), String> {
     if let Some(e) = &p.error {
         outln!("persistence error: {e}");
     }
+    if let Some(e) = &p.checkpoint_error {
+        outln!("checkpoint failing (commits go on): {e}");
+    }
     outln!("fuse_transport: {}", status.fuse_transport);
     Ok(())
 }

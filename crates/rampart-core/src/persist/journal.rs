@@ -36,6 +36,12 @@ const FRAME: Frame = Frame {
     magic: MAGIC,
     version: VERSION,
 };
+/// Header flag (bit 0 of `flags`): the writer keeps zeros ahead. Every batch it writes lies
+/// inside space already zeroed and synced, with at least `JOURNAL_ZEROS_AHEAD_BYTES_MIN` zeros
+/// after it, so a crash can never leave the file ending inside a batch or right after one:
+/// such an end is a journal cut short (damage), not a torn tail (decision 0038).
+pub const FLAG_ZEROS_AHEAD: u32 = 1;
+pub use crate::limits::JOURNAL_ZEROS_AHEAD_BYTES_MIN;
 /// Offsets of the journal's own header fields (bytes 48..60 are reserved zeros).
 const BASE_SEQ_AT: usize = header::FIELDS_AT;
 const CREATED_NS_AT: usize = BASE_SEQ_AT + 8;
@@ -59,6 +65,20 @@ impl Header {
         fields.put_u64(BASE_SEQ_AT, self.base_seq);
         fields.put_i64(CREATED_NS_AT, self.created_ns);
         FRAME.encode_current(self.store_id, fields)
+    }
+
+    /// The header as this release's daemon writes it: with [`FLAG_ZEROS_AHEAD`] (the writer
+    /// keeps its promise, so scanning can tell a journal cut short from a torn tail).
+    pub fn encode_zeros_ahead(&self) -> [u8; HEADER_BYTES] {
+        let mut fields = Fields::default();
+        fields.put_u64(BASE_SEQ_AT, self.base_seq);
+        fields.put_i64(CREATED_NS_AT, self.created_ns);
+        FRAME.encode(&header::Header {
+            version: VERSION,
+            flags: FLAG_ZEROS_AHEAD,
+            store_id: self.store_id,
+            fields,
+        })
     }
 
     /// Decodes the header at the start of a journal (the reserved bytes are not read).
@@ -206,6 +226,10 @@ pub enum Tail {
         bytes: u64,
         reason: String,
     },
+    /// The journal ends inside a batch, or right after one without the zeros its writer
+    /// always leaves there (journals with [`FLAG_ZEROS_AHEAD`] only): no crash leaves that, so
+    /// the file was cut short and batches that were durable may be gone.
+    Cut { offset: u64, reason: String },
     /// A batch fails, but a valid batch follows it: damage to durable data.
     Damaged {
         offset: u64,
@@ -301,27 +325,24 @@ fn parse_batch(bytes: &[u8], at: usize, expected_seq: Option<u64>) -> Result<Bat
 /// Scans a whole journal: the header, then every valid batch up to the first bad one.
 pub fn scan(bytes: &[u8]) -> Result<Scan<'_>, JournalError> {
     let header = Header::decode(bytes)?;
+    // The checksum has passed: the flags are the writer's.
+    let zeros_ahead = le_u32(bytes, 12) & FLAG_ZEROS_AHEAD != 0;
     let mut batches = Vec::new();
     let mut at = HEADER_BYTES;
     let mut next_seq = header.base_seq;
-    while at < bytes.len() {
+    let tail = loop {
+        if at >= bytes.len() {
+            break Tail::Clean;
+        }
         match parse_batch(bytes, at, Some(next_seq)) {
             Ok(batch) => {
                 next_seq = batch.first_seq + u64::from(batch.op_count);
                 at += BATCH_HEADER_BYTES + batch.body.len();
                 batches.push(batch);
             }
-            Err(_) if content_end(bytes) <= at => {
-                return Ok(Scan {
-                    header,
-                    batches,
-                    valid_len: at as u64,
-                    tail: Tail::Clean,
-                    reserved_bytes: (bytes.len() - at) as u64,
-                });
-            }
+            Err(_) if content_end(bytes) <= at => break Tail::Clean,
             Err(reason) => {
-                let tail = match find_next_valid(bytes, at + 1, next_seq) {
+                break match find_next_valid(bytes, at + 1, next_seq) {
                     Some(next_valid_offset) => Tail::Damaged {
                         offset: at as u64,
                         reason,
@@ -332,24 +353,68 @@ pub fn scan(bytes: &[u8]) -> Result<Scan<'_>, JournalError> {
                         bytes: (content_end(bytes) - at) as u64,
                         reason,
                     },
-                };
-                return Ok(Scan {
-                    header,
-                    batches,
-                    valid_len: at as u64,
-                    tail,
-                    reserved_bytes: 0,
-                });
+                }
             }
         }
-    }
+    };
+    let tail = if zeros_ahead {
+        cut_short(bytes, at, tail)
+    } else {
+        tail
+    };
+    let reserved_bytes = match tail {
+        Tail::Clean => (bytes.len() - at) as u64,
+        _ => 0,
+    };
     Ok(Scan {
         header,
         batches,
         valid_len: at as u64,
-        tail: Tail::Clean,
-        reserved_bytes: 0,
+        tail,
+        reserved_bytes,
     })
+}
+
+/// For a journal whose writer keeps zeros ahead: a clean end or a torn tail that no crash
+/// can leave is a journal cut short ([`Tail::Cut`]). The writer writes a batch of `n` bytes
+/// at `at` only when the synced file already runs to `at + n + JOURNAL_ZEROS_AHEAD_BYTES_MIN`
+/// or further, and a crash never shortens a synced file; so after any crash the file holds
+/// at least that many bytes. A torn batch header names at most its real length (header bytes
+/// not yet written read as zeros), and an unreadable one at least a header and one byte.
+fn cut_short(bytes: &[u8], at: usize, tail: Tail) -> Tail {
+    let len = bytes.len();
+    let need = match &tail {
+        Tail::Clean => at + JOURNAL_ZEROS_AHEAD_BYTES_MIN,
+        Tail::Torn { .. } => {
+            let batch_bytes = BatchHeader::read(&bytes[at..])
+                .map(|h| BATCH_HEADER_BYTES + h.body_len as usize)
+                .filter(|&n| n <= BATCH_HEADER_BYTES + BATCH_BODY_BYTES_MAX)
+                .unwrap_or(BATCH_HEADER_BYTES + 1);
+            at + batch_bytes + JOURNAL_ZEROS_AHEAD_BYTES_MIN
+        }
+        Tail::Cut { .. } | Tail::Damaged { .. } => return tail,
+    };
+    if len >= need {
+        return tail;
+    }
+    let reason = match tail {
+        Tail::Clean => format!(
+            "the file ends {} bytes after the last whole batch, without the {} zeros its \
+             writer always leaves there",
+            len - at,
+            JOURNAL_ZEROS_AHEAD_BYTES_MIN
+        ),
+        _ => format!(
+            "the file ends {} bytes into a batch that needs {} bytes and the zeros after it: \
+             a crash leaves a torn batch whole in length, so the file was cut short",
+            len - at,
+            need - at
+        ),
+    };
+    Tail::Cut {
+        offset: at as u64,
+        reason,
+    }
 }
 
 /// The journal's length without the zeros at its end (the writer's reserve, or nothing).

@@ -28,9 +28,17 @@
 //! journal (recovery skips the ops before `seq`); after them, the new checkpoint and a journal
 //! holding every commit since step 1 (again skipping the ops the image holds).
 //!
-//! An I/O error is sticky: the persister stops writing, every later `sync` fails with it, and
-//! `status` reports it; the mount keeps serving from memory so nothing is lost that was not
-//! already at risk.
+//! The journal's health and the checkpoints' are kept apart (decision 0037). An I/O error of
+//! the journal is sticky: the persister stops writing, every later `sync` fails with it, and
+//! `status` reports it, until a checkpoint restarts persistence; the mount keeps serving from
+//! memory so nothing is lost that was not already at risk. A failed checkpoint leaves the
+//! old checkpoint and journal in force: commits go on, `status` reports the failure, and it
+//! is retried every `restart_retry_interval`.
+//!
+//! A full disk (decision 0036): every batch is written over zeros synced ahead of it (the
+//! journal's `FLAG_ZEROS_AHEAD`), so only the zeros' extension can meet ENOSPC, before any
+//! batch byte is written; fsyncs then answer ENOSPC. The store keeps a `reserve` file that
+//! is given up to let the checkpoint that restarts persistence fit, and written again after.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
@@ -39,6 +47,7 @@ use std::time::{Duration, Instant};
 use crate::attr::Durability;
 use crate::engine::Engine;
 use crate::error::{PersistError, PersistStep};
+use crate::limits::STORE_RESERVE_BYTES_MAX;
 use crate::lock_order::{self, Rank};
 use crate::op::{Op, OpSink, SyncDone};
 use crate::persist::checkpoint;
@@ -49,6 +58,8 @@ use crate::time::now_ns;
 
 const CHECKPOINT_TMP: &str = "checkpoint.tmp";
 const JOURNAL_TMP: &str = "journal.tmp";
+/// Space held for the checkpoint that restarts persistence after a full disk (decision 0036).
+pub const RESERVE_FILE: &str = "reserve";
 
 #[derive(Clone, Debug)]
 pub struct PersistConfig {
@@ -62,8 +73,13 @@ pub struct PersistConfig {
     pub checkpoint_scales_with_image: bool,
     /// Writers wait while more than this is gathered and not yet written (back-pressure).
     pub pending_bytes_max: usize,
-    /// After an I/O error stopped persistence, how often a checkpoint is tried to restart it.
+    /// After an I/O error stopped persistence, or a checkpoint failed, how often a checkpoint
+    /// is tried again (sooner after a full disk when files were deleted).
     pub restart_retry_interval: Duration,
+    /// Room kept in the store's `reserve` file for the checkpoint that frees the disk after
+    /// it filled up: as much as the last checkpoint, at least this (0: none; decision 0036).
+    /// The daemon sets `limits::STORE_RESERVE_BYTES_MIN`.
+    pub reserve_bytes_min: u64,
 }
 
 impl Default for PersistConfig {
@@ -74,6 +90,7 @@ impl Default for PersistConfig {
             checkpoint_scales_with_image: true,
             pending_bytes_max: 128 << 20,
             restart_retry_interval: Duration::from_secs(30),
+            reserve_bytes_min: 0,
         }
     }
 }
@@ -108,6 +125,8 @@ pub struct PersistStats {
     /// The journal length at which the next background checkpoint is due.
     pub checkpoint_due_at_journal_bytes: u64,
     pub error: Option<String>,
+    /// The last background checkpoint's failure, until one succeeds (commits go on).
+    pub checkpoint_error: Option<String>,
 }
 
 struct Pending {
@@ -143,6 +162,10 @@ struct Durable {
     /// The last checkpoint's length (the one found at start, then each new one's).
     image_bytes: u64,
     error: Option<PersistError>,
+    /// The last checkpoint's failure and when it happened, until one succeeds.
+    checkpoint_error: Option<(PersistError, Instant)>,
+    /// The `reserve` file's length (decision 0036).
+    reserve_bytes: u64,
 }
 
 #[derive(Debug)]
@@ -241,8 +264,38 @@ fn journal_header(store_id: [u8; 16], base_seq: u64) -> Vec<u8> {
         base_seq,
         created_ns: now_ns(),
     }
-    .encode()
+    .encode_zeros_ahead()
     .to_vec()
+}
+
+/// Writes `len` zeros into `name` from `offset` (at most its length), in reserve-sized pieces.
+fn write_zeros(device: &dyn Device, name: &str, offset: u64, len: u64) -> std::io::Result<()> {
+    let mut at = offset;
+    while at < offset + len {
+        let n = (offset + len - at).min(RESERVE_ZEROS.len() as u64) as usize;
+        device.write_at(name, at, &RESERVE_ZEROS[..n])?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// Where the journal's content ends from `from` on (the last nonzero byte, plus one), reading
+/// up to `file_bytes`; `from` if only zeros follow.
+fn journal_content_end(device: &dyn Device, from: u64, file_bytes: u64) -> std::io::Result<u64> {
+    let mut end = from;
+    let mut at = from;
+    let mut chunk = vec![0u8; TAIL_CHUNK_BYTES.min(file_bytes.saturating_sub(from) as usize)];
+    while at < file_bytes {
+        let n = device.read_at(JOURNAL_FILE, at, &mut chunk)?;
+        if n == 0 {
+            break;
+        }
+        if let Some(i) = chunk[..n].iter().rposition(|&b| b != 0) {
+            end = at + i as u64 + 1;
+        }
+        at += n as u64;
+    }
+    Ok(end)
 }
 
 impl Persister {
@@ -257,23 +310,38 @@ impl Persister {
         config: PersistConfig,
     ) -> Result<Arc<Persister>, PersistError> {
         let opening = |e: std::io::Error| PersistError::new(PersistStep::OpenJournal, &e);
-        let journal_bytes = if journal_valid_len == 0 {
+        let (journal_bytes, journal_file_bytes) = if journal_valid_len == 0 {
+            let mut new = journal_header(store_id, next_seq);
+            new.resize(new.len() + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN, 0);
             device
-                .write(JOURNAL_TMP, &journal_header(store_id, next_seq))
+                .write(JOURNAL_TMP, &new)
                 .and_then(|()| device.sync(JOURNAL_TMP))
                 .and_then(|()| device.rename(JOURNAL_TMP, JOURNAL_FILE))
                 .map_err(opening)?;
-            journal::HEADER_BYTES as u64
+            (journal::HEADER_BYTES as u64, new.len() as u64)
         } else {
-            if device.len(JOURNAL_FILE).map_err(opening)? != Some(journal_valid_len) {
-                device
-                    .truncate(JOURNAL_FILE, journal_valid_len)
-                    .and_then(|()| device.sync(JOURNAL_FILE))
-                    .map_err(opening)?;
+            // Zeros over whatever follows the valid prefix (a torn tail), and at least the
+            // minimum after it; never a truncation, which a crash could apply before the
+            // zeros and so leave a torn batch longer than the file (taken for a cut).
+            let file_bytes = device.len(JOURNAL_FILE).map_err(opening)?.unwrap_or(0);
+            let content_end = journal_content_end(device.as_ref(), journal_valid_len, file_bytes)
+                .map_err(opening)?;
+            let zeros_to =
+                content_end.max(journal_valid_len + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN as u64);
+            if zeros_to > journal_valid_len {
+                write_zeros(
+                    device.as_ref(),
+                    JOURNAL_FILE,
+                    journal_valid_len,
+                    zeros_to - journal_valid_len,
+                )
+                .and_then(|()| device.sync(JOURNAL_FILE))
+                .map_err(opening)?;
             }
-            journal_valid_len
+            (journal_valid_len, file_bytes.max(zeros_to))
         };
         let image_bytes = device.len(CHECKPOINT_FILE).map_err(opening)?.unwrap_or(0);
+        let reserve_bytes = device.len(RESERVE_FILE).map_err(opening)?.unwrap_or(0);
         let persister = Arc::new(Persister {
             device,
             store_id,
@@ -292,8 +360,9 @@ impl Persister {
                 Durable {
                     seq: next_seq,
                     journal_bytes,
-                    journal_file_bytes: journal_bytes,
+                    journal_file_bytes,
                     image_bytes,
+                    reserve_bytes,
                     ..Durable::default()
                 },
             ),
@@ -308,6 +377,7 @@ impl Persister {
             failed: AtomicBool::new(false),
             pending_bytes: AtomicUsize::new(0),
         });
+        persister.grow_reserve(persister.reserve_target_bytes());
         let worker = Arc::downgrade(&persister);
         let committer = std::thread::Builder::new()
             .name("committer".into())
@@ -346,6 +416,7 @@ impl Persister {
                 .journal_bytes_at_checkpoint
                 .saturating_add(self.config.checkpoint_due_bytes(d.image_bytes)),
             error: d.error.as_ref().map(ToString::to_string),
+            checkpoint_error: d.checkpoint_error.as_ref().map(|(e, _)| e.to_string()),
         }
     }
 
@@ -400,38 +471,126 @@ impl Persister {
     }
 
     /// Writes one framed batch at the journal's end and syncs it. The caller holds `writing`.
+    ///
+    /// The batch goes over zeros already synced, with `JOURNAL_ZEROS_AHEAD_BYTES_MIN` of them
+    /// left after it (the journal's `FLAG_ZEROS_AHEAD`): when they run short, the next
+    /// `JOURNAL_RESERVE_BYTES` are written and synced first. So a crash never leaves the file
+    /// ending inside a batch (which scanning takes for a journal cut short), and a full disk
+    /// fails that extension, before any byte of the batch is written.
     fn write_batch(&self, batch: &[u8]) -> Result<(), PersistError> {
         let batch_bytes = batch.len() as u64;
         let (end, mut file_end) = {
             let d = locked(&self.durable);
             (d.journal_bytes, d.journal_file_bytes)
         };
+        let needed = end + batch_bytes + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN as u64;
+        if needed > file_end {
+            let new_end = end + batch_bytes + journal::JOURNAL_RESERVE_BYTES as u64;
+            write_zeros(
+                self.device.as_ref(),
+                JOURNAL_FILE,
+                file_end,
+                new_end - file_end,
+            )
+            .and_then(|()| self.device.sync(JOURNAL_FILE))
+            .map_err(|e| self.fail(PersistStep::WriteJournal, &e))?;
+            file_end = new_end;
+            locked(&self.durable).journal_file_bytes = file_end;
+        }
         self.device
             .write_at(JOURNAL_FILE, end, batch)
             .map_err(|e| self.fail(PersistStep::WriteJournal, &e))?;
-        if end + batch_bytes > file_end {
-            // Past the reserved zeros: this sync writes the file system's metadata anyway, so
-            // reserve the next JOURNAL_RESERVE_BYTES with it. Without the room, go on without.
-            match self
-                .device
-                .write_at(JOURNAL_FILE, end + batch_bytes, &RESERVE_ZEROS)
-            {
-                Ok(()) => file_end = end + batch_bytes + journal::JOURNAL_RESERVE_BYTES as u64,
-                Err(e) => {
-                    tracing::debug!("no zeros reserved after the journal: {e}");
-                    let len = self.device.len(JOURNAL_FILE).ok().flatten().unwrap_or(0);
-                    file_end = len.max(end + batch_bytes);
-                }
-            }
-        }
         self.device
             .sync(JOURNAL_FILE)
             .map_err(|e| self.fail(PersistStep::SyncJournal, &e))?;
         let mut d = locked(&self.durable);
         d.journal_bytes += batch_bytes;
-        d.journal_file_bytes = file_end;
-        debug_assert!(d.journal_bytes <= d.journal_file_bytes);
+        debug_assert!(d.journal_bytes + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN as u64 <= file_end);
         Ok(())
+    }
+
+    /// A checkpoint failed (`step`): the old checkpoint and journal stay in force and commits
+    /// go on; the failure is logged and reported until a checkpoint succeeds. The files it
+    /// was writing are removed, so that a full disk gets their space back.
+    fn checkpoint_failed(&self, step: PersistStep, e: &std::io::Error) -> PersistError {
+        let error = PersistError::new(step, e);
+        tracing::error!(
+            "checkpoint failed: {error}; the journal still holds every commit, and the \
+             checkpoint is tried again in {} s",
+            self.config.restart_retry_interval.as_secs()
+        );
+        locked(&self.durable).checkpoint_error = Some((error.clone(), Instant::now()));
+        error
+    }
+
+    /// The last checkpoint's failure, until one succeeds.
+    pub fn checkpoint_error(&self) -> Option<PersistError> {
+        locked(&self.durable)
+            .checkpoint_error
+            .as_ref()
+            .map(|(e, _)| e.clone())
+    }
+
+    /// Makes the `reserve` file at least `target` bytes long (zeros, synced), as far as the
+    /// disk has room: space kept for a checkpoint when the disk fills up (decision 0036).
+    fn grow_reserve(&self, target: u64) {
+        let have = locked(&self.durable).reserve_bytes;
+        if have >= target {
+            return;
+        }
+        let result = (|| {
+            if self.device.len(RESERVE_FILE)?.is_none() {
+                self.device.write(RESERVE_FILE, &[])?;
+            }
+            let len = self.device.len(RESERVE_FILE)?.unwrap_or(0);
+            let mut at = len;
+            while at < target {
+                let n = (target - at).min(RESERVE_ZEROS.len() as u64) as usize;
+                let written = self.device.append(RESERVE_FILE, &RESERVE_ZEROS[..n]);
+                if let Err(e) = written {
+                    // Keep what was written: it still holds that much room.
+                    let _ = self.device.sync(RESERVE_FILE);
+                    locked(&self.durable).reserve_bytes = at;
+                    return Err(e);
+                }
+                at += n as u64;
+            }
+            self.device.sync(RESERVE_FILE)?;
+            locked(&self.durable).reserve_bytes = at;
+            Ok(())
+        })();
+        if let Err(e) = result {
+            tracing::warn!(
+                "could not keep {target} bytes of room for a checkpoint in the store's \
+                 {RESERVE_FILE} file: {e}; if the disk fills up, deleting files may not be \
+                 enough to let the mount write a checkpoint"
+            );
+        }
+    }
+
+    /// Gives up the `reserve` file's room, for the checkpoint that follows.
+    fn release_reserve(&self) {
+        if locked(&self.durable).reserve_bytes == 0 {
+            return;
+        }
+        match self.device.remove(RESERVE_FILE) {
+            Ok(()) => {
+                locked(&self.durable).reserve_bytes = 0;
+                tracing::info!("gave up the room reserved for a checkpoint, to write one");
+            }
+            Err(e) => tracing::warn!("could not remove the store's {RESERVE_FILE} file: {e}"),
+        }
+    }
+
+    /// How much room the `reserve` file keeps: as much as the last checkpoint, within limits.
+    fn reserve_target_bytes(&self) -> u64 {
+        let image_bytes = locked(&self.durable).image_bytes;
+        if self.config.reserve_bytes_min == 0 {
+            return 0;
+        }
+        image_bytes
+            .max(self.config.reserve_bytes_min)
+            .min(STORE_RESERVE_BYTES_MAX)
     }
 
     /// Makes every op applied so far durable (fsync). Concurrent callers share the work: a
@@ -453,10 +612,25 @@ impl Persister {
     /// not depend on the journal, so it is tried even after an I/O error; when it starts
     /// after one, its success clears that error and persistence resumes.
     pub fn checkpoint(&self, engine: &Engine) -> Result<(), PersistError> {
+        if self.disk_full() {
+            // The room kept for this moment: without it, the journal holding the disk would
+            // leave no room for the checkpoint that frees it (decision 0036).
+            self.release_reserve();
+        }
         let mut job = self.checkpoint_begin(engine)?;
         job.write_image()?;
         job.copy_tail()?;
-        job.finish()
+        job.finish()?;
+        self.grow_reserve(self.reserve_target_bytes());
+        Ok(())
+    }
+
+    /// Whether the journal or the last checkpoint stopped on a full disk.
+    fn disk_full(&self) -> bool {
+        let d = locked(&self.durable);
+        let full = |e: &PersistError| e.kind == std::io::ErrorKind::StorageFull;
+        d.error.as_ref().is_some_and(full)
+            || d.checkpoint_error.as_ref().is_some_and(|(e, _)| full(e))
     }
 
     /// Step 1 of a checkpoint: encodes the image. Waits for a checkpoint already running.
@@ -745,7 +919,7 @@ impl CheckpointJob<'_> {
                 p.device.sync(CHECKPOINT_TMP)
             });
         drop(image);
-        result.map_err(|e| p.fail(PersistStep::WriteCheckpoint, &e))
+        result.map_err(|e| p.checkpoint_failed(PersistStep::WriteCheckpoint, &e))
     }
 
     /// Appends the old journal's bytes `[copied_to, end)` to `journal.tmp`.
@@ -796,7 +970,7 @@ impl CheckpointJob<'_> {
             }
             Ok(())
         })();
-        result.map_err(|e| p.fail(PersistStep::WriteCheckpointJournal, &e))
+        result.map_err(|e| p.checkpoint_failed(PersistStep::WriteCheckpointJournal, &e))
     }
 
     /// Step 4: copies the last batches, and puts the new checkpoint and journal in place.
@@ -805,33 +979,58 @@ impl CheckpointJob<'_> {
         let _writing = locked(&p.writing);
         let switching = Instant::now();
         let mut restarted_seq = self.seq;
-        let result = (|| {
+        let mut journal_bytes = journal::HEADER_BYTES as u64 + (self.copied_to - self.tail_from);
+        let prepared = (|| {
             if self.restarting {
                 let (batch, next_seq) = p.take_gathered();
                 if let Some(batch) = batch {
+                    // One write holding several batches is safe here: the file is synced
+                    // before it is renamed into place.
                     p.device.append(JOURNAL_TMP, &batch)?;
+                    journal_bytes += batch.len() as u64;
                 }
                 restarted_seq = next_seq;
             } else {
                 let end = locked(&p.durable).journal_bytes;
                 self.copy_old_journal(end)?;
+                journal_bytes = journal::HEADER_BYTES as u64 + (self.copied_to - self.tail_from);
             }
+            p.device.append(
+                JOURNAL_TMP,
+                &RESERVE_ZEROS[..journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN],
+            )?;
             p.device.sync(JOURNAL_TMP)?;
-            p.device.rename(CHECKPOINT_TMP, CHECKPOINT_FILE)?;
-            p.device.rename(JOURNAL_TMP, JOURNAL_FILE)?;
+            p.device.rename(CHECKPOINT_TMP, CHECKPOINT_FILE)
+        })();
+        if let Err(e) = prepared {
+            // The old checkpoint (or, after its rename, the new one) and the old journal
+            // hold every commit: commits go on.
+            let e = p.checkpoint_failed(PersistStep::WriteCheckpoint, &e);
+            drop(_writing);
+            p.device.release_replaced();
+            return Err(e);
+        }
+        // Past this point a failure leaves unknown which journal is in place: commits stop
+        // until a checkpoint restarts them.
+        let switched = p.device.rename(JOURNAL_TMP, JOURNAL_FILE).and_then(|()| {
             p.device.len(JOURNAL_FILE)?.ok_or_else(|| {
                 std::io::Error::new(std::io::ErrorKind::NotFound, "the new journal vanished")
             })
-        })();
-        let journal_bytes = match result {
+        });
+        let journal_file_bytes = match switched {
             Ok(bytes) => bytes,
             Err(e) => {
-                let e = p.fail(PersistStep::WriteCheckpoint, &e);
+                let e = p.fail(PersistStep::WriteCheckpointJournal, &e);
+                locked(&p.durable).checkpoint_error = Some((e.clone(), Instant::now()));
                 drop(_writing);
                 p.device.release_replaced();
                 return Err(e);
             }
         };
+        debug_assert_eq!(
+            journal_file_bytes,
+            journal_bytes + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN as u64
+        );
         self.finished = true;
         let switch = switching.elapsed();
         {
@@ -839,8 +1038,11 @@ impl CheckpointJob<'_> {
             let mut d = locked(&p.durable);
             d.seq = d.seq.max(self.seq).max(restarted_seq);
             d.journal_bytes = journal_bytes;
-            d.journal_file_bytes = journal_bytes;
+            d.journal_file_bytes = journal_file_bytes;
             d.checkpoints += 1;
+            if let Some((e, _)) = d.checkpoint_error.take() {
+                tracing::info!("a checkpoint succeeded again (the last one had failed: {e})");
+            }
             // Only a restarting checkpoint resumes persistence: a commit that failed while
             // this one ran left ops that neither its image nor its journal holds.
             if self.restarting {
@@ -881,6 +1083,14 @@ impl Drop for CheckpointJob<'_> {
             p.pending_bytes.store(0, Ordering::Release);
             p.failed.store(true, Ordering::Release);
         }
+        if !self.finished {
+            // Give their space back (a full disk); the old pair is in force.
+            for name in [CHECKPOINT_TMP, JOURNAL_TMP] {
+                if let Err(e) = p.device.remove(name) {
+                    tracing::debug!("removing {name} after a failed checkpoint: {e}");
+                }
+            }
+        }
         *lock(&p.checkpointing) = false;
         p.checkpoint_ended.notify_all();
     }
@@ -892,6 +1102,9 @@ fn commit_loop(persister: Weak<Persister>) {
     // over FUSE on io_uring it cost 10-15 % of durable writes at 8 and 16 writers, because
     // the waiting left both the CPUs and the disk idle (docs/decisions/0021).
     let mut last_restart: Option<Instant> = None;
+    // The engine's memory use when the last restart was tried: after a full disk, a drop
+    // (files deleted) is worth another try before the interval is up.
+    let mut memory_at_restart = u64::MAX;
     loop {
         let Some(p) = persister.upgrade() else { return };
         if p.stop.load(Ordering::Acquire) {
@@ -918,25 +1131,42 @@ fn commit_loop(persister: Weak<Persister>) {
                 // checkpoint, which does not depend on the journal, restarts it. Try one now
                 // and then, not after every failed commit.
                 let retry = p.config.restart_retry_interval;
-                if last_restart.is_none_or(|at| at.elapsed() >= retry) {
+                let memory = engine_memory_bytes(&p);
+                let shrunk = p.disk_full() && memory < memory_at_restart;
+                if shrunk || last_restart.is_none_or(|at| at.elapsed() >= retry) {
                     last_restart = Some(Instant::now());
+                    memory_at_restart = memory;
                     start_background_checkpoint(&p);
                 }
                 continue;
             }
         }
-        let (grown_bytes, due_bytes) = {
+        last_restart = None;
+        memory_at_restart = u64::MAX;
+        let (grown_bytes, due_bytes, failed_lately) = {
             let d = locked(&p.durable);
             (
                 d.journal_bytes
                     .saturating_sub(d.journal_bytes_at_checkpoint),
                 p.config.checkpoint_due_bytes(d.image_bytes),
+                // A failed checkpoint is tried again after the retry interval, not at every
+                // commit.
+                d.checkpoint_error
+                    .as_ref()
+                    .is_some_and(|(_, at)| at.elapsed() < p.config.restart_retry_interval),
             )
         };
-        if grown_bytes > due_bytes {
+        if grown_bytes > due_bytes && !failed_lately {
             start_background_checkpoint(&p);
         }
     }
+}
+
+/// The memory the attached engine uses (u64::MAX without one).
+fn engine_memory_bytes(p: &Persister) -> u64 {
+    lock(&p.engine)
+        .upgrade()
+        .map_or(u64::MAX, |engine| engine.stats().memory_used_bytes)
 }
 
 /// Starts a checkpoint on a thread of its own, unless one is under way; commits go on.
