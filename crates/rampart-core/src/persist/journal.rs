@@ -685,6 +685,7 @@ mod tests {
                 Tail::Clean => assert!(len == HEADER_BYTES || ends.contains(&(len as u64))),
                 Tail::Torn { .. } => {}
                 Tail::Damaged { .. } => panic!("truncation at {len} seen as damage"),
+                Tail::Cut { .. } => panic!("a journal without FLAG_ZEROS_AHEAD seen as cut"),
             }
         }
     }
@@ -793,5 +794,76 @@ mod tests {
             message(&v2),
             "journal format version 2 is not supported (this rampart reads 1)"
         );
+    }
+
+    /// A journal as this release's daemon leaves it: flagged, batches, the zeros after them.
+    fn zeros_ahead_journal(batches: usize) -> (Vec<u8>, Vec<usize>) {
+        let mut out = header().encode_zeros_ahead().to_vec();
+        let mut b = BatchBuilder::new(100);
+        let mut ends = Vec::new();
+        for i in 0..batches {
+            for _ in 0..=i {
+                let op = Op::Unlink {
+                    parent: 1,
+                    name: b"some name",
+                    time_ns: 5,
+                };
+                b.add(&op, 5);
+            }
+            out.extend(b.take_batch().unwrap());
+            ends.push(out.len());
+        }
+        (out, ends)
+    }
+
+    #[test]
+    fn a_zeros_ahead_journal_cut_anywhere_is_cut_not_torn() {
+        let (j, ends) = zeros_ahead_journal(4);
+        // Whole, with the zeros: clean.
+        let mut whole = j.clone();
+        whole.resize(j.len() + JOURNAL_ZEROS_AHEAD_BYTES_MIN, 0);
+        assert_eq!(scan(&whole).unwrap().tail, Tail::Clean);
+        // Cut at any byte after the header (the zeros gone, and maybe batches): cut.
+        for len in HEADER_BYTES..=j.len() {
+            let s = scan(&j[..len]).unwrap();
+            assert!(matches!(s.tail, Tail::Cut { .. }), "cut at {len}: {:?}", s.tail);
+            let kept = ends.iter().filter(|&&e| e <= len).count();
+            assert_eq!(s.batches.len(), kept, "cut at {len}");
+        }
+        // Fewer zeros than the writer keeps after the last batch: cut too.
+        let mut short = j.clone();
+        short.resize(j.len() + JOURNAL_ZEROS_AHEAD_BYTES_MIN - 1, 0);
+        assert!(matches!(scan(&short).unwrap().tail, Tail::Cut { .. }));
+        // The same bytes without the flag: the lenient reading of older journals.
+        let mut old = header().encode().to_vec();
+        old.extend_from_slice(&j[HEADER_BYTES..ends[1] + 10]);
+        assert!(matches!(scan(&old).unwrap().tail, Tail::Torn { .. }));
+    }
+
+    #[test]
+    fn a_zeros_ahead_journal_torn_by_a_crash_is_torn_at_every_byte() {
+        // What a crash leaves: the last batch written over synced zeros, torn at any byte (in
+        // file order, or with its first sectors missing), the zeros after it still there.
+        let (j, ends) = zeros_ahead_journal(3);
+        let last = ends[1];
+        for cut in last..j.len() {
+            for first_missing in [false, true] {
+                let mut torn = j[..cut].to_vec();
+                if first_missing {
+                    // The batch's first bytes not yet on the disk (out-of-order sectors).
+                    torn[last..last.min(cut).max(last + 8).min(cut)].fill(0);
+                }
+                torn.resize(j.len() + JOURNAL_ZEROS_AHEAD_BYTES_MIN, 0);
+                let s = scan(&torn).unwrap();
+                assert!(
+                    matches!(s.tail, Tail::Torn { .. } | Tail::Clean),
+                    "tear at {cut} (first missing {first_missing}): {:?}",
+                    s.tail
+                );
+                // The batch's last bytes may be zeros: cut among them, it is whole.
+                let whole = torn[..j.len()] == j[..];
+                assert_eq!(s.batches.len(), if whole { 3 } else { 2 }, "tear at {cut}");
+            }
+        }
     }
 }
