@@ -826,7 +826,11 @@ mod tests {
         // Cut at any byte after the header (the zeros gone, and maybe batches): cut.
         for len in HEADER_BYTES..=j.len() {
             let s = scan(&j[..len]).unwrap();
-            assert!(matches!(s.tail, Tail::Cut { .. }), "cut at {len}: {:?}", s.tail);
+            assert!(
+                matches!(s.tail, Tail::Cut { .. }),
+                "cut at {len}: {:?}",
+                s.tail
+            );
             let kept = ends.iter().filter(|&&e| e <= len).count();
             assert_eq!(s.batches.len(), kept, "cut at {len}");
         }
