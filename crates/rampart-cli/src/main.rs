@@ -237,6 +237,9 @@ fn init_logging(level: &str) {
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
+        // A log line that cannot be written (the daemon's log on a full disk) is dropped:
+        // reporting it with eprintln! would panic the daemon.
+        .log_internal_errors(false)
         .try_init();
 }
 

@@ -488,14 +488,19 @@ impl Persister {
         let needed = end + batch_bytes + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN as u64;
         if needed > file_end {
             let new_end = end + batch_bytes + journal::JOURNAL_RESERVE_BYTES as u64;
-            write_zeros(
+            let extended = write_zeros(
                 self.device.as_ref(),
                 JOURNAL_FILE,
                 file_end,
                 new_end - file_end,
             )
-            .and_then(|()| self.device.sync(JOURNAL_FILE))
-            .map_err(|e| self.fail(PersistStep::WriteJournal, &e))?;
+            .and_then(|()| self.device.sync(JOURNAL_FILE));
+            if let Err(e) = extended {
+                // Give back what part of the zeros was written (a full disk needs the room):
+                // the synced length holds every commit and the zeros after it.
+                let _ = self.device.truncate(JOURNAL_FILE, file_end);
+                return Err(self.fail(PersistStep::WriteJournal, &e));
+            }
             file_end = new_end;
             locked(&self.durable).journal_file_bytes = file_end;
         }
@@ -516,6 +521,12 @@ impl Persister {
     /// was writing are removed, so that a full disk gets their space back.
     fn checkpoint_failed(&self, step: PersistStep, e: &std::io::Error) -> PersistError {
         let error = PersistError::new(step, e);
+        // Before the log line: on a full disk, the log needs the room they hold.
+        for name in [CHECKPOINT_TMP, JOURNAL_TMP] {
+            if let Err(e) = self.device.remove(name) {
+                tracing::debug!("removing {name} after a failed checkpoint: {e}");
+            }
+        }
         tracing::error!(
             "checkpoint failed: {error}; the journal still holds every commit, and the \
              checkpoint is tried again in {} s",
