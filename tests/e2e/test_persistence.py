@@ -29,6 +29,8 @@ pytestmark = pytest.mark.rampart_only("tests the rampart store: journal, checkpo
 
 EXIT_WAIT = 30
 HEADER_BYTES = 64
+# Zeros the daemon keeps after the journal's last batch (limits::JOURNAL_ZEROS_AHEAD_BYTES_MIN).
+ZEROS_AHEAD_BYTES = 4096
 BATCH_HEADER_BYTES = 32
 STORE_FILES = ("superblock", "checkpoint", "journal")
 
@@ -338,7 +340,8 @@ def test_clean_unmount_keeps_everything(test_base, rampart_env, cleanup_mounts):
     before = _snapshot(m.path)
     unmount(m)
     # a clean unmount ends with a final checkpoint and an empty journal: nothing to replay
-    assert os.path.getsize(m.store / "journal") == HEADER_BYTES, "the journal holds batches after a clean unmount"
+    assert os.path.getsize(m.store / "journal") == HEADER_BYTES + ZEROS_AHEAD_BYTES, (
+        "the journal holds batches after a clean unmount")
     assert os.path.getsize(m.store / "checkpoint") > 3 * MiB
     r = fsck(m)
     assert r.returncode == 0, f"fsck after a clean unmount: {r.stdout}{r.stderr}"
@@ -639,11 +642,14 @@ def test_torn_journal_tail_mounts_with_earlier_batches(test_base, rampart_env, c
     m, files = files_by_batch(test_base, rampart_env, cleanup_mounts, "torn", n=3)
     journal = m.store / "journal"
     data = journal.read_bytes()
-    # cut the batch that holds the last file's write in the middle, as a crash during its
-    # append would: everything from there on is a torn tail
+    # tear the batch that holds the last file's write in the middle, as a crash during its
+    # write over the zeros kept ahead would (its second half never written; the file keeps
+    # its length, docs/decisions/0038): everything from there on is a torn tail
     last_path, last_content, last_end = files[-1]
     start, end, _, _ = batch_ending_at(data, last_end)
-    os.truncate(journal, start + (end - start) // 2)
+    torn = bytearray(data)
+    torn[start + (end - start) // 2:end] = bytes(end - (start + (end - start) // 2))
+    journal.write_bytes(bytes(torn))
     r = fsck(m)
     assert r.returncode == 0, f"a torn tail alone is clean:\n{r.stdout}{r.stderr}"
     assert "torn" in r.stdout, r.stdout

@@ -61,6 +61,9 @@ pub struct Persistence {
     /// How long checkpoints took, start to finish.
     #[serde(default)]
     pub checkpoint_latency: Latency,
+    /// The last background checkpoint's failure, until one succeeds (commits go on).
+    #[serde(default)]
+    pub checkpoint_error: Option<String>,
 }
 
 /// A latency summary: how many were measured and their total (mean = sum / count). The
@@ -166,6 +169,7 @@ pub fn status_of(sources: &Sources) -> Status {
                     .map(|age| age.as_secs_f64() * 1e3),
                 commit_latency: Latency::from(&p.commit_latency),
                 checkpoint_latency: Latency::from(&p.checkpoint_latency),
+                checkpoint_error: p.checkpoint_error,
             }
         },
         fuse_transport: fuse_transport.to_string(),

@@ -190,6 +190,7 @@ fn open_options(config: &ServeConfig) -> rampart_core::rampart::Options {
             commit_interval: config.commit_interval,
             checkpoint_journal_bytes: config.checkpoint_after_bytes,
             checkpoint_scales_with_image: config.checkpoint_scales_with_image,
+            reserve_bytes_min: rampart_core::limits::STORE_RESERVE_BYTES_MIN,
             ..PersistConfig::default()
         },
     }

@@ -280,6 +280,14 @@ fn tail_text(r: &Report) -> String {
             "torn tail of {bytes} bytes at byte {offset} ({reason}): an unsynced write cut by \
              a crash, never acknowledged as durable; benign, the next mount drops it"
         ),
+        Some(TailReport::Cut {
+            offset,
+            reason,
+            dropped_bytes,
+        }) => format!(
+            "CUT SHORT at byte {offset} ({reason}): {dropped_bytes} bytes of a cut batch, and \
+             whatever durable batches followed it, are gone"
+        ),
         Some(TailReport::Damaged {
             offset,
             reason,

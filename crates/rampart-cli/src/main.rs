@@ -346,6 +346,9 @@ fn init_logging(level: &str) {
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
+        // A log line that cannot be written (the daemon's log on a full disk) is dropped:
+        // reporting it with eprintln! would panic the daemon.
+        .log_internal_errors(false)
         .try_init();
 }
 
@@ -698,6 +701,9 @@ fn cmd_status(mountpoint: &Path, json: bool) -> Result<(), String> {
     );
     if let Some(e) = &p.error {
         outln!("persistence error: {e}");
+    }
+    if let Some(e) = &p.checkpoint_error {
+        outln!("checkpoint failing (commits go on): {e}");
     }
     outln!("fuse_transport: {}", status.fuse_transport);
     Ok(())

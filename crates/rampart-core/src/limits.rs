@@ -52,6 +52,19 @@ pub const XATTR_INODE_BYTES_MAX: usize = 256 * 1024;
 /// them, it writes this many more after its batch (one commit in about 500 of 4 KiB writes).
 pub const JOURNAL_RESERVE_BYTES: usize = 2 << 20;
 
+/// Fewest zeros the daemon keeps after the journal's last synced batch (and after the last
+/// batch it writes, before that write's sync): a journal that ends with fewer was cut short,
+/// not torn by a crash (decision 0038).
+pub const JOURNAL_ZEROS_AHEAD_BYTES_MIN: usize = 4096;
+
+/// Least room the daemon keeps for a checkpoint in the store's `reserve` file (it keeps as
+/// much as the last checkpoint, when that is more), given up to write the checkpoint that
+/// frees a full disk (decision 0036).
+pub const STORE_RESERVE_BYTES_MIN: u64 = 8 << 20;
+
+/// Most room kept in the `reserve` file, however large the last checkpoint.
+pub const STORE_RESERVE_BYTES_MAX: u64 = 4 << 30;
+
 /// Largest batch body; a batch holding more ops is cut in two by the writer.
 pub const BATCH_BODY_BYTES_MAX: usize = 64 << 20;
 
@@ -115,6 +128,10 @@ const _: () = assert!(VARINT_BYTES_MAX * 7 >= 64, "a varint holds any u64");
 const _: () = assert!(
     JOURNAL_RESERVE_BYTES.is_multiple_of(4096),
     "the reserve is whole pages"
+);
+const _: () = assert!(
+    JOURNAL_ZEROS_AHEAD_BYTES_MIN < JOURNAL_RESERVE_BYTES,
+    "a reserve leaves room for batches before the zeros that must stay"
 );
 const _: () = assert!(NAME_BYTES_MAX <= DEVICE_NAME_BYTES_MAX);
 const _: () = assert!(

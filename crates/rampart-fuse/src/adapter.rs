@@ -162,7 +162,8 @@ impl RampartFs {
         }
     }
 
-    /// Answers once everything is durable (EIO if the store could not be written), without
+    /// Answers once everything is durable (ENOSPC if the store is full, EIO if it could not be
+    /// written), without
     /// holding this worker thread: the persister answers after the disk sync that covers it,
     /// and every fsync that arrives meanwhile shares that sync.
     fn reply_synced(&self, reply: ReplyEmpty, request: PendingRequest) {
@@ -173,7 +174,12 @@ impl RampartFs {
                 Err(e) => {
                     tracing::error!("sync failed: {e}");
                     counters.count_sync_failure();
-                    reply.error(Errno::EIO)
+                    // A full store says so (ENOSPC, as ext4 does); other failures are EIO.
+                    reply.error(if e.kind() == std::io::ErrorKind::StorageFull {
+                        Errno::ENOSPC
+                    } else {
+                        Errno::EIO
+                    })
                 }
             }
             request.finish(&counters);

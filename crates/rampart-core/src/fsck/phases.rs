@@ -215,7 +215,7 @@ fn scanned<'a>(
         phase.next_seq = phase.next_seq.max(scan.next_seq());
     }
     r.journal.tail = Some(tail_report(r, ctx, bytes, &scan, usable, phase));
-    r.journal.ok = usable && !matches!(scan.tail, Tail::Damaged { .. });
+    r.journal.ok = usable && !matches!(scan.tail, Tail::Damaged { .. } | Tail::Cut { .. });
     if usable {
         phase.scan = Some(scan);
     }
@@ -276,6 +276,9 @@ fn tail_report(
                 reason: reason.clone(),
             }
         }
+        Tail::Cut { offset, reason } => {
+            return cut_report(r, ctx, bytes, scan, usable, phase, *offset, reason)
+        }
         Tail::Damaged {
             offset,
             reason,
@@ -308,6 +311,44 @@ fn tail_report(
         dropped_bytes,
         dropped_batches: batches,
         dropped_ops: ops,
+    }
+}
+
+/// A journal cut short (decision 0038): what follows the valid prefix is unknown, so the
+/// report says where it ends and what `--repair` keeps.
+#[allow(clippy::too_many_arguments)]
+fn cut_report(
+    r: &mut Report,
+    ctx: &Ctx<'_>,
+    bytes: &[u8],
+    scan: &Scan<'_>,
+    usable: bool,
+    phase: &mut JournalPhase<'_>,
+    offset: u64,
+    reason: &str,
+) -> TailReport {
+    let journal_path = ctx.file(JOURNAL_FILE).display().to_string();
+    let dropped_bytes = (bytes.len() as u64).saturating_sub(offset);
+    r.problems.push(format!(
+        "journal {journal_path} was cut short at byte {offset} ({reason}): no crash leaves \
+         it so, and the changes that were durable after that byte are gone from it (how many \
+         cannot be known; the last op it holds is {}). Restore the journal from a backup, or \
+         accept the loss with `rampart fsck --repair`",
+        scan.next_seq().saturating_sub(1)
+    ));
+    if usable {
+        phase.repair = Some(format!(
+            "accepted the loss of the journal {journal_path} after byte {offset}: kept its \
+             {} whole batches (ops before {}), dropped the {dropped_bytes} bytes of the cut \
+             batch; whatever followed it was lost before this repair",
+            scan.batches.len(),
+            scan.next_seq()
+        ));
+    }
+    TailReport::Cut {
+        offset,
+        reason: reason.to_string(),
+        dropped_bytes,
     }
 }
 

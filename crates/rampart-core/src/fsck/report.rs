@@ -78,6 +78,14 @@ pub enum TailReport {
         bytes: u64,
         reason: String,
     },
+    /// The journal ends inside a batch or right after one without its zeros: cut short, so
+    /// durable batches after it may be gone (decision 0038).
+    Cut {
+        offset: u64,
+        reason: String,
+        /// The bytes after the valid prefix (the cut batch).
+        dropped_bytes: u64,
+    },
     /// Damage with valid batches after it: durable data that cannot be replayed.
     Damaged {
         offset: u64,

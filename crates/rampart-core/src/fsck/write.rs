@@ -103,7 +103,12 @@ fn write(ctx: &Ctx<'_>, engine: &Arc<Engine>, plan: &Plan) -> Result<u64, FsckEr
     // The final checkpoint's failure is sticky even when shutdown forgives it (with no op
     // pending, a mount would still have the journal): here nothing else is written.
     let shut = persister.shutdown(engine);
-    if let Some(error) = shut.err().or_else(|| persister.error()) {
+    let failed_checkpoint = persister.checkpoint_error();
+    if let Some(error) = shut
+        .err()
+        .or_else(|| persister.error())
+        .or(failed_checkpoint)
+    {
         return Err(failed(error));
     }
     Ok(persister.stats().checkpoint_image_bytes)

@@ -249,6 +249,7 @@ fn scan_holds_together(bytes: &[u8]) {
             assert_eq!(*offset, at);
             assert!(at + n <= bytes.len() as u64 && *n > 0);
         }
+        journal::Tail::Cut { offset, .. } => assert_eq!(*offset, at),
         journal::Tail::Damaged {
             offset,
             next_valid_offset,
@@ -258,7 +259,13 @@ fn scan_holds_together(bytes: &[u8]) {
             assert!(*next_valid_offset > at && *next_valid_offset < bytes.len() as u64);
         }
     }
-    let prefix = journal::scan(&bytes[..at as usize]).expect("the valid prefix");
+    // The valid prefix, with the zeros a writer that keeps them ahead leaves after it.
+    let mut prefix_bytes = bytes[..at as usize].to_vec();
+    prefix_bytes.resize(
+        prefix_bytes.len() + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN,
+        0,
+    );
+    let prefix = journal::scan(&prefix_bytes).expect("the valid prefix");
     assert_eq!(prefix.tail, journal::Tail::Clean);
     assert_eq!(prefix.batches.len(), scan.batches.len());
 }

@@ -36,6 +36,12 @@ const FRAME: Frame = Frame {
     magic: MAGIC,
     version: VERSION,
 };
+/// Header flag (bit 0 of `flags`): the writer keeps zeros ahead. Every batch it writes lies
+/// inside space already zeroed and synced, with at least `JOURNAL_ZEROS_AHEAD_BYTES_MIN` zeros
+/// after it, so a crash can never leave the file ending inside a batch or right after one:
+/// such an end is a journal cut short (damage), not a torn tail (decision 0038).
+pub const FLAG_ZEROS_AHEAD: u32 = 1;
+pub use crate::limits::JOURNAL_ZEROS_AHEAD_BYTES_MIN;
 /// Offsets of the journal's own header fields (bytes 48..60 are reserved zeros).
 const BASE_SEQ_AT: usize = header::FIELDS_AT;
 const CREATED_NS_AT: usize = BASE_SEQ_AT + 8;
@@ -59,6 +65,20 @@ impl Header {
         fields.put_u64(BASE_SEQ_AT, self.base_seq);
         fields.put_i64(CREATED_NS_AT, self.created_ns);
         FRAME.encode_current(self.store_id, fields)
+    }
+
+    /// The header as this release's daemon writes it: with [`FLAG_ZEROS_AHEAD`] (the writer
+    /// keeps its promise, so scanning can tell a journal cut short from a torn tail).
+    pub fn encode_zeros_ahead(&self) -> [u8; HEADER_BYTES] {
+        let mut fields = Fields::default();
+        fields.put_u64(BASE_SEQ_AT, self.base_seq);
+        fields.put_i64(CREATED_NS_AT, self.created_ns);
+        FRAME.encode(&header::Header {
+            version: VERSION,
+            flags: FLAG_ZEROS_AHEAD,
+            store_id: self.store_id,
+            fields,
+        })
     }
 
     /// Decodes the header at the start of a journal (the reserved bytes are not read).
@@ -206,6 +226,10 @@ pub enum Tail {
         bytes: u64,
         reason: String,
     },
+    /// The journal ends inside a batch, or right after one without the zeros its writer
+    /// always leaves there (journals with [`FLAG_ZEROS_AHEAD`] only): no crash leaves that, so
+    /// the file was cut short and batches that were durable may be gone.
+    Cut { offset: u64, reason: String },
     /// A batch fails, but a valid batch follows it: damage to durable data.
     Damaged {
         offset: u64,
@@ -301,27 +325,24 @@ fn parse_batch(bytes: &[u8], at: usize, expected_seq: Option<u64>) -> Result<Bat
 /// Scans a whole journal: the header, then every valid batch up to the first bad one.
 pub fn scan(bytes: &[u8]) -> Result<Scan<'_>, JournalError> {
     let header = Header::decode(bytes)?;
+    // The checksum has passed: the flags are the writer's.
+    let zeros_ahead = le_u32(bytes, 12) & FLAG_ZEROS_AHEAD != 0;
     let mut batches = Vec::new();
     let mut at = HEADER_BYTES;
     let mut next_seq = header.base_seq;
-    while at < bytes.len() {
+    let tail = loop {
+        if at >= bytes.len() {
+            break Tail::Clean;
+        }
         match parse_batch(bytes, at, Some(next_seq)) {
             Ok(batch) => {
                 next_seq = batch.first_seq + u64::from(batch.op_count);
                 at += BATCH_HEADER_BYTES + batch.body.len();
                 batches.push(batch);
             }
-            Err(_) if content_end(bytes) <= at => {
-                return Ok(Scan {
-                    header,
-                    batches,
-                    valid_len: at as u64,
-                    tail: Tail::Clean,
-                    reserved_bytes: (bytes.len() - at) as u64,
-                });
-            }
+            Err(_) if content_end(bytes) <= at => break Tail::Clean,
             Err(reason) => {
-                let tail = match find_next_valid(bytes, at + 1, next_seq) {
+                break match find_next_valid(bytes, at + 1, next_seq) {
                     Some(next_valid_offset) => Tail::Damaged {
                         offset: at as u64,
                         reason,
@@ -332,24 +353,68 @@ pub fn scan(bytes: &[u8]) -> Result<Scan<'_>, JournalError> {
                         bytes: (content_end(bytes) - at) as u64,
                         reason,
                     },
-                };
-                return Ok(Scan {
-                    header,
-                    batches,
-                    valid_len: at as u64,
-                    tail,
-                    reserved_bytes: 0,
-                });
+                }
             }
         }
-    }
+    };
+    let tail = if zeros_ahead {
+        cut_short(bytes, at, tail)
+    } else {
+        tail
+    };
+    let reserved_bytes = match tail {
+        Tail::Clean => (bytes.len() - at) as u64,
+        _ => 0,
+    };
     Ok(Scan {
         header,
         batches,
         valid_len: at as u64,
-        tail: Tail::Clean,
-        reserved_bytes: 0,
+        tail,
+        reserved_bytes,
     })
+}
+
+/// For a journal whose writer keeps zeros ahead: a clean end or a torn tail that no crash
+/// can leave is a journal cut short ([`Tail::Cut`]). The writer writes a batch of `n` bytes
+/// at `at` only when the synced file already runs to `at + n + JOURNAL_ZEROS_AHEAD_BYTES_MIN`
+/// or further, and a crash never shortens a synced file; so after any crash the file holds
+/// at least that many bytes. A torn batch header names at most its real length (header bytes
+/// not yet written read as zeros), and an unreadable one at least a header and one byte.
+fn cut_short(bytes: &[u8], at: usize, tail: Tail) -> Tail {
+    let len = bytes.len();
+    let need = match &tail {
+        Tail::Clean => at + JOURNAL_ZEROS_AHEAD_BYTES_MIN,
+        Tail::Torn { .. } => {
+            let batch_bytes = BatchHeader::read(&bytes[at..])
+                .map(|h| BATCH_HEADER_BYTES + h.body_len as usize)
+                .filter(|&n| n <= BATCH_HEADER_BYTES + BATCH_BODY_BYTES_MAX)
+                .unwrap_or(BATCH_HEADER_BYTES + 1);
+            at + batch_bytes + JOURNAL_ZEROS_AHEAD_BYTES_MIN
+        }
+        Tail::Cut { .. } | Tail::Damaged { .. } => return tail,
+    };
+    if len >= need {
+        return tail;
+    }
+    let reason = match tail {
+        Tail::Clean => format!(
+            "the file ends {} bytes after the last whole batch, without the {} zeros its \
+             writer always leaves there",
+            len - at,
+            JOURNAL_ZEROS_AHEAD_BYTES_MIN
+        ),
+        _ => format!(
+            "the file ends {} bytes into a batch that needs {} bytes and the zeros after it: \
+             a crash leaves a torn batch whole in length, so the file was cut short",
+            len - at,
+            need - at
+        ),
+    };
+    Tail::Cut {
+        offset: at as u64,
+        reason,
+    }
 }
 
 /// The journal's length without the zeros at its end (the writer's reserve, or nothing).
@@ -620,6 +685,7 @@ mod tests {
                 Tail::Clean => assert!(len == HEADER_BYTES || ends.contains(&(len as u64))),
                 Tail::Torn { .. } => {}
                 Tail::Damaged { .. } => panic!("truncation at {len} seen as damage"),
+                Tail::Cut { .. } => panic!("a journal without FLAG_ZEROS_AHEAD seen as cut"),
             }
         }
     }
@@ -728,5 +794,80 @@ mod tests {
             message(&v2),
             "journal format version 2 is not supported (this rampart reads 1)"
         );
+    }
+
+    /// A journal as this release's daemon leaves it: flagged, batches, the zeros after them.
+    fn zeros_ahead_journal(batches: usize) -> (Vec<u8>, Vec<usize>) {
+        let mut out = header().encode_zeros_ahead().to_vec();
+        let mut b = BatchBuilder::new(100);
+        let mut ends = Vec::new();
+        for i in 0..batches {
+            for _ in 0..=i {
+                let op = Op::Unlink {
+                    parent: 1,
+                    name: b"some name",
+                    time_ns: 5,
+                };
+                b.add(&op, 5);
+            }
+            out.extend(b.take_batch().unwrap());
+            ends.push(out.len());
+        }
+        (out, ends)
+    }
+
+    #[test]
+    fn a_zeros_ahead_journal_cut_anywhere_is_cut_not_torn() {
+        let (j, ends) = zeros_ahead_journal(4);
+        // Whole, with the zeros: clean.
+        let mut whole = j.clone();
+        whole.resize(j.len() + JOURNAL_ZEROS_AHEAD_BYTES_MIN, 0);
+        assert_eq!(scan(&whole).unwrap().tail, Tail::Clean);
+        // Cut at any byte after the header (the zeros gone, and maybe batches): cut.
+        for len in HEADER_BYTES..=j.len() {
+            let s = scan(&j[..len]).unwrap();
+            assert!(
+                matches!(s.tail, Tail::Cut { .. }),
+                "cut at {len}: {:?}",
+                s.tail
+            );
+            let kept = ends.iter().filter(|&&e| e <= len).count();
+            assert_eq!(s.batches.len(), kept, "cut at {len}");
+        }
+        // Fewer zeros than the writer keeps after the last batch: cut too.
+        let mut short = j.clone();
+        short.resize(j.len() + JOURNAL_ZEROS_AHEAD_BYTES_MIN - 1, 0);
+        assert!(matches!(scan(&short).unwrap().tail, Tail::Cut { .. }));
+        // The same bytes without the flag: the lenient reading of older journals.
+        let mut old = header().encode().to_vec();
+        old.extend_from_slice(&j[HEADER_BYTES..ends[1] + 10]);
+        assert!(matches!(scan(&old).unwrap().tail, Tail::Torn { .. }));
+    }
+
+    #[test]
+    fn a_zeros_ahead_journal_torn_by_a_crash_is_torn_at_every_byte() {
+        // What a crash leaves: the last batch written over synced zeros, torn at any byte (in
+        // file order, or with its first sectors missing), the zeros after it still there.
+        let (j, ends) = zeros_ahead_journal(3);
+        let last = ends[1];
+        for cut in last..j.len() {
+            for first_missing in [false, true] {
+                let mut torn = j[..cut].to_vec();
+                if first_missing {
+                    // The batch's first bytes not yet on the disk (out-of-order sectors).
+                    torn[last..last.min(cut).max(last + 8).min(cut)].fill(0);
+                }
+                torn.resize(j.len() + JOURNAL_ZEROS_AHEAD_BYTES_MIN, 0);
+                let s = scan(&torn).unwrap();
+                assert!(
+                    matches!(s.tail, Tail::Torn { .. } | Tail::Clean),
+                    "tear at {cut} (first missing {first_missing}): {:?}",
+                    s.tail
+                );
+                // The batch's last bytes may be zeros: cut among them, it is whole.
+                let whole = torn[..j.len()] == j[..];
+                assert_eq!(s.batches.len(), if whole { 3 } else { 2 }, "tear at {cut}");
+            }
+        }
     }
 }

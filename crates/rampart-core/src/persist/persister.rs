@@ -28,9 +28,17 @@
 //! journal (recovery skips the ops before `seq`); after them, the new checkpoint and a journal
 //! holding every commit since step 1 (again skipping the ops the image holds).
 //!
-//! An I/O error is sticky: the persister stops writing, every later `sync` fails with it, and
-//! `status` reports it; the mount keeps serving from memory so nothing is lost that was not
-//! already at risk.
+//! The journal's health and the checkpoints' are kept apart (decision 0037). An I/O error of
+//! the journal is sticky: the persister stops writing, every later `sync` fails with it, and
+//! `status` reports it, until a checkpoint restarts persistence; the mount keeps serving from
+//! memory so nothing is lost that was not already at risk. A failed checkpoint leaves the
+//! old checkpoint and journal in force: commits go on, `status` reports the failure, and it
+//! is retried every `restart_retry_interval`.
+//!
+//! A full disk (decision 0036): every batch is written over zeros synced ahead of it (the
+//! journal's `FLAG_ZEROS_AHEAD`), so only the zeros' extension can meet ENOSPC, before any
+//! batch byte is written; fsyncs then answer ENOSPC. The store keeps a `reserve` file that
+//! is given up to let the checkpoint that restarts persistence fit, and written again after.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
@@ -40,6 +48,7 @@ use crate::attr::Durability;
 use crate::engine::Engine;
 use crate::error::{PersistError, PersistStep};
 use crate::latency::LatencyHistogram;
+use crate::limits::STORE_RESERVE_BYTES_MAX;
 use crate::lock_order::{self, Rank};
 use crate::op::{Op, OpSink, SyncDone};
 use crate::persist::checkpoint;
@@ -48,8 +57,12 @@ use crate::persist::journal::{self, BatchBuilder, BATCH_BODY_BYTES_MAX};
 use crate::persist::recovery::{CHECKPOINT_FILE, JOURNAL_FILE};
 use crate::time::now_ns;
 
+mod checkpoint_job;
+
 const CHECKPOINT_TMP: &str = "checkpoint.tmp";
 const JOURNAL_TMP: &str = "journal.tmp";
+/// Space held for the checkpoint that restarts persistence after a full disk (decision 0036).
+pub const RESERVE_FILE: &str = "reserve";
 
 #[derive(Clone, Debug)]
 pub struct PersistConfig {
@@ -63,8 +76,13 @@ pub struct PersistConfig {
     pub checkpoint_scales_with_image: bool,
     /// Writers wait while more than this is gathered and not yet written (back-pressure).
     pub pending_bytes_max: usize,
-    /// After an I/O error stopped persistence, how often a checkpoint is tried to restart it.
+    /// After an I/O error stopped persistence, or a checkpoint failed, how often a checkpoint
+    /// is tried again (sooner after a full disk when files were deleted).
     pub restart_retry_interval: Duration,
+    /// Room kept in the store's `reserve` file for the checkpoint that frees the disk after
+    /// it filled up: as much as the last checkpoint, at least this (0: none; decision 0036).
+    /// The daemon sets `limits::STORE_RESERVE_BYTES_MIN`.
+    pub reserve_bytes_min: u64,
 }
 
 impl Default for PersistConfig {
@@ -75,6 +93,7 @@ impl Default for PersistConfig {
             checkpoint_scales_with_image: true,
             pending_bytes_max: 128 << 20,
             restart_retry_interval: Duration::from_secs(30),
+            reserve_bytes_min: 0,
         }
     }
 }
@@ -116,6 +135,8 @@ pub struct PersistStats {
     /// With ops pending: the oldest is at most this old (the time since the last commit took
     /// what was gathered); None when nothing is pending or no commit has run yet.
     pub oldest_pending_age_max: Option<Duration>,
+    /// The last background checkpoint's failure, until one succeeds (commits go on).
+    pub checkpoint_error: Option<String>,
 }
 
 struct Pending {
@@ -155,6 +176,10 @@ struct Durable {
     checkpoint_latency: LatencyHistogram,
     /// When the last commit took what was gathered: every op pending now came after it.
     last_take: Option<Instant>,
+    /// The last checkpoint's failure and when it happened, until one succeeds.
+    checkpoint_error: Option<(PersistError, Instant)>,
+    /// The `reserve` file's length (decision 0036).
+    reserve_bytes: u64,
 }
 
 #[derive(Debug)]
@@ -253,8 +278,38 @@ fn journal_header(store_id: [u8; 16], base_seq: u64) -> Vec<u8> {
         base_seq,
         created_ns: now_ns(),
     }
-    .encode()
+    .encode_zeros_ahead()
     .to_vec()
+}
+
+/// Writes `len` zeros into `name` from `offset` (at most its length), in reserve-sized pieces.
+fn write_zeros(device: &dyn Device, name: &str, offset: u64, len: u64) -> std::io::Result<()> {
+    let mut at = offset;
+    while at < offset + len {
+        let n = (offset + len - at).min(RESERVE_ZEROS.len() as u64) as usize;
+        device.write_at(name, at, &RESERVE_ZEROS[..n])?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// Where the journal's content ends from `from` on (the last nonzero byte, plus one), reading
+/// up to `file_bytes`; `from` if only zeros follow.
+fn journal_content_end(device: &dyn Device, from: u64, file_bytes: u64) -> std::io::Result<u64> {
+    let mut end = from;
+    let mut at = from;
+    let mut chunk = vec![0u8; TAIL_CHUNK_BYTES.min(file_bytes.saturating_sub(from) as usize)];
+    while at < file_bytes {
+        let n = device.read_at(JOURNAL_FILE, at, &mut chunk)?;
+        if n == 0 {
+            break;
+        }
+        if let Some(i) = chunk[..n].iter().rposition(|&b| b != 0) {
+            end = at + i as u64 + 1;
+        }
+        at += n as u64;
+    }
+    Ok(end)
 }
 
 impl Persister {
@@ -269,23 +324,38 @@ impl Persister {
         config: PersistConfig,
     ) -> Result<Arc<Persister>, PersistError> {
         let opening = |e: std::io::Error| PersistError::new(PersistStep::OpenJournal, &e);
-        let journal_bytes = if journal_valid_len == 0 {
+        let (journal_bytes, journal_file_bytes) = if journal_valid_len == 0 {
+            let mut new = journal_header(store_id, next_seq);
+            new.resize(new.len() + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN, 0);
             device
-                .write(JOURNAL_TMP, &journal_header(store_id, next_seq))
+                .write(JOURNAL_TMP, &new)
                 .and_then(|()| device.sync(JOURNAL_TMP))
                 .and_then(|()| device.rename(JOURNAL_TMP, JOURNAL_FILE))
                 .map_err(opening)?;
-            journal::HEADER_BYTES as u64
+            (journal::HEADER_BYTES as u64, new.len() as u64)
         } else {
-            if device.len(JOURNAL_FILE).map_err(opening)? != Some(journal_valid_len) {
-                device
-                    .truncate(JOURNAL_FILE, journal_valid_len)
-                    .and_then(|()| device.sync(JOURNAL_FILE))
-                    .map_err(opening)?;
+            // Zeros over whatever follows the valid prefix (a torn tail), and at least the
+            // minimum after it; never a truncation, which a crash could apply before the
+            // zeros and so leave a torn batch longer than the file (taken for a cut).
+            let file_bytes = device.len(JOURNAL_FILE).map_err(opening)?.unwrap_or(0);
+            let content_end = journal_content_end(device.as_ref(), journal_valid_len, file_bytes)
+                .map_err(opening)?;
+            let zeros_to =
+                content_end.max(journal_valid_len + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN as u64);
+            if zeros_to > journal_valid_len {
+                write_zeros(
+                    device.as_ref(),
+                    JOURNAL_FILE,
+                    journal_valid_len,
+                    zeros_to - journal_valid_len,
+                )
+                .and_then(|()| device.sync(JOURNAL_FILE))
+                .map_err(opening)?;
             }
-            journal_valid_len
+            (journal_valid_len, file_bytes.max(zeros_to))
         };
         let image_bytes = device.len(CHECKPOINT_FILE).map_err(opening)?.unwrap_or(0);
+        let reserve_bytes = device.len(RESERVE_FILE).map_err(opening)?.unwrap_or(0);
         let persister = Arc::new(Persister {
             device,
             store_id,
@@ -304,8 +374,9 @@ impl Persister {
                 Durable {
                     seq: next_seq,
                     journal_bytes,
-                    journal_file_bytes: journal_bytes,
+                    journal_file_bytes,
                     image_bytes,
+                    reserve_bytes,
                     ..Durable::default()
                 },
             ),
@@ -320,6 +391,7 @@ impl Persister {
             failed: AtomicBool::new(false),
             pending_bytes: AtomicUsize::new(0),
         });
+        persister.grow_reserve(persister.reserve_target_bytes());
         let worker = Arc::downgrade(&persister);
         let committer = std::thread::Builder::new()
             .name("committer".into())
@@ -364,6 +436,7 @@ impl Persister {
                 .last_take
                 .filter(|_| pending > d.seq)
                 .map(|at| at.elapsed()),
+            checkpoint_error: d.checkpoint_error.as_ref().map(|(e, _)| e.to_string()),
         }
     }
 
@@ -422,38 +495,137 @@ impl Persister {
     }
 
     /// Writes one framed batch at the journal's end and syncs it. The caller holds `writing`.
+    ///
+    /// The batch goes over zeros already synced, with `JOURNAL_ZEROS_AHEAD_BYTES_MIN` of them
+    /// left after it (the journal's `FLAG_ZEROS_AHEAD`): when they run short, the next
+    /// `JOURNAL_RESERVE_BYTES` are written and synced first. So a crash never leaves the file
+    /// ending inside a batch (which scanning takes for a journal cut short), and a full disk
+    /// fails that extension, before any byte of the batch is written.
     fn write_batch(&self, batch: &[u8]) -> Result<(), PersistError> {
         let batch_bytes = batch.len() as u64;
         let (end, mut file_end) = {
             let d = locked(&self.durable);
             (d.journal_bytes, d.journal_file_bytes)
         };
+        let needed = end + batch_bytes + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN as u64;
+        if needed > file_end {
+            let new_end = end + batch_bytes + journal::JOURNAL_RESERVE_BYTES as u64;
+            let extended = write_zeros(
+                self.device.as_ref(),
+                JOURNAL_FILE,
+                file_end,
+                new_end - file_end,
+            )
+            .and_then(|()| self.device.sync(JOURNAL_FILE));
+            if let Err(e) = extended {
+                // Give back what part of the zeros was written (a full disk needs the room):
+                // the synced length holds every commit and the zeros after it.
+                let _ = self.device.truncate(JOURNAL_FILE, file_end);
+                return Err(self.fail(PersistStep::WriteJournal, &e));
+            }
+            file_end = new_end;
+            locked(&self.durable).journal_file_bytes = file_end;
+        }
         self.device
             .write_at(JOURNAL_FILE, end, batch)
             .map_err(|e| self.fail(PersistStep::WriteJournal, &e))?;
-        if end + batch_bytes > file_end {
-            // Past the reserved zeros: this sync writes the file system's metadata anyway, so
-            // reserve the next JOURNAL_RESERVE_BYTES with it. Without the room, go on without.
-            match self
-                .device
-                .write_at(JOURNAL_FILE, end + batch_bytes, &RESERVE_ZEROS)
-            {
-                Ok(()) => file_end = end + batch_bytes + journal::JOURNAL_RESERVE_BYTES as u64,
-                Err(e) => {
-                    tracing::debug!("no zeros reserved after the journal: {e}");
-                    let len = self.device.len(JOURNAL_FILE).ok().flatten().unwrap_or(0);
-                    file_end = len.max(end + batch_bytes);
-                }
-            }
-        }
         self.device
             .sync(JOURNAL_FILE)
             .map_err(|e| self.fail(PersistStep::SyncJournal, &e))?;
         let mut d = locked(&self.durable);
         d.journal_bytes += batch_bytes;
-        d.journal_file_bytes = file_end;
-        debug_assert!(d.journal_bytes <= d.journal_file_bytes);
+        debug_assert!(d.journal_bytes + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN as u64 <= file_end);
         Ok(())
+    }
+
+    /// A checkpoint failed (`step`): the old checkpoint and journal stay in force and commits
+    /// go on; the failure is logged and reported until a checkpoint succeeds. The files it
+    /// was writing are removed, so that a full disk gets their space back.
+    fn checkpoint_failed(&self, step: PersistStep, e: &std::io::Error) -> PersistError {
+        let error = PersistError::new(step, e);
+        // Before the log line: on a full disk, the log needs the room they hold.
+        for name in [CHECKPOINT_TMP, JOURNAL_TMP] {
+            if let Err(e) = self.device.remove(name) {
+                tracing::debug!("removing {name} after a failed checkpoint: {e}");
+            }
+        }
+        tracing::error!(
+            "checkpoint failed: {error}; the journal still holds every commit, and the \
+             checkpoint is tried again in {} s",
+            self.config.restart_retry_interval.as_secs()
+        );
+        locked(&self.durable).checkpoint_error = Some((error.clone(), Instant::now()));
+        error
+    }
+
+    /// The last checkpoint's failure, until one succeeds.
+    pub fn checkpoint_error(&self) -> Option<PersistError> {
+        locked(&self.durable)
+            .checkpoint_error
+            .as_ref()
+            .map(|(e, _)| e.clone())
+    }
+
+    /// Makes the `reserve` file at least `target` bytes long (zeros, synced), as far as the
+    /// disk has room: space kept for a checkpoint when the disk fills up (decision 0036).
+    fn grow_reserve(&self, target: u64) {
+        let have = locked(&self.durable).reserve_bytes;
+        if have >= target {
+            return;
+        }
+        let result = (|| {
+            if self.device.len(RESERVE_FILE)?.is_none() {
+                self.device.write(RESERVE_FILE, &[])?;
+            }
+            let len = self.device.len(RESERVE_FILE)?.unwrap_or(0);
+            let mut at = len;
+            while at < target {
+                let n = (target - at).min(RESERVE_ZEROS.len() as u64) as usize;
+                let written = self.device.append(RESERVE_FILE, &RESERVE_ZEROS[..n]);
+                if let Err(e) = written {
+                    // Keep what was written: it still holds that much room.
+                    let _ = self.device.sync(RESERVE_FILE);
+                    locked(&self.durable).reserve_bytes = at;
+                    return Err(e);
+                }
+                at += n as u64;
+            }
+            self.device.sync(RESERVE_FILE)?;
+            locked(&self.durable).reserve_bytes = at;
+            Ok(())
+        })();
+        if let Err(e) = result {
+            tracing::warn!(
+                "could not keep {target} bytes of room for a checkpoint in the store's \
+                 {RESERVE_FILE} file: {e}; if the disk fills up, deleting files may not be \
+                 enough to let the mount write a checkpoint"
+            );
+        }
+    }
+
+    /// Gives up the `reserve` file's room, for the checkpoint that follows.
+    fn release_reserve(&self) {
+        if locked(&self.durable).reserve_bytes == 0 {
+            return;
+        }
+        match self.device.remove(RESERVE_FILE) {
+            Ok(()) => {
+                locked(&self.durable).reserve_bytes = 0;
+                tracing::info!("gave up the room reserved for a checkpoint, to write one");
+            }
+            Err(e) => tracing::warn!("could not remove the store's {RESERVE_FILE} file: {e}"),
+        }
+    }
+
+    /// How much room the `reserve` file keeps: as much as the last checkpoint, within limits.
+    fn reserve_target_bytes(&self) -> u64 {
+        let image_bytes = locked(&self.durable).image_bytes;
+        if self.config.reserve_bytes_min == 0 {
+            return 0;
+        }
+        image_bytes
+            .max(self.config.reserve_bytes_min)
+            .min(STORE_RESERVE_BYTES_MAX)
     }
 
     /// Makes every op applied so far durable (fsync). Concurrent callers share the work: a
@@ -476,6 +648,11 @@ impl Persister {
     /// after one, its success clears that error and persistence resumes.
     pub fn checkpoint(&self, engine: &Engine) -> Result<(), PersistError> {
         let started = Instant::now();
+        if self.disk_full() {
+            // The room kept for this moment: without it, the journal holding the disk would
+            // leave no room for the checkpoint that frees it (decision 0036).
+            self.release_reserve();
+        }
         let mut job = self.checkpoint_begin(engine)?;
         job.write_image()?;
         job.copy_tail()?;
@@ -483,7 +660,16 @@ impl Persister {
         locked(&self.durable)
             .checkpoint_latency
             .record(started.elapsed());
+        self.grow_reserve(self.reserve_target_bytes());
         Ok(())
+    }
+
+    /// Whether the journal or the last checkpoint stopped on a full disk.
+    fn disk_full(&self) -> bool {
+        let d = locked(&self.durable);
+        let full = |e: &PersistError| e.kind == std::io::ErrorKind::StorageFull;
+        d.error.as_ref().is_some_and(full)
+            || d.checkpoint_error.as_ref().is_some_and(|(e, _)| full(e))
     }
 
     /// Step 1 of a checkpoint: encodes the image. Waits for a checkpoint already running.
@@ -745,180 +931,15 @@ pub struct CheckpointJob<'a> {
     finished: bool,
 }
 
-impl CheckpointJob<'_> {
-    /// The first op not in the image.
-    pub fn seq(&self) -> u64 {
-        self.seq
-    }
-
-    /// Step 2: writes and syncs `checkpoint.tmp`.
-    pub fn write_image(&mut self) -> Result<(), PersistError> {
-        let p = self.persister;
-        let image = std::mem::take(&mut self.image);
-        // In chunks, each sent on to the disk as the next is written: a sync of the whole
-        // image at the end would hold every commit's fdatasync behind it for seconds.
-        let mut chunks = image.chunks(IMAGE_CHUNK_BYTES);
-        let result = p
-            .device
-            .write(CHECKPOINT_TMP, chunks.next().unwrap_or_default())
-            .and_then(|()| {
-                for chunk in chunks {
-                    if let Err(e) = p.device.start_writeback(CHECKPOINT_TMP) {
-                        // Only a hint: the sync below reports real I/O errors.
-                        tracing::debug!("starting a checkpoint's writeback: {e}");
-                    }
-                    p.device.append(CHECKPOINT_TMP, chunk)?;
-                }
-                p.device.sync(CHECKPOINT_TMP)
-            });
-        drop(image);
-        result.map_err(|e| p.fail(PersistStep::WriteCheckpoint, &e))
-    }
-
-    /// Appends the old journal's bytes `[copied_to, end)` to `journal.tmp`.
-    fn copy_old_journal(&mut self, end: u64) -> std::io::Result<()> {
-        let device = &self.persister.device;
-        let mut chunk = vec![0u8; TAIL_CHUNK_BYTES.min((end - self.copied_to) as usize)];
-        while self.copied_to < end {
-            let want = chunk.len().min((end - self.copied_to) as usize);
-            let n = device.read_at(JOURNAL_FILE, self.copied_to, &mut chunk[..want])?;
-            if n == 0 {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    format!(
-                        "the journal ends at byte {} but {end} bytes were committed",
-                        self.copied_to
-                    ),
-                ));
-            }
-            device.append(JOURNAL_TMP, &chunk[..n])?;
-            self.copied_to += n as u64;
-        }
-        Ok(())
-    }
-
-    /// Step 3: starts `journal.tmp` with what has been committed since step 1, and syncs it.
-    pub fn copy_tail(&mut self) -> Result<(), PersistError> {
-        let p = self.persister;
-        let result = (|| {
-            p.device
-                .write(JOURNAL_TMP, &journal_header(p.store_id, self.base_seq))?;
-            self.copied_to = self.tail_from;
-            if self.restarting {
-                return p.device.sync(JOURNAL_TMP);
-            }
-            // Commits go on meanwhile: copy and sync in rounds until what is left for
-            // `finish`, which holds commits, is small.
-            for _ in 0..TAIL_ROUNDS_MAX {
-                // Every byte below `journal_bytes` is a whole, synced batch.
-                let end = locked(&p.durable).journal_bytes;
-                self.copy_old_journal(end)?;
-                p.device.sync(JOURNAL_TMP)?;
-                let left = locked(&p.durable)
-                    .journal_bytes
-                    .saturating_sub(self.copied_to);
-                if left <= TAIL_LEFT_FOR_FINISH_BYTES {
-                    break;
-                }
-            }
-            Ok(())
-        })();
-        result.map_err(|e| p.fail(PersistStep::WriteCheckpointJournal, &e))
-    }
-
-    /// Step 4: copies the last batches, and puts the new checkpoint and journal in place.
-    pub fn finish(mut self) -> Result<(), PersistError> {
-        let p = self.persister;
-        let _writing = locked(&p.writing);
-        let switching = Instant::now();
-        let mut restarted_seq = self.seq;
-        let result = (|| {
-            if self.restarting {
-                let (batch, next_seq) = p.take_gathered();
-                if let Some(batch) = batch {
-                    p.device.append(JOURNAL_TMP, &batch)?;
-                }
-                restarted_seq = next_seq;
-            } else {
-                let end = locked(&p.durable).journal_bytes;
-                self.copy_old_journal(end)?;
-            }
-            p.device.sync(JOURNAL_TMP)?;
-            p.device.rename(CHECKPOINT_TMP, CHECKPOINT_FILE)?;
-            p.device.rename(JOURNAL_TMP, JOURNAL_FILE)?;
-            p.device.len(JOURNAL_FILE)?.ok_or_else(|| {
-                std::io::Error::new(std::io::ErrorKind::NotFound, "the new journal vanished")
-            })
-        })();
-        let journal_bytes = match result {
-            Ok(bytes) => bytes,
-            Err(e) => {
-                let e = p.fail(PersistStep::WriteCheckpoint, &e);
-                drop(_writing);
-                p.device.release_replaced();
-                return Err(e);
-            }
-        };
-        self.finished = true;
-        let switch = switching.elapsed();
-        {
-            // Still under the commit lock: the next commit counts from this length.
-            let mut d = locked(&p.durable);
-            d.seq = d.seq.max(self.seq).max(restarted_seq);
-            d.journal_bytes = journal_bytes;
-            d.journal_file_bytes = journal_bytes;
-            d.checkpoints += 1;
-            // Only a restarting checkpoint resumes persistence: a commit that failed while
-            // this one ran left ops that neither its image nor its journal holds.
-            if self.restarting {
-                if let Some(e) = d.error.take() {
-                    tracing::info!("persistence resumed after a checkpoint (it had stopped: {e})");
-                }
-            }
-            d.journal_bytes_at_checkpoint = journal_bytes;
-            d.image_bytes = self.image_bytes;
-            d.last_checkpoint_pause = self.pause;
-            d.last_checkpoint_switch = switch;
-        }
-        drop(_writing);
-        // The old checkpoint and journal are freed here, with commits running again.
-        p.device.release_replaced();
-        tracing::info!(
-            "checkpoint of {} bytes at op {}; writers paused {:.1} ms, commits {:.1} ms; \
-             the new journal holds {} bytes",
-            self.image_bytes,
-            self.seq,
-            self.pause.as_secs_f64() * 1e3,
-            switch.as_secs_f64() * 1e3,
-            journal_bytes
-        );
-        Ok(())
-    }
-}
-
-impl Drop for CheckpointJob<'_> {
-    fn drop(&mut self) {
-        let p = self.persister;
-        if !self.finished && self.restarting {
-            // The ops gathered for the new journal cannot be written: persistence stays
-            // stopped (`fail` has set it so) and the next checkpoint starts afresh.
-            let mut pending = locked(&p.pending);
-            let next_seq = pending.builder.next_seq();
-            pending.builder = BatchBuilder::new(next_seq);
-            p.pending_bytes.store(0, Ordering::Release);
-            p.failed.store(true, Ordering::Release);
-        }
-        *lock(&p.checkpointing) = false;
-        p.checkpoint_ended.notify_all();
-    }
-}
-
 fn commit_loop(persister: Weak<Persister>) {
     // Group commit: a commit starts as soon as an fsync waits, and the fsyncs that arrive
     // while it syncs share the next one. No gathering delay (as jbd2's batch time): measured
     // over FUSE on io_uring it cost 10-15 % of durable writes at 8 and 16 writers, because
     // the waiting left both the CPUs and the disk idle (docs/decisions/0021).
     let mut last_restart: Option<Instant> = None;
+    // The engine's memory use when the last restart was tried: after a full disk, a drop
+    // (files deleted) is worth another try before the interval is up.
+    let mut memory_at_restart = u64::MAX;
     loop {
         let Some(p) = persister.upgrade() else { return };
         if p.stop.load(Ordering::Acquire) {
@@ -945,25 +966,42 @@ fn commit_loop(persister: Weak<Persister>) {
                 // checkpoint, which does not depend on the journal, restarts it. Try one now
                 // and then, not after every failed commit.
                 let retry = p.config.restart_retry_interval;
-                if last_restart.is_none_or(|at| at.elapsed() >= retry) {
+                let memory = engine_memory_bytes(&p);
+                let shrunk = p.disk_full() && memory < memory_at_restart;
+                if shrunk || last_restart.is_none_or(|at| at.elapsed() >= retry) {
                     last_restart = Some(Instant::now());
+                    memory_at_restart = memory;
                     start_background_checkpoint(&p);
                 }
                 continue;
             }
         }
-        let (grown_bytes, due_bytes) = {
+        last_restart = None;
+        memory_at_restart = u64::MAX;
+        let (grown_bytes, due_bytes, failed_lately) = {
             let d = locked(&p.durable);
             (
                 d.journal_bytes
                     .saturating_sub(d.journal_bytes_at_checkpoint),
                 p.config.checkpoint_due_bytes(d.image_bytes),
+                // A failed checkpoint is tried again after the retry interval, not at every
+                // commit.
+                d.checkpoint_error
+                    .as_ref()
+                    .is_some_and(|(_, at)| at.elapsed() < p.config.restart_retry_interval),
             )
         };
-        if grown_bytes > due_bytes {
+        if grown_bytes > due_bytes && !failed_lately {
             start_background_checkpoint(&p);
         }
     }
+}
+
+/// The memory the attached engine uses (u64::MAX without one).
+fn engine_memory_bytes(p: &Persister) -> u64 {
+    lock(&p.engine)
+        .upgrade()
+        .map_or(u64::MAX, |engine| engine.stats().memory_used_bytes)
 }
 
 /// Starts a checkpoint on a thread of its own, unless one is under way; commits go on.

@@ -2,7 +2,7 @@
 //! through the same apply path as live operations.
 //!
 //! Rules: a torn journal tail (an unsynced batch cut by a crash) is dropped and reported; damage
-//! followed by valid batches, a checkpoint that fails its checks, a journal of another store or
+//! followed by valid batches, a journal cut short (decision 0038), a checkpoint that fails its checks, a journal of another store or
 //! one that leaves a gap after the checkpoint are refused with an error that says what is wrong.
 //! Nothing is guessed.
 
@@ -74,6 +74,12 @@ pub enum RecoveryError {
         reason: String,
         next_valid_offset: u64,
     },
+    /// The journal ends where no crash leaves it (inside a batch, or after one without the
+    /// zeros its writer keeps there): it was cut short, and durable changes with it.
+    JournalCut {
+        offset: u64,
+        reason: String,
+    },
     /// The checkpoint or the journal (`what`) names another store (`found`).
     WrongStore {
         what: &'static str,
@@ -112,6 +118,13 @@ impl std::fmt::Display for RecoveryError {
                 "the journal is damaged at byte {offset} ({reason}) with valid data after it \
                  (from byte {next_valid_offset}); recovering would drop durable changes. \
                  `rampart fsck --repair` truncates it at the damage"
+            ),
+            RecoveryError::JournalCut { offset, reason } => write!(
+                f,
+                "the journal was cut short at byte {offset} ({reason}); changes that were \
+                 durable after it are missing, and mounting would lose them silently. Restore \
+                 the journal from a backup, or see what `rampart fsck` reports and accept the \
+                 loss with `rampart fsck --repair`, which keeps the journal up to byte {offset}"
             ),
             RecoveryError::WrongStore { what, .. } => {
                 write!(f, "the {what} belongs to another store")
@@ -408,6 +421,12 @@ fn replay_journal(
             offset: *offset,
             reason: reason.clone(),
             next_valid_offset: *next_valid_offset,
+        });
+    }
+    if let Tail::Cut { offset, reason } = &scan.tail {
+        return Err(RecoveryError::JournalCut {
+            offset: *offset,
+            reason: reason.clone(),
         });
     }
     let mut replayed = Replayed::default();

@@ -1,0 +1,217 @@
+//! The steps 2-4 of a checkpoint ([`CheckpointJob`]), after `Persister::checkpoint_begin`
+//! (the parent module's documentation says why they are in this order).
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::{
+    journal_header, lock, locked, CheckpointJob, CHECKPOINT_TMP, IMAGE_CHUNK_BYTES, JOURNAL_TMP,
+    RESERVE_ZEROS, TAIL_CHUNK_BYTES, TAIL_LEFT_FOR_FINISH_BYTES, TAIL_ROUNDS_MAX,
+};
+use crate::error::{PersistError, PersistStep};
+use crate::persist::journal::{self, BatchBuilder};
+use crate::persist::recovery::{CHECKPOINT_FILE, JOURNAL_FILE};
+
+impl CheckpointJob<'_> {
+    /// The first op not in the image.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Step 2: writes and syncs `checkpoint.tmp`.
+    pub fn write_image(&mut self) -> Result<(), PersistError> {
+        let p = self.persister;
+        let image = std::mem::take(&mut self.image);
+        // In chunks, each sent on to the disk as the next is written: a sync of the whole
+        // image at the end would hold every commit's fdatasync behind it for seconds.
+        let mut chunks = image.chunks(IMAGE_CHUNK_BYTES);
+        let result = p
+            .device
+            .write(CHECKPOINT_TMP, chunks.next().unwrap_or_default())
+            .and_then(|()| {
+                for chunk in chunks {
+                    if let Err(e) = p.device.start_writeback(CHECKPOINT_TMP) {
+                        // Only a hint: the sync below reports real I/O errors.
+                        tracing::debug!("starting a checkpoint's writeback: {e}");
+                    }
+                    p.device.append(CHECKPOINT_TMP, chunk)?;
+                }
+                p.device.sync(CHECKPOINT_TMP)
+            });
+        drop(image);
+        result.map_err(|e| p.checkpoint_failed(PersistStep::WriteCheckpoint, &e))
+    }
+
+    /// Appends the old journal's bytes `[copied_to, end)` to `journal.tmp`.
+    fn copy_old_journal(&mut self, end: u64) -> std::io::Result<()> {
+        let device = &self.persister.device;
+        let mut chunk = vec![0u8; TAIL_CHUNK_BYTES.min((end - self.copied_to) as usize)];
+        while self.copied_to < end {
+            let want = chunk.len().min((end - self.copied_to) as usize);
+            let n = device.read_at(JOURNAL_FILE, self.copied_to, &mut chunk[..want])?;
+            if n == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "the journal ends at byte {} but {end} bytes were committed",
+                        self.copied_to
+                    ),
+                ));
+            }
+            device.append(JOURNAL_TMP, &chunk[..n])?;
+            self.copied_to += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Step 3: starts `journal.tmp` with what has been committed since step 1, and syncs it.
+    pub fn copy_tail(&mut self) -> Result<(), PersistError> {
+        let p = self.persister;
+        let result = (|| {
+            p.device
+                .write(JOURNAL_TMP, &journal_header(p.store_id, self.base_seq))?;
+            self.copied_to = self.tail_from;
+            if self.restarting {
+                return p.device.sync(JOURNAL_TMP);
+            }
+            // Commits go on meanwhile: copy and sync in rounds until what is left for
+            // `finish`, which holds commits, is small.
+            for _ in 0..TAIL_ROUNDS_MAX {
+                // Every byte below `journal_bytes` is a whole, synced batch.
+                let end = locked(&p.durable).journal_bytes;
+                self.copy_old_journal(end)?;
+                p.device.sync(JOURNAL_TMP)?;
+                let left = locked(&p.durable)
+                    .journal_bytes
+                    .saturating_sub(self.copied_to);
+                if left <= TAIL_LEFT_FOR_FINISH_BYTES {
+                    break;
+                }
+            }
+            Ok(())
+        })();
+        result.map_err(|e| p.checkpoint_failed(PersistStep::WriteCheckpointJournal, &e))
+    }
+
+    /// Step 4: copies the last batches, and puts the new checkpoint and journal in place.
+    pub fn finish(mut self) -> Result<(), PersistError> {
+        let p = self.persister;
+        let _writing = locked(&p.writing);
+        let switching = Instant::now();
+        let mut restarted_seq = self.seq;
+        let mut journal_bytes = journal::HEADER_BYTES as u64 + (self.copied_to - self.tail_from);
+        let prepared = (|| {
+            if self.restarting {
+                let (batch, next_seq) = p.take_gathered();
+                if let Some(batch) = batch {
+                    // One write holding several batches is safe here: the file is synced
+                    // before it is renamed into place.
+                    p.device.append(JOURNAL_TMP, &batch)?;
+                    journal_bytes += batch.len() as u64;
+                }
+                restarted_seq = next_seq;
+            } else {
+                let end = locked(&p.durable).journal_bytes;
+                self.copy_old_journal(end)?;
+                journal_bytes = journal::HEADER_BYTES as u64 + (self.copied_to - self.tail_from);
+            }
+            p.device.append(
+                JOURNAL_TMP,
+                &RESERVE_ZEROS[..journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN],
+            )?;
+            p.device.sync(JOURNAL_TMP)?;
+            p.device.rename(CHECKPOINT_TMP, CHECKPOINT_FILE)
+        })();
+        if let Err(e) = prepared {
+            // The old checkpoint (or, after its rename, the new one) and the old journal
+            // hold every commit: commits go on.
+            let e = p.checkpoint_failed(PersistStep::WriteCheckpoint, &e);
+            drop(_writing);
+            p.device.release_replaced();
+            return Err(e);
+        }
+        // Past this point a failure leaves unknown which journal is in place: commits stop
+        // until a checkpoint restarts them.
+        let switched = p.device.rename(JOURNAL_TMP, JOURNAL_FILE).and_then(|()| {
+            p.device.len(JOURNAL_FILE)?.ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::NotFound, "the new journal vanished")
+            })
+        });
+        let journal_file_bytes = match switched {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                let e = p.fail(PersistStep::WriteCheckpointJournal, &e);
+                locked(&p.durable).checkpoint_error = Some((e.clone(), Instant::now()));
+                drop(_writing);
+                p.device.release_replaced();
+                return Err(e);
+            }
+        };
+        debug_assert_eq!(
+            journal_file_bytes,
+            journal_bytes + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN as u64
+        );
+        self.finished = true;
+        let switch = switching.elapsed();
+        {
+            // Still under the commit lock: the next commit counts from this length.
+            let mut d = locked(&p.durable);
+            d.seq = d.seq.max(self.seq).max(restarted_seq);
+            d.journal_bytes = journal_bytes;
+            d.journal_file_bytes = journal_file_bytes;
+            d.checkpoints += 1;
+            if let Some((e, _)) = d.checkpoint_error.take() {
+                tracing::info!("a checkpoint succeeded again (the last one had failed: {e})");
+            }
+            // Only a restarting checkpoint resumes persistence: a commit that failed while
+            // this one ran left ops that neither its image nor its journal holds.
+            if self.restarting {
+                if let Some(e) = d.error.take() {
+                    tracing::info!("persistence resumed after a checkpoint (it had stopped: {e})");
+                }
+            }
+            d.journal_bytes_at_checkpoint = journal_bytes;
+            d.image_bytes = self.image_bytes;
+            d.last_checkpoint_pause = self.pause;
+            d.last_checkpoint_switch = switch;
+        }
+        drop(_writing);
+        // The old checkpoint and journal are freed here, with commits running again.
+        p.device.release_replaced();
+        tracing::info!(
+            "checkpoint of {} bytes at op {}; writers paused {:.1} ms, commits {:.1} ms; \
+             the new journal holds {} bytes",
+            self.image_bytes,
+            self.seq,
+            self.pause.as_secs_f64() * 1e3,
+            switch.as_secs_f64() * 1e3,
+            journal_bytes
+        );
+        Ok(())
+    }
+}
+
+impl Drop for CheckpointJob<'_> {
+    fn drop(&mut self) {
+        let p = self.persister;
+        if !self.finished && self.restarting {
+            // The ops gathered for the new journal cannot be written: persistence stays
+            // stopped (`fail` has set it so) and the next checkpoint starts afresh.
+            let mut pending = locked(&p.pending);
+            let next_seq = pending.builder.next_seq();
+            pending.builder = BatchBuilder::new(next_seq);
+            p.pending_bytes.store(0, Ordering::Release);
+            p.failed.store(true, Ordering::Release);
+        }
+        if !self.finished {
+            // Give their space back (a full disk); the old pair is in force.
+            for name in [CHECKPOINT_TMP, JOURNAL_TMP] {
+                if let Err(e) = p.device.remove(name) {
+                    tracing::debug!("removing {name} after a failed checkpoint: {e}");
+                }
+            }
+        }
+        *lock(&p.checkpointing) = false;
+        p.checkpoint_ended.notify_all();
+    }
+}
