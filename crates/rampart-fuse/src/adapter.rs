@@ -702,6 +702,36 @@ impl Filesystem for RampartFs {
         });
     }
 
+    /// `O_TMPFILE`: an unnamed file, answered like `create`. The kernel has checked write and
+    /// search access to `parent`; without `O_EXCL` a later `linkat` may name the file.
+    fn tmpfile(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        self.counters.count(RequestKind::create);
+        guarded("tmpfile", || {
+            let linkable = flags & libc::O_EXCL == 0;
+            match self
+                .engine
+                .tmpfile(&ctx(req), parent.0, mode & 0o7777, linkable)
+            {
+                Ok(a) => reply.created(
+                    &self.cache.entry_ttl,
+                    &file_attr(&a),
+                    Generation(a.generation),
+                    FileHandle(0),
+                    FopenFlags::FOPEN_KEEP_CACHE,
+                ),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
+    }
+
     fn ioctl(
         &self,
         _req: &Request,

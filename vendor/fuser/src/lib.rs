@@ -857,6 +857,26 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
+    /// Create and open an unnamed file in directory `parent` (`O_TMPFILE`, Linux 6.1+).
+    /// Reply like `create`: the new inode (no links) and the open file. Its link count stays
+    /// zero until `link` gives it a name; without `O_EXCL` in `flags` it may be linked. Not
+    /// implementing it makes the kernel answer `EOPNOTSUPP` to `O_TMPFILE` from then on.
+    fn tmpfile(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        warn!(
+            "[Not Implemented] tmpfile(parent: {parent:#x?}, mode: {mode}, \
+            umask: {umask:#x?}, flags: {flags:#x?})"
+        );
+        reply.error(Errno::ENOSYS);
+    }
+
     /// Test for a POSIX file lock.
     fn getlk(
         &self,

@@ -548,6 +548,16 @@ impl<'a> RequestWithSender<'a> {
                     self.reply(),
                 );
             }
+            ll::Operation::TmpFile(x) => {
+                filesystem.tmpfile(
+                    self.request_header(),
+                    self.request.nodeid(),
+                    x.mode(),
+                    x.umask(),
+                    x.flags(),
+                    self.reply(),
+                );
+            }
             #[cfg(target_os = "macos")]
             ll::Operation::SetVolName(x) => {
                 filesystem.setvolname(self.request_header(), x.name(), self.reply());

@@ -164,6 +164,37 @@ impl Mutation<'_> {
         policy::materialize(&self.state, ino, |op| levels.applied(op, &route));
         self.route = self.route.stronger(route);
     }
+
+    /// Creates an unnamed file (`O_TMPFILE`). Nothing reaches the levels: an inode with no
+    /// links is gone at the next restart (decision 0051).
+    pub(crate) fn create_unnamed(&mut self, unnamed: &crate::state::Unnamed) -> FsResult<()> {
+        self.state.create_unnamed(unnamed)
+    }
+
+    /// Applies `link`, the first name of a linkable unnamed file, and hands the levels, in
+    /// its place, the ops that create the file under that name with its current contents and
+    /// attributes (`policy::materialize_linked`): they never saw the file.
+    pub(crate) fn name_unnamed(&mut self, link: &Op<'_>) -> FsResult<()> {
+        let Op::Link {
+            ino,
+            parent,
+            name,
+            time_ns,
+        } = *link
+        else {
+            return Err(Errno::EINVAL);
+        };
+        self.state.apply(link)?;
+        let levels = self.engine.levels.read();
+        let mut route = None;
+        policy::materialize_linked(&self.state, ino, parent, name, time_ns, |op| {
+            // The create comes first; everything after it is as strong as it.
+            let r = *route.get_or_insert_with(|| policy::route(&self.state, op));
+            levels.applied(op, &r);
+        });
+        self.route = self.route.stronger(route.unwrap_or(Route::VOLATILE));
+        Ok(())
+    }
 }
 
 /// The inode whose attributes `op` may change without the kernel learning them from its reply:
@@ -339,7 +370,9 @@ impl Engine {
                     durability: durability.code(),
                     time_ns,
                 })?;
-                if before == Durability::Volatile && durability != Durability::Volatile {
+                // An inode with no links (unlinked, or unnamed) stays unknown to the levels.
+                let linked = m.state().inode(ino)?.nlink > 0;
+                if before == Durability::Volatile && durability != Durability::Volatile && linked {
                     m.materialize(
                         ino,
                         Route::store(Durability::default().stronger(durability)),

@@ -160,16 +160,55 @@ impl Engine {
         )
     }
 
+    /// Creates an unnamed regular file in `parent` (`O_TMPFILE`): no links, so it is freed when
+    /// the last reference goes and never reaches the store unless `link` names it, which only a
+    /// `linkable` one (opened without `O_EXCL`) may. `mode` has the umask applied. Access to
+    /// `parent` is the caller's to check (the kernel does, as for every create).
+    pub fn tmpfile(&self, ctx: &Ctx, parent: Ino, mode: u32, linkable: bool) -> FsResult<Attr> {
+        self.mutate(
+            ctx,
+            |m, time_ns| {
+                let parent_inode = m.state().live_dir(parent)?;
+                // BSD group semantics of a setgid directory, as `create_inode`.
+                let gid = if parent_inode.mode & libc::S_ISGID != 0 {
+                    parent_inode.gid
+                } else {
+                    ctx.gid
+                };
+                let (ino, generation) = m.state().table.next_allocation()?;
+                m.create_unnamed(&crate::state::Unnamed {
+                    parent,
+                    ino,
+                    generation,
+                    mode,
+                    uid: ctx.uid,
+                    gid,
+                    linkable,
+                    time_ns,
+                })?;
+                looked_up(m, ctx, ino)
+            },
+            // Nothing the kernel may have cached changed: the directory has no new entry.
+            |_| Vec::new(),
+        )
+    }
+
+    /// A new name for `ino`; the first name of a linkable unnamed file (`tmpfile`) too.
     pub fn link(&self, ctx: &Ctx, ino: Ino, new_parent: Ino, new_name: &[u8]) -> FsResult<Attr> {
         self.mutate(
             ctx,
             |m, time_ns| {
-                m.apply(&Op::Link {
+                let op = Op::Link {
                     ino,
                     parent: new_parent,
                     name: new_name,
                     time_ns,
-                })?;
+                };
+                if m.state().is_linkable_unnamed(ino) {
+                    m.name_unnamed(&op)?;
+                } else {
+                    m.apply(&op)?;
+                }
                 looked_up(m, ctx, ino)
             },
             |_| {

@@ -118,3 +118,55 @@ pub fn materialize(state: &State, ino: Ino, mut emit: impl FnMut(&Op<'_>)) {
         });
     }
 }
+
+/// The ops that make an unnamed file (`O_TMPFILE`) just given its first name `name` in
+/// `parent`, at `time_ns`, known to the levels: while it had no links nothing about it was
+/// journaled (`orphan`), so replay must create it under that name, then get its durability,
+/// its extended attributes and, unless it is volatile (recovery drops those), its contents
+/// and attributes (`materialize`). Hand them all with the create's `route`. None is applied
+/// again: the live state already is what they describe.
+pub fn materialize_linked(
+    state: &State,
+    ino: Ino,
+    parent: Ino,
+    name: &[u8],
+    time_ns: crate::time::TimeNs,
+    mut emit: impl FnMut(&Op<'_>),
+) {
+    let Ok(inode) = state.inode(ino) else { return };
+    emit(&Op::Create {
+        parent,
+        name,
+        ino,
+        generation: inode.generation,
+        mode: inode.mode,
+        uid: inode.uid,
+        gid: inode.gid,
+        rdev: 0,
+        target: b"",
+        time_ns,
+    });
+    let durability = inode.durability();
+    if durability != Durability::default() {
+        emit(&Op::SetDurability {
+            ino,
+            durability: durability.code(),
+            time_ns: inode.ctime_ns,
+        });
+    }
+    if durability == Durability::Volatile {
+        return;
+    }
+    // The capability goes last, after the chown that would drop it (`materialize`).
+    let xattrs = inode.xattrs.iter().flat_map(|x| x.iter());
+    for (name, value) in xattrs.filter(|(n, _)| *n != CAPABILITY_XATTR) {
+        emit(&Op::SetXattr {
+            ino,
+            name,
+            value,
+            flags: 0,
+            time_ns: inode.ctime_ns,
+        });
+    }
+    materialize(state, ino, emit);
+}

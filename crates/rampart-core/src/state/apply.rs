@@ -196,7 +196,8 @@ impl State {
         if inode.is_dir() {
             return Err(Errno::EPERM);
         }
-        if inode.nlink == 0 {
+        // No links left: gone, unless it is an unnamed file made to be linked (O_TMPFILE).
+        if inode.nlink == 0 && !self.is_linkable_unnamed(ino) {
             return Err(Errno::ENOENT);
         }
         if inode.nlink >= LINK_COUNT_MAX {
@@ -217,6 +218,7 @@ impl State {
         let inode = self.table.get_mut(ino).expect("inode");
         inode.nlink += 1;
         inode.ctime_ns = time_ns;
+        self.linkable.remove(&ino);
         self.touch_dir(parent, time_ns);
         Ok(())
     }

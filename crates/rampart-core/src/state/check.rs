@@ -66,6 +66,14 @@ impl State {
         if self.table.get(ROOT_INO).is_ok_and(|root| root.nlink == 0) {
             problems.push("the root directory has no links".into());
         }
+        for &ino in &self.linkable {
+            if !self
+                .inode(ino)
+                .is_ok_and(|i| i.nlink == 0 && i.file().is_some())
+            {
+                problems.push(format!("inode {ino} is linkable but not an unnamed file"));
+            }
+        }
         let mut reached = HashSet::new();
         self.reachable_from(ROOT_INO, &mut reached);
         for (ino, inode) in self.table.iter() {

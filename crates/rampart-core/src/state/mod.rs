@@ -11,7 +11,9 @@ mod check;
 mod privileges;
 mod rename;
 mod repair;
+mod tmpfile;
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -27,6 +29,7 @@ use crate::namespace::table::InodeTable;
 use crate::time::TimeNs;
 
 pub(crate) use privileges::CAPABILITY_XATTR;
+pub(crate) use tmpfile::Unnamed;
 
 /// How many inodes of each kind, and the bytes of file contents stored.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +63,8 @@ pub struct State {
     pub(crate) table: InodeTable,
     pub(crate) budget: Budget,
     pub(crate) counts: Counts,
+    /// Unnamed files (`O_TMPFILE`) that `link` may still name; never more than the inodes.
+    pub(crate) linkable: HashSet<Ino>,
     /// For what the state stamps itself (a repair's /lost+found); ops carry their own times.
     clock: Arc<dyn Clock>,
 }
@@ -127,6 +132,7 @@ impl State {
             table: InodeTable::new(),
             budget: Budget::new(config.memory_cap_bytes),
             counts: Counts::default(),
+            linkable: HashSet::new(),
             clock: config.clock.clone(),
         };
         let mut charged = 0u64;
@@ -164,6 +170,7 @@ impl State {
             table: InodeTable::new(),
             budget: Budget::new(config.memory_cap_bytes),
             counts: Counts::default(),
+            linkable: HashSet::new(),
             clock: config.clock.clone(),
         };
         let now = state.clock.file_time_ns();
@@ -243,6 +250,7 @@ impl State {
             return;
         }
         let inode = self.table.remove(ino);
+        self.linkable.remove(&ino);
         self.budget.set_table_bytes(self.table.heap_bytes());
         self.budget.apply(-(inode_charge(&inode) as i64));
         *self.counts.slot(inode.kind()) -= 1;

@@ -1257,6 +1257,29 @@ mod op {
         }
     }
 
+    /// Create and open an unnamed file in a directory (`O_TMPFILE`; rampart's addition).
+    ///
+    /// The kernel sends a `fuse_create_in` like [`Create`]'s, then a placeholder name it does
+    /// not use ("/"), and expects the same reply: an entry and an open file.
+    #[derive(Debug)]
+    pub(crate) struct TmpFile<'a> {
+        #[expect(dead_code)]
+        header: &'a fuse_in_header,
+        arg: &'a fuse_create_in,
+    }
+    impl TmpFile<'_> {
+        pub(crate) fn mode(&self) -> u32 {
+            self.arg.mode
+        }
+        /// Flags as passed to `open()` (`O_EXCL` among them when the file may never be linked)
+        pub(crate) fn flags(&self) -> i32 {
+            self.arg.flags
+        }
+        pub(crate) fn umask(&self) -> u32 {
+            self.arg.umask
+        }
+    }
+
     /// If a process issuing a FUSE filesystem request is interrupted, the
     /// following will happen:
     ///
@@ -1852,6 +1875,11 @@ mod op {
                 header,
                 arg: data.fetch()?,
             }),
+            // The placeholder name after the argument is not needed.
+            fuse_opcode::FUSE_TMPFILE => Operation::TmpFile(TmpFile {
+                header,
+                arg: data.fetch()?,
+            }),
 
             #[cfg(target_os = "macos")]
             fuse_opcode::FUSE_SETVOLNAME => Operation::SetVolName(SetVolName {
@@ -1926,6 +1954,7 @@ pub(crate) enum Operation<'a> {
     Rename2(Rename2<'a>),
     Lseek(Lseek<'a>),
     CopyFileRange(CopyFileRange<'a>),
+    TmpFile(TmpFile<'a>),
 
     #[cfg(target_os = "macos")]
     SetVolName(SetVolName<'a>),
@@ -2101,6 +2130,13 @@ impl fmt::Display for Operation<'_> {
                 x.src(),
                 x.dest(),
                 x.len()
+            ),
+            Operation::TmpFile(x) => write!(
+                f,
+                "TMPFILE mode {:#05o}, umask {:#05o}, flags {:#x}",
+                x.mode(),
+                x.umask(),
+                x.flags()
             ),
 
             #[cfg(target_os = "macos")]
