@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compares rampart's figures in two `rampart bench` results.json files (a run of the previous
+"""Compares rampart's figures in two `rampart bench` results.json files (or .json.gz) (a run of the previous
 release and one of this release, made back to back with the same options):
 
     python3 compare.py OLD/results.json NEW/results.json [PEER]
@@ -8,6 +8,7 @@ For every workload and metric of PEER (default rampart): both medians, both rang
 the repetitions), the change, and whether the new median lies within the old run's spread
 widened by the new run's own (the ranges overlap). Prints a Markdown table."""
 
+import gzip
 import json
 import statistics
 import sys
@@ -15,7 +16,9 @@ import sys
 
 def figures(path, peer):
     out = {}
-    data = json.load(open(path))
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        data = json.load(f)
     for w in data["workloads"]:
         for cell in w["cells"]:
             if cell["peer"] != peer:
