@@ -224,15 +224,19 @@ class Rig:
         self.history.append(f"cycle {self.cycle}: {what}")
         return True
 
-    def recover(self):
-        """LazyFS mounted again over what survived; fsck must call the store clean; rampart
-        mounted again. Returns the fsck report."""
+    def recover(self, damaged=False):
+        """LazyFS mounted again over what survived; fsck must call the store clean (or, when
+        the test `damaged` the store on purpose, report it and repair it with --repair);
+        rampart mounted again. Returns the (first) fsck report."""
         self.lazy.start()
         r = run([RAMPART_BIN, "fsck", "--json", self.fs.store], env=self.env, timeout=300)
         try:
             report = json.loads(r.stdout)
         except ValueError:
             report = {"unparsed": r.stdout}
+        if damaged:
+            assert r.returncode != 0, f"fsck called a damaged store clean:\n{json.dumps(report, indent=1)}"
+            r = run([RAMPART_BIN, "fsck", "--repair", self.fs.store], env=self.env, timeout=300)
         assert r.returncode == 0, (
             f"fsck after the power cut exited {r.returncode}:\n{json.dumps(report, indent=1)}\n{r.stderr}")
         self.fs.mount(mkfs=False)

@@ -424,7 +424,10 @@ int main (int argc, char* argv[]) {
 
         if (!strcmp (argv[i], "--config-path")) {
 
-            if (strcasestr (argv[i + 1], "-o"))
+            // rampart: the next argument is the -o flag only if it is exactly "-o"; upstream's
+            // strcasestr took any path containing "-o" or "-O" (a temporary folder's random
+            // name) for it and fell back to config/default.toml.
+            if (i + 1 >= argc || !strcmp (argv[i + 1], "-o"))
 
                 path_specified = false;
 
