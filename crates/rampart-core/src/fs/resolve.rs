@@ -142,7 +142,12 @@ impl Resolver<'_> {
     /// (it always is when the path ends with a slash). `count_last`: the lookup of what the
     /// path names is counted as the kernel's (an open file's reference, dropped by `forget`);
     /// it is counted exactly when the result has both a name and attributes.
-    pub fn resolve(&self, path: &Path, follow_last: bool, count_last: bool) -> Result<Found, Errno> {
+    pub fn resolve(
+        &self,
+        path: &Path,
+        follow_last: bool,
+        count_last: bool,
+    ) -> Result<Found, Errno> {
         let bytes = path.as_os_str().as_bytes();
         if bytes.is_empty() {
             return Err(Errno::ENOENT);
@@ -368,5 +373,82 @@ mod tests {
         // Many components within PATH_BYTES_MAX bytes are fine; past the depth limit not.
         let deep = "./".repeat(2000) + "a";
         assert!(walk.resolve(Path::new(&deep), true, false).is_ok());
+    }
+
+    /// The directory cache gives what walking again would: after a directory is renamed,
+    /// replaced, removed and made again, or reached through a symlink that changes.
+    #[test]
+    fn remembered_directories_follow_renames_removals_and_symlinks() {
+        let fs = crate::fs::Fs::in_memory();
+        fs.create_dir_all("/d/sub").unwrap();
+        fs.write("/d/sub/f", b"one").unwrap();
+        assert_eq!(fs.read("/d/sub/f").unwrap(), b"one"); // /d/sub remembered
+        fs.rename("/d/sub", "/d/old").unwrap();
+        assert_eq!(
+            fs.read("/d/sub/f").unwrap_err().kind(),
+            std::io::ErrorKind::NotFound
+        );
+        fs.create_dir("/d/sub").unwrap();
+        fs.write("/d/sub/f", b"two").unwrap();
+        assert_eq!(fs.read("/d/old/f").unwrap(), b"one");
+        assert_eq!(fs.read("/d/sub/f").unwrap(), b"two");
+        // Removed and made again: a new inode under the same path.
+        fs.remove_file("/d/sub/f").unwrap();
+        fs.remove_dir("/d/sub").unwrap();
+        fs.create_dir("/d/sub").unwrap();
+        assert!(!fs.exists("/d/sub/f").unwrap());
+        fs.write("/d/sub/f", b"three").unwrap();
+        assert_eq!(fs.read("/d/sub/f").unwrap(), b"three");
+        // Through a symlink that is replaced by another (no rename or rmdir involved).
+        fs.symlink("/d/old", "/l").unwrap();
+        assert_eq!(fs.read("/l/f").unwrap(), b"one");
+        fs.remove_file("/l").unwrap();
+        fs.symlink("/d/sub", "/l").unwrap();
+        assert_eq!(fs.read("/l/f").unwrap(), b"three");
+        // The inode-level API moves the epoch as well.
+        let d = fs.metadata("/d").unwrap().ino();
+        let ctx = Ctx::library(0, 0);
+        fs.engine().rename(&ctx, d, b"sub", d, b"moved", 0).unwrap();
+        assert!(!fs.exists("/d/sub/f").unwrap());
+        assert_eq!(fs.read("/d/moved/f").unwrap(), b"three");
+    }
+
+    /// An open file holds exactly one reference, dropped with it: a file removed while open
+    /// is freed at the drop, whichever way the path was resolved.
+    #[test]
+    fn an_open_counts_one_reference_however_resolved() {
+        let fs = crate::fs::Fs::in_memory();
+        fs.create_dir("/d").unwrap();
+        fs.write("/d/target", b"x").unwrap();
+        fs.symlink("target", "/d/link").unwrap();
+        for path in ["/d/target", "/d/link", "d/./target"] {
+            let file = crate::fs::File::open(&fs, path).unwrap();
+            let ino = file.ino();
+            let lookups = |fs: &crate::fs::Fs| {
+                fs.engine().with_state(|s| {
+                    s.inode(ino)
+                        .unwrap()
+                        .lookups
+                        .load(std::sync::atomic::Ordering::Acquire)
+                })
+            };
+            assert_eq!(lookups(&fs), 1, "{path}");
+            drop(file);
+            assert_eq!(lookups(&fs), 0, "{path}");
+        }
+        let e = crate::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&fs, "/d/target")
+            .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists);
+        let ino = fs.metadata("/d/target").unwrap().ino();
+        let left = fs.engine().with_state(|s| {
+            s.inode(ino)
+                .unwrap()
+                .lookups
+                .load(std::sync::atomic::Ordering::Acquire)
+        });
+        assert_eq!(left, 0);
     }
 }

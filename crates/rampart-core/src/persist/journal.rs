@@ -517,7 +517,10 @@ impl BatchBuilder {
         if self.op_count == 0 {
             return;
         }
-        assert!(self.body.len() <= BATCH_BODY_BYTES_MAX, "batch over the limit");
+        assert!(
+            self.body.len() <= BATCH_BODY_BYTES_MAX,
+            "batch over the limit"
+        );
         BatchHeader::frame(
             self.first_seq,
             self.op_count,
