@@ -34,6 +34,11 @@ pub const PATH_BYTES_MAX: usize = 4095;
 /// MAXSYMLINKS); one more fails with ELOOP.
 pub const SYMLINK_FOLLOWS_MAX: usize = 40;
 
+/// How many resolved directories one `fs::Fs` remembers by path (all are forgotten when full,
+/// and whenever a rename or rmdir may have moved one): at most this many keys of at most
+/// `PATH_BYTES_MAX` bytes.
+pub const LIBRARY_DIR_CACHE_ENTRIES_MAX: usize = 1024;
+
 // Moved here from the modules that use them (each re-exports its own).
 
 /// Longest attribute name, in bytes, including the namespace prefix (XATTR_NAME_MAX).

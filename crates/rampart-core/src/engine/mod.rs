@@ -17,6 +17,7 @@ mod info;
 mod namespace_ops;
 mod xattr_ops;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{RwLock, RwLockWriteGuard};
@@ -115,6 +116,10 @@ pub struct Engine {
     levels: RwLock<Arc<Levels>>,
     observer: RwLock<Option<Arc<dyn Observer>>>,
     clock: Arc<dyn Clock>,
+    /// Moves (under the state lock) with every rename and rmdir: what a path of directories
+    /// names can only change then, so callers that remember resolved directories (the path
+    /// API's cache) forget them when it moves.
+    namespace_epoch: AtomicU64,
 }
 
 impl std::fmt::Debug for Engine {
@@ -145,6 +150,9 @@ impl Mutation<'_> {
         let watched = attributes_not_in_reply(op);
         let before = watched.and_then(|ino| privileges(&self.state, ino));
         self.state.apply(op)?;
+        if matches!(op, Op::Rename { .. } | Op::Rmdir { .. }) {
+            self.engine.namespace_epoch.fetch_add(1, Ordering::Release);
+        }
         if let Some(ino) = watched {
             if before != privileges(&self.state, ino) {
                 self.behind_kernel.push(Invalidation::Attributes { ino });
@@ -230,11 +238,19 @@ impl Engine {
             levels: RwLock::new(Arc::new(Levels::default())),
             observer: RwLock::new(None),
             clock,
+            namespace_epoch: AtomicU64::new(0),
         }
     }
 
     pub fn new(config: EngineConfig) -> Engine {
         Engine::with_clock(State::new(&config), config.clock.clone())
+    }
+
+    /// A number that changes whenever a rename or rmdir may have changed which directory a
+    /// path through directories only (no symlink) names: creations and unlinks cannot, as
+    /// they never replace or remove a directory.
+    pub fn namespace_epoch(&self) -> u64 {
+        self.namespace_epoch.load(Ordering::Acquire)
     }
 
     /// Runs `f` with shared access to the state (a checkpoint encodes it meanwhile; writers

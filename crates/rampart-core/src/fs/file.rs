@@ -113,12 +113,17 @@ impl OpenOptions {
             return Err(Errno::EINVAL);
         }
         let engine = fs.engine();
-        let found = fs.resolve(path, !self.create_new)?;
+        // The lookup of an existing name is counted as the kernel counts an open inode:
+        // unlinked while open, it lives on until the handle is dropped (`forget`).
+        let found = fs.resolve_counted(path, !self.create_new)?;
         let attr = match (found.attr, found.name.as_deref()) {
-            (Some(_), _) if self.create_new => return Err(Errno::EEXIST),
-            // Counted as the kernel counts an open inode: unlinked while open, it lives on
-            // until the handle is dropped (`forget`).
-            (Some(_), Some(name)) => engine.lookup(&fs.open_ctx(), found.parent, name)?,
+            (Some(attr), name) if self.create_new => {
+                if name.is_some() {
+                    engine.forget(attr.ino, 1);
+                }
+                return Err(Errno::EEXIST);
+            }
+            (Some(attr), Some(_)) => attr,
             // The root, or a directory reached by "..": directories are not freed while
             // open, as they cannot be removed unless empty and an open one reads as empty.
             (Some(attr), None) => attr,

@@ -94,6 +94,8 @@ struct Inner {
     ctx: Ctx,
     /// The open store, if any; dropping it closes the store (final checkpoint).
     store: Option<Rampart>,
+    /// Directories resolved by path, so that a path in a known directory is one lookup.
+    dirs: resolve::DirCache,
 }
 
 impl Fs {
@@ -147,6 +149,7 @@ impl Fs {
                 engine,
                 ctx: Ctx::library(uid, gid),
                 store,
+                dirs: resolve::DirCache::default(),
             }),
         }
     }
@@ -190,8 +193,8 @@ impl Fs {
         &self.inner.ctx
     }
 
-    /// The caller as the kernel: its lookups and creations are counted, so that an open file
-    /// outlives its last name until the handle is dropped.
+    /// The caller as the kernel: its creations are counted, so that an open file outlives
+    /// its last name until the handle is dropped.
     pub(crate) fn open_ctx(&self) -> Ctx {
         Ctx {
             kernel: true,
@@ -199,7 +202,25 @@ impl Fs {
         }
     }
 
+    fn resolver(&self) -> resolve::Resolver<'_> {
+        resolve::Resolver {
+            engine: &self.inner.engine,
+            ctx: &self.inner.ctx,
+            cache: Some(&self.inner.dirs),
+        }
+    }
+
     pub(crate) fn resolve(&self, path: &Path, follow_last: bool) -> Result<resolve::Found, Errno> {
-        resolve::resolve(&self.inner.engine, &self.inner.ctx, path, follow_last)
+        self.resolver().resolve(path, follow_last, false)
+    }
+
+    /// [`Fs::resolve`] for opening: the lookup of what `path` names is counted as an open
+    /// file's reference (when the result has a name and attributes), for `forget` at drop.
+    pub(crate) fn resolve_counted(
+        &self,
+        path: &Path,
+        follow_last: bool,
+    ) -> Result<resolve::Found, Errno> {
+        self.resolver().resolve(path, follow_last, true)
     }
 }

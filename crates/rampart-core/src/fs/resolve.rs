@@ -5,14 +5,25 @@
 //! path actually walked (a symlink's relative target is resolved from the symlink's directory;
 //! an absolute one from the store's root). Paths are relative to the store's root whether they
 //! start with `/` or not: the library has no current directory.
+//!
+//! Most calls name a file in a directory already used (PostMark's flat directories, a
+//! program's data folder): the directory part of such a path is remembered (`DirCache`), so
+//! only the last name is looked up. The cache is dropped whenever the engine's namespace
+//! epoch moves (a rename or rmdir), and holds only walks that followed no symlink, so it
+//! always gives what walking again would.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+use hashbrown::HashMap;
+use parking_lot::RwLock;
+
 use crate::attr::{Attr, FileKind, Ino, ROOT_INO};
 use crate::engine::{Ctx, Engine};
 use crate::error::Errno;
-use crate::limits::{PATH_BYTES_MAX, PATH_DEPTH_MAX, SYMLINK_FOLLOWS_MAX};
+use crate::limits::{
+    LIBRARY_DIR_CACHE_ENTRIES_MAX, PATH_BYTES_MAX, PATH_DEPTH_MAX, SYMLINK_FOLLOWS_MAX,
+};
 
 /// Where a path leads.
 #[derive(Debug)]
@@ -30,6 +41,15 @@ pub(crate) struct Found {
 }
 
 impl Found {
+    fn named(parent: Ino, name: &[u8], attr: Option<Attr>) -> Found {
+        Found {
+            parent,
+            name: Some(name.to_vec()),
+            attr,
+            must_be_dir: false,
+        }
+    }
+
     /// The name, or the error of an operation that needs one (creating or removing `/`).
     pub fn name_or(&self, errno: Errno) -> Result<&[u8], Errno> {
         self.name.as_deref().ok_or(errno)
@@ -54,94 +74,235 @@ fn components(path: &[u8]) -> (Vec<Vec<u8>>, bool) {
     (parts, trailing)
 }
 
-/// Resolves `path`; `follow_last`: whether a symlink as the last component is followed (it
-/// always is when the path ends with a slash).
-pub(crate) fn resolve(
-    engine: &Engine,
-    ctx: &Ctx,
-    path: &Path,
-    follow_last: bool,
-) -> Result<Found, Errno> {
-    let bytes = path.as_os_str().as_bytes();
-    if bytes.is_empty() {
-        return Err(Errno::ENOENT);
+/// Directories resolved by path (the part before the last `/`), valid for one namespace
+/// epoch of the engine.
+#[derive(Debug, Default)]
+pub(crate) struct DirCache {
+    inner: RwLock<Remembered>,
+}
+
+#[derive(Debug, Default)]
+struct Remembered {
+    epoch: u64,
+    dirs: HashMap<Box<[u8]>, Ino>,
+}
+
+impl DirCache {
+    fn get(&self, epoch: u64, path: &[u8]) -> Option<Ino> {
+        let remembered = self.inner.read();
+        if remembered.epoch != epoch {
+            return None;
+        }
+        remembered.dirs.get(path).copied()
     }
-    if bytes.len() > PATH_BYTES_MAX {
-        return Err(Errno::ENAMETOOLONG);
+
+    /// Remembers `path` as `dir`, walked at `epoch` (read before the walk began).
+    fn put(&self, epoch: u64, path: &[u8], dir: Ino) {
+        let mut remembered = self.inner.write();
+        if remembered.epoch > epoch {
+            return; // walked before a rename or rmdir: maybe stale already
+        }
+        if remembered.epoch < epoch || remembered.dirs.len() >= LIBRARY_DIR_CACHE_ENTRIES_MAX {
+            remembered.dirs.clear();
+            remembered.epoch = epoch;
+        }
+        remembered.dirs.insert(path.into(), dir);
     }
-    let (mut todo, must_be_dir) = components(bytes);
-    let follow_last = follow_last || must_be_dir;
-    let mut dirs: Vec<Ino> = vec![ROOT_INO];
-    let mut follows = 0usize;
-    let mut walked = 0usize;
-    while let Some(part) = todo.pop() {
-        walked += 1;
-        if walked > PATH_DEPTH_MAX {
+}
+
+/// Who resolves: the engine, the caller, and the caller's cache of directories (none in
+/// tests of the walk itself).
+pub(crate) struct Resolver<'a> {
+    pub engine: &'a Engine,
+    pub ctx: &'a Ctx,
+    pub cache: Option<&'a DirCache>,
+}
+
+/// What a walk found, and what it took.
+struct Walked {
+    found: Found,
+    /// Components walked (`..` included), against `PATH_DEPTH_MAX`.
+    components: usize,
+    /// Whether a symlink was followed (such a walk is not remembered).
+    followed: bool,
+}
+
+/// `path` split into its directory part and a last name that is neither `.` nor `..`; None
+/// when there is no such name (a trailing `/`, `.` or `..` last), which the full walk handles.
+fn split_last(path: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (dir, last) = match path.iter().rposition(|&b| b == b'/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => (&path[..0], path),
+    };
+    (!last.is_empty() && last != b"." && last != b"..").then_some((dir, last))
+}
+
+impl Resolver<'_> {
+    /// Resolves `path`; `follow_last`: whether a symlink as the last component is followed
+    /// (it always is when the path ends with a slash). `count_last`: the lookup of what the
+    /// path names is counted as the kernel's (an open file's reference, dropped by `forget`);
+    /// it is counted exactly when the result has both a name and attributes.
+    pub fn resolve(
+        &self,
+        path: &Path,
+        follow_last: bool,
+        count_last: bool,
+    ) -> Result<Found, Errno> {
+        let bytes = path.as_os_str().as_bytes();
+        if bytes.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        if bytes.len() > PATH_BYTES_MAX {
             return Err(Errno::ENAMETOOLONG);
         }
-        let last = todo.is_empty();
-        let dir = *dirs.last().expect("the root is never popped");
-        if part == b".." {
-            if dirs.len() > 1 {
-                dirs.pop();
+        if let (Some(cache), Some((dir_path, last))) = (self.cache, split_last(bytes)) {
+            if let Some(dir) = self.cached_dir(cache, dir_path)? {
+                let ctx = self.last_ctx(count_last);
+                match self.engine.lookup(&ctx, dir, last) {
+                    Ok(attr) if attr.kind == FileKind::Symlink && follow_last => {
+                        // Rare: the full walk follows it.
+                        if count_last {
+                            self.engine.forget(attr.ino, 1);
+                        }
+                    }
+                    Ok(attr) => return Ok(Found::named(dir, last, Some(attr))),
+                    Err(Errno::ENOENT) => return Ok(Found::named(dir, last, None)),
+                    Err(e) => return Err(e),
+                }
             }
-            continue;
         }
-        let attr = match engine.lookup(ctx, dir, &part) {
-            Ok(attr) => attr,
-            Err(Errno::ENOENT) if last => {
-                return Ok(Found {
-                    parent: dir,
-                    name: Some(part),
-                    attr: None,
-                    must_be_dir,
-                })
-            }
-            Err(e) => return Err(e),
+        Ok(self.walk(bytes, follow_last, count_last)?.found)
+    }
+
+    /// The directory `dir_path` names, from the cache or walked (and then remembered);
+    /// None when the full walk must decide (a walk at the depth limit).
+    fn cached_dir(&self, cache: &DirCache, dir_path: &[u8]) -> Result<Option<Ino>, Errno> {
+        if dir_path.iter().all(|&b| b == b'/') {
+            return Ok(Some(ROOT_INO));
+        }
+        let epoch = self.engine.namespace_epoch();
+        if let Some(dir) = cache.get(epoch, dir_path) {
+            return Ok(Some(dir));
+        }
+        let walked = self.walk(dir_path, true, false)?;
+        let dir = match (walked.found.name, walked.found.attr) {
+            (None, _) => walked.found.parent,
+            (Some(_), Some(attr)) if attr.kind == FileKind::Directory => attr.ino,
+            (Some(_), Some(_)) => return Err(Errno::ENOTDIR),
+            (Some(_), None) => return Err(Errno::ENOENT),
         };
-        match attr.kind {
-            FileKind::Symlink if !last || follow_last => {
-                follows += 1;
-                if follows > SYMLINK_FOLLOWS_MAX {
-                    return Err(Errno(libc::ELOOP));
-                }
-                let target = engine.readlink(attr.ino)?;
-                if target.is_empty() {
-                    return Err(Errno::ENOENT);
-                }
-                if target.starts_with(b"/") {
-                    dirs.truncate(1);
-                }
-                let (parts, target_trailing) = components(&target);
-                if last && target_trailing && parts.is_empty() {
-                    // A link to "/" or "." as the last component: the directory reached.
-                    continue;
-                }
-                todo.extend(parts);
-            }
-            FileKind::Directory if !last => dirs.push(attr.ino),
-            _ if !last => return Err(Errno::ENOTDIR),
-            kind => {
-                if must_be_dir && kind != FileKind::Directory {
-                    return Err(Errno::ENOTDIR);
-                }
-                return Ok(Found {
-                    parent: dir,
-                    name: Some(part),
-                    attr: Some(attr),
-                    must_be_dir,
-                });
-            }
+        if walked.components >= PATH_DEPTH_MAX {
+            return Ok(None);
+        }
+        if !walked.followed {
+            cache.put(epoch, dir_path, dir);
+        }
+        Ok(Some(dir))
+    }
+
+    fn last_ctx(&self, count_last: bool) -> Ctx {
+        Ctx {
+            kernel: count_last,
+            ..*self.ctx
         }
     }
-    // The path ended at a directory of the walk itself ("/", "a/..", a link to "/").
-    let dir = *dirs.last().expect("the root is never popped");
-    Ok(Found {
-        parent: dir,
-        name: None,
-        attr: Some(engine.getattr(dir)?),
-        must_be_dir,
-    })
+
+    /// The walk from the root, component by component.
+    fn walk(&self, bytes: &[u8], follow_last: bool, count_last: bool) -> Result<Walked, Errno> {
+        let engine = self.engine;
+        let (mut todo, must_be_dir) = components(bytes);
+        let follow_last = follow_last || must_be_dir;
+        let mut dirs: Vec<Ino> = vec![ROOT_INO];
+        let mut follows = 0usize;
+        let mut walked = 0usize;
+        while let Some(part) = todo.pop() {
+            walked += 1;
+            if walked > PATH_DEPTH_MAX {
+                return Err(Errno::ENAMETOOLONG);
+            }
+            let last = todo.is_empty();
+            let dir = *dirs.last().expect("the root is never popped");
+            if part == b".." {
+                if dirs.len() > 1 {
+                    dirs.pop();
+                }
+                continue;
+            }
+            let ctx = self.last_ctx(last && count_last);
+            let attr = match engine.lookup(&ctx, dir, &part) {
+                Ok(attr) => attr,
+                Err(Errno::ENOENT) if last => {
+                    return Ok(Walked {
+                        found: Found {
+                            parent: dir,
+                            name: Some(part),
+                            attr: None,
+                            must_be_dir,
+                        },
+                        components: walked,
+                        followed: follows > 0,
+                    })
+                }
+                Err(e) => return Err(e),
+            };
+            match attr.kind {
+                FileKind::Symlink if !last || follow_last => {
+                    if ctx.kernel {
+                        engine.forget(attr.ino, 1);
+                    }
+                    follows += 1;
+                    if follows > SYMLINK_FOLLOWS_MAX {
+                        return Err(Errno(libc::ELOOP));
+                    }
+                    let target = engine.readlink(attr.ino)?;
+                    if target.is_empty() {
+                        return Err(Errno::ENOENT);
+                    }
+                    if target.starts_with(b"/") {
+                        dirs.truncate(1);
+                    }
+                    let (parts, target_trailing) = components(&target);
+                    if last && target_trailing && parts.is_empty() {
+                        // A link to "/" or "." as the last component: the directory reached.
+                        continue;
+                    }
+                    todo.extend(parts);
+                }
+                FileKind::Directory if !last => dirs.push(attr.ino),
+                _ if !last => return Err(Errno::ENOTDIR),
+                kind => {
+                    if must_be_dir && kind != FileKind::Directory {
+                        if ctx.kernel {
+                            engine.forget(attr.ino, 1);
+                        }
+                        return Err(Errno::ENOTDIR);
+                    }
+                    return Ok(Walked {
+                        found: Found {
+                            parent: dir,
+                            name: Some(part),
+                            attr: Some(attr),
+                            must_be_dir,
+                        },
+                        components: walked,
+                        followed: follows > 0,
+                    });
+                }
+            }
+        }
+        // The path ended at a directory of the walk itself ("/", "a/..", a link to "/").
+        let dir = *dirs.last().expect("the root is never popped");
+        Ok(Walked {
+            found: Found {
+                parent: dir,
+                name: None,
+                attr: Some(engine.getattr(dir)?),
+                must_be_dir,
+            },
+            components: walked,
+            followed: follows > 0,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -168,7 +329,12 @@ mod tests {
     #[test]
     fn dot_dot_and_symlinks_resolve_as_the_kernel_does() {
         let (e, c) = setup();
-        let r = |p: &str, follow| resolve(&e, &c, Path::new(p), follow);
+        let walk = Resolver {
+            engine: &e,
+            ctx: &c,
+            cache: None,
+        };
+        let r = |p: &str, follow| walk.resolve(Path::new(p), follow, false);
         assert_eq!(
             r("/a/b/../f", true).unwrap().attr.unwrap().ino,
             ino_of(&e, "a/f")
@@ -192,7 +358,12 @@ mod tests {
     #[test]
     fn errors_carry_the_errno_of_each_failure() {
         let (e, c) = setup();
-        let r = |p: &str| resolve(&e, &c, Path::new(p), true).unwrap_err();
+        let walk = Resolver {
+            engine: &e,
+            ctx: &c,
+            cache: None,
+        };
+        let r = |p: &str| walk.resolve(Path::new(p), true, false).unwrap_err();
         assert_eq!(r("loop"), Errno(libc::ELOOP));
         assert_eq!(r("a/f/x"), Errno::ENOTDIR);
         assert_eq!(r("a/f/"), Errno::ENOTDIR);
@@ -201,6 +372,83 @@ mod tests {
         assert_eq!(r(&"a/".repeat(3000)), Errno::ENAMETOOLONG);
         // Many components within PATH_BYTES_MAX bytes are fine; past the depth limit not.
         let deep = "./".repeat(2000) + "a";
-        assert!(resolve(&e, &c, Path::new(&deep), true).is_ok());
+        assert!(walk.resolve(Path::new(&deep), true, false).is_ok());
+    }
+
+    /// The directory cache gives what walking again would: after a directory is renamed,
+    /// replaced, removed and made again, or reached through a symlink that changes.
+    #[test]
+    fn remembered_directories_follow_renames_removals_and_symlinks() {
+        let fs = crate::fs::Fs::in_memory();
+        fs.create_dir_all("/d/sub").unwrap();
+        fs.write("/d/sub/f", b"one").unwrap();
+        assert_eq!(fs.read("/d/sub/f").unwrap(), b"one"); // /d/sub remembered
+        fs.rename("/d/sub", "/d/old").unwrap();
+        assert_eq!(
+            fs.read("/d/sub/f").unwrap_err().kind(),
+            std::io::ErrorKind::NotFound
+        );
+        fs.create_dir("/d/sub").unwrap();
+        fs.write("/d/sub/f", b"two").unwrap();
+        assert_eq!(fs.read("/d/old/f").unwrap(), b"one");
+        assert_eq!(fs.read("/d/sub/f").unwrap(), b"two");
+        // Removed and made again: a new inode under the same path.
+        fs.remove_file("/d/sub/f").unwrap();
+        fs.remove_dir("/d/sub").unwrap();
+        fs.create_dir("/d/sub").unwrap();
+        assert!(!fs.exists("/d/sub/f").unwrap());
+        fs.write("/d/sub/f", b"three").unwrap();
+        assert_eq!(fs.read("/d/sub/f").unwrap(), b"three");
+        // Through a symlink that is replaced by another (no rename or rmdir involved).
+        fs.symlink("/d/old", "/l").unwrap();
+        assert_eq!(fs.read("/l/f").unwrap(), b"one");
+        fs.remove_file("/l").unwrap();
+        fs.symlink("/d/sub", "/l").unwrap();
+        assert_eq!(fs.read("/l/f").unwrap(), b"three");
+        // The inode-level API moves the epoch as well.
+        let d = fs.metadata("/d").unwrap().ino();
+        let ctx = Ctx::library(0, 0);
+        fs.engine().rename(&ctx, d, b"sub", d, b"moved", 0).unwrap();
+        assert!(!fs.exists("/d/sub/f").unwrap());
+        assert_eq!(fs.read("/d/moved/f").unwrap(), b"three");
+    }
+
+    /// An open file holds exactly one reference, dropped with it: a file removed while open
+    /// is freed at the drop, whichever way the path was resolved.
+    #[test]
+    fn an_open_counts_one_reference_however_resolved() {
+        let fs = crate::fs::Fs::in_memory();
+        fs.create_dir("/d").unwrap();
+        fs.write("/d/target", b"x").unwrap();
+        fs.symlink("target", "/d/link").unwrap();
+        for path in ["/d/target", "/d/link", "d/./target"] {
+            let file = crate::fs::File::open(&fs, path).unwrap();
+            let ino = file.ino();
+            let lookups = |fs: &crate::fs::Fs| {
+                fs.engine().with_state(|s| {
+                    s.inode(ino)
+                        .unwrap()
+                        .lookups
+                        .load(std::sync::atomic::Ordering::Acquire)
+                })
+            };
+            assert_eq!(lookups(&fs), 1, "{path}");
+            drop(file);
+            assert_eq!(lookups(&fs), 0, "{path}");
+        }
+        let e = crate::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&fs, "/d/target")
+            .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists);
+        let ino = fs.metadata("/d/target").unwrap().ino();
+        let left = fs.engine().with_state(|s| {
+            s.inode(ino)
+                .unwrap()
+                .lookups
+                .load(std::sync::atomic::Ordering::Acquire)
+        });
+        assert_eq!(left, 0);
     }
 }
