@@ -75,9 +75,14 @@ def test_remount_at_once_after_kill_9_under_load(test_base, rampart_env, cleanup
             os.kill(pid, signal.SIGKILL)
             # What a user sees: the daemon is dead. Its store lock may not be released yet.
             assert wait_until(lambda: not pid_alive(pid), EXIT_WAIT), f"daemon {pid} survived SIGKILL"
-            run(["fusermount3", "-u", "-z", m.path], timeout=60)
-            assert wait_until(lambda: not in_mount_table(m.path), EXIT_WAIT), "dead mount still in the table"
-            m.mounted = False
+        # The writers are stopped before the dead mount is detached: every call they made after
+        # the kill failed on the dead connection (ENOTCONN), while after a lazy unmount their
+        # next files would land in the folder beneath the mount point (and be hidden by the
+        # next mount, looking lost).
+        run(["fusermount3", "-u", "-z", m.path], timeout=60)
+        assert wait_until(lambda: not in_mount_table(m.path), EXIT_WAIT), "dead mount still in the table"
+        m.mounted = False
+        assert os.listdir(m.path) == [], "a writer wrote beneath the mount point"
         acked.update(w.acked)
         started = time.monotonic()
         m.mount(mkfs=False)  # asserts that `rampart mount` succeeded
