@@ -70,6 +70,9 @@ pub const STORE_RESERVE_BYTES_MIN: u64 = 8 << 20;
 /// Most room kept in the `reserve` file, however large the last checkpoint.
 pub const STORE_RESERVE_BYTES_MAX: u64 = 4 << 30;
 
+/// Most capacity the journal's batch buffer keeps between batches, in bytes.
+pub const BATCH_BUFFER_KEPT_BYTES_MAX: usize = 4 << 20;
+
 /// Largest batch body; a batch holding more ops is cut in two by the writer.
 pub const BATCH_BODY_BYTES_MAX: usize = 64 << 20;
 
@@ -139,6 +142,7 @@ const _: () = assert!(
     "a reserve leaves room for batches before the zeros that must stay"
 );
 const _: () = assert!(NAME_BYTES_MAX <= DEVICE_NAME_BYTES_MAX);
+const _: () = assert!(BATCH_BUFFER_KEPT_BYTES_MAX <= BATCH_BODY_BYTES_MAX);
 const _: () = assert!(
     NAME_BYTES_MAX <= u8::MAX as usize,
     "names are measured in a byte"

@@ -48,6 +48,7 @@ const CREATED_NS_AT: usize = BASE_SEQ_AT + 8;
 const BATCH_MAGIC: u32 = u32::from_le_bytes(*b"RPJB");
 pub const BATCH_HEADER_BYTES: usize = 32;
 pub use crate::limits::BATCH_BODY_BYTES_MAX;
+use crate::limits::BATCH_BUFFER_KEPT_BYTES_MAX;
 pub use crate::limits::JOURNAL_RESERVE_BYTES;
 
 /// The journal's header.
@@ -530,10 +531,13 @@ impl BatchBuilder {
         );
         // The next batch reuses the buffer: growing a fresh one from nothing by doubling
         // copied every batch's bytes again (a tenth of a small-write workload's time). It
-        // keeps at most twice what this batch needed, so an idle store holds little.
+        // keeps at most twice what this batch needed and never more than
+        // BATCH_BUFFER_KEPT_BYTES_MAX: after a burst of large writes the buffer would
+        // otherwise hold up to twice the largest batch for as long as the store stays idle.
         let used = self.body.len();
         self.body.clear();
-        self.body.shrink_to(used.saturating_mul(2));
+        self.body
+            .shrink_to(used.saturating_mul(2).min(BATCH_BUFFER_KEPT_BYTES_MAX));
         self.first_seq = self.next_seq;
         self.op_count = 0;
     }
