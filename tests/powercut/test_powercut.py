@@ -97,6 +97,33 @@ def test_exact_sync_points(rig_factory, seed):
     cycles(rig, [sync_point(i) for i in range(len(SYNC_POINTS))], rng)
 
 
+# Torn writes of the journal: LazyFS splits the next write to the journal into three parts,
+# puts only some of them on the disk (bypassing its cache), and kills itself; everything not
+# synced is lost as in any cut. The tail the daemon was writing is torn (its last bytes, or a
+# hole in its middle), and recovery must drop exactly that: fsck clean, nothing acknowledged
+# lost (the write was not acknowledged: its fdatasync never ran).
+TORN_WRITES = [
+    ("a journal write torn after its first third", "1"),
+    ("a journal write torn with its middle third missing", "1,3"),
+]
+
+
+def torn_write(index):
+    what, persist = TORN_WRITES[index % len(TORN_WRITES)]
+
+    def instant(rig, rng):
+        time.sleep(rng.uniform(0.2, 1.0))
+        journal = rig.store_backing / "journal"
+        rig.cut_by_lazyfs(f"lazyfs::torn-op::file={journal}::parts=3::persist={persist}", what)
+    return instant
+
+
+def test_torn_journal_writes(rig_factory, seed):
+    rng = seeded(seed + 5)
+    rig = rig_factory()
+    cycles(rig, [torn_write(i) for i in range(len(TORN_WRITES))], rng)
+
+
 @pytest.mark.parametrize("damage", ["drop the last synced batch", "truncate the journal in the middle"])
 def test_the_checker_reports_lost_synced_batches(rig_factory, seed, damage):
     """The checker must fail when the journal loses what was synced: here the journal on the
