@@ -164,6 +164,37 @@ def test_metrics_over_a_unix_socket_count_a_known_workload(mount_factory, test_b
     assert not os.path.exists(sock), "the unmount removes the metrics socket"
 
 
+def test_errors_are_counted_by_operation_and_errno(mount_factory, test_base):
+    sock = os.path.join(test_base, "metrics-errors.sock")
+    mnt = mount_factory("--metrics-socket", sock)
+
+    def errors(m, op, name):
+        return m.get(("rampart_fuse_errors_total", f'{{op="{op}",errno="{name}"}}'), 0)
+
+    before = scrape(sock)
+    d = os.path.join(mnt.path, "full")
+    os.mkdir(d)
+    write_file(os.path.join(d, "f"), b"x")
+    k = 3
+    for _ in range(k):
+        # Errors only the daemon can know (the kernel answers a mkdir over a cached name itself).
+        with pytest.raises(OSError) as e:
+            os.removexattr(os.path.join(d, "f"), "user.absent")
+        assert e.value.errno == 61  # ENODATA
+        with pytest.raises(OSError) as e:
+            os.rmdir(d)
+        assert e.value.errno == 39  # ENOTEMPTY
+    after = scrape(sock)
+    assert errors(after, "removexattr", "ENODATA") - errors(before, "removexattr", "ENODATA") == k
+    assert errors(after, "rmdir", "ENOTEMPTY") - errors(before, "rmdir", "ENOTEMPTY") == k
+    # The same figures in status --json, and a line for people.
+    st = mnt.status()
+    assert st["fuse_errors"]["rmdir"]["ENOTEMPTY"] == errors(after, "rmdir", "ENOTEMPTY")
+    jsonschema.validate(st, SCHEMA, cls=jsonschema.Draft202012Validator)
+    text = run([str(RAMPART_BIN), "status", mnt.path])
+    assert "ENOTEMPTY" in text.stdout, text.stdout
+
+
 def test_metrics_endpoint_bounds_what_it_reads(mount_factory, test_base):
     sock = os.path.join(test_base, "metrics.sock")
     mount_factory("--metrics-socket", sock)

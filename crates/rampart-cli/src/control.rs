@@ -114,6 +114,9 @@ pub struct Status {
     /// fsyncs answered EIO because the store could not be written.
     #[serde(default)]
     pub fuse_sync_failures: u64,
+    /// Errors answered to programs, by operation, then by errno name (`ENOENT`).
+    #[serde(default)]
+    pub fuse_errors: BTreeMap<String, BTreeMap<String, u64>>,
 }
 
 /// What a daemon reports on: its engine, persister and FUSE counters, and where it serves.
@@ -184,7 +187,18 @@ pub fn status_of(sources: &Sources) -> Status {
             .map(|(k, h)| (k.to_string(), Latency::from(h)))
             .collect(),
         fuse_sync_failures: counters.sync_failures(),
+        fuse_errors: errors_by_operation(),
     }
+}
+
+fn errors_by_operation() -> BTreeMap<String, BTreeMap<String, u64>> {
+    let mut out: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    for (op, errno, n) in rampart_fuse::counters::errors() {
+        out.entry(op.to_string())
+            .or_default()
+            .insert(rampart_fuse::counters::errno_name(errno), n);
+    }
+    out
 }
 
 /// How a daemon's shutdown ended, for `watch-exit`.

@@ -706,6 +706,10 @@ fn cmd_status(mountpoint: &Path, json: bool) -> Result<(), String> {
         outln!("checkpoint failing (commits go on): {e}");
     }
     outln!("fuse_transport: {}", status.fuse_transport);
+    let errors = watch::errors_line(&status);
+    if !errors.is_empty() {
+        out!("{errors}");
+    }
     Ok(())
 }
 

@@ -414,6 +414,20 @@ fn render_fuse(out: &mut String, sources: &Sources) {
     );
     family(
         out,
+        "rampart_fuse_errors_total",
+        "counter",
+        "Errors answered to FUSE requests since the mount, by operation and errno (only \
+         those answered at least once; ENOENT from lookup is a normal negative lookup).",
+    );
+    for (op, errno, n) in rampart_fuse::counters::errors() {
+        let name = rampart_fuse::counters::errno_name(errno);
+        let _ = writeln!(
+            out,
+            "rampart_fuse_errors_total{{op=\"{op}\",errno=\"{name}\"}} {n}"
+        );
+    }
+    family(
+        out,
         "rampart_info",
         "gauge",
         "Always 1: the daemon's version and how FUSE requests reach it.",

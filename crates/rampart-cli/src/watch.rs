@@ -186,8 +186,26 @@ fn render(s: &Status, since: Option<(Duration, &Status)>) -> String {
     if s.fuse_sync_failures > 0 {
         out.push_str(&format!("fsyncs answered EIO: {}\n", s.fuse_sync_failures));
     }
+    out.push_str(&errors_line(s));
     out.push_str(&requests_table(s, since));
     out
+}
+
+/// Errors answered so far, by errno, lookup's ENOENT (negative lookups) left out.
+pub(crate) fn errors_line(s: &Status) -> String {
+    let mut by_errno: std::collections::BTreeMap<&str, u64> = Default::default();
+    for (op, errors) in &s.fuse_errors {
+        for (name, &n) in errors {
+            if !(op == "lookup" && name == "ENOENT") {
+                *by_errno.entry(name).or_default() += n;
+            }
+        }
+    }
+    if by_errno.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = by_errno.iter().map(|(e, n)| format!("{e} {n}")).collect();
+    format!("errors answered: {}\n", list.join(", "))
 }
 
 /// The busiest request kinds: rate and mean latency over the interval, and totals.

@@ -63,7 +63,9 @@ pub(crate) struct RampartFs {
     refusals: Refusals,
 }
 
+/// The answer for an engine error, counted for the request this thread serves.
 fn errno(e: rampart_core::Errno) -> Errno {
+    crate::counters::count_error(e.code());
     Errno::from_i32(e.code())
 }
 
@@ -175,11 +177,10 @@ impl RampartFs {
                     tracing::error!("sync failed: {e}");
                     counters.count_sync_failure();
                     // A full store says so (ENOSPC, as ext4 does); other failures are EIO.
-                    reply.error(if e.kind() == std::io::ErrorKind::StorageFull {
-                        Errno::ENOSPC
-                    } else {
-                        Errno::EIO
-                    })
+                    let full = e.kind() == std::io::ErrorKind::StorageFull;
+                    let code = if full { libc::ENOSPC } else { libc::EIO };
+                    crate::counters::count_error_of(request.kind(), code);
+                    reply.error(Errno::from_i32(code))
                 }
             }
             request.finish(&counters);

@@ -2,6 +2,7 @@
 //! what decides FUSE performance (docs/BENCHMARKS.md), and how long each took to answer. A
 //! request costs two clock reads and four relaxed atomic adds; no lock.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -60,6 +61,83 @@ request_kinds!(
 /// Room for every kind (checked by a test).
 const KINDS_MAX: usize = 32;
 
+/// Errno values counted one by one (Linux's go up to 133); larger ones share the last slot.
+const ERRNO_SLOTS: usize = 134;
+
+/// Errors answered, by request kind and errno. One table per process: a daemon serves one
+/// mount, and the answers are sent from free functions that know only the errno (`errno()` in
+/// the adapter); the kind comes from the thread's request in progress (`SERVING`).
+static ERRORS: [[AtomicU64; ERRNO_SLOTS]; KINDS_MAX] =
+    [const { [const { AtomicU64::new(0) }; ERRNO_SLOTS] }; KINDS_MAX];
+
+thread_local! {
+    /// The kind of request this thread is serving (set by `RequestCounters::start`).
+    static SERVING: Cell<Option<RequestKind>> = const { Cell::new(None) };
+}
+
+/// Counts an error answered to the request this thread is serving (nothing outside one).
+pub fn count_error(errno: i32) {
+    if let Some(kind) = SERVING.with(Cell::get) {
+        count_error_of(kind, errno);
+    }
+}
+
+/// Counts an error answered to a request of `kind` (for answers sent from another thread).
+pub fn count_error_of(kind: RequestKind, errno: i32) {
+    let slot = (errno.max(0) as usize).min(ERRNO_SLOTS - 1);
+    ERRORS[kind as usize][slot].fetch_add(1, Ordering::Relaxed);
+}
+
+/// Errors answered so far, by request name and errno (only non-zero counts).
+pub fn errors() -> Vec<(&'static str, i32, u64)> {
+    let mut out = Vec::new();
+    for &kind in RequestKind::ALL {
+        for (errno, n) in ERRORS[kind as usize].iter().enumerate() {
+            let n = n.load(Ordering::Relaxed);
+            if n > 0 {
+                out.push((kind.name(), errno as i32, n));
+            }
+        }
+    }
+    out
+}
+
+/// The symbolic name of an errno (`ENOENT`), or `E<number>` for the rare ones.
+pub fn errno_name(errno: i32) -> String {
+    let name = match errno {
+        libc::EPERM => "EPERM",
+        libc::ENOENT => "ENOENT",
+        libc::EIO => "EIO",
+        libc::E2BIG => "E2BIG",
+        libc::EBADF => "EBADF",
+        libc::EAGAIN => "EAGAIN",
+        libc::ENOMEM => "ENOMEM",
+        libc::EACCES => "EACCES",
+        libc::EBUSY => "EBUSY",
+        libc::EEXIST => "EEXIST",
+        libc::EXDEV => "EXDEV",
+        libc::ENOTDIR => "ENOTDIR",
+        libc::EISDIR => "EISDIR",
+        libc::EINVAL => "EINVAL",
+        libc::ETXTBSY => "ETXTBSY",
+        libc::EFBIG => "EFBIG",
+        libc::ENOSPC => "ENOSPC",
+        libc::EROFS => "EROFS",
+        libc::EMLINK => "EMLINK",
+        libc::ERANGE => "ERANGE",
+        libc::ENAMETOOLONG => "ENAMETOOLONG",
+        libc::ENOSYS => "ENOSYS",
+        libc::ENOTEMPTY => "ENOTEMPTY",
+        libc::ELOOP => "ELOOP",
+        libc::ENODATA => "ENODATA",
+        libc::EOVERFLOW => "EOVERFLOW",
+        libc::EOPNOTSUPP => "EOPNOTSUPP",
+        libc::EDQUOT => "EDQUOT",
+        _ => return format!("E{errno}"),
+    };
+    name.to_string()
+}
+
 /// A latency histogram updated by many threads at once.
 #[derive(Debug, Default)]
 struct AtomicHistogram {
@@ -106,6 +184,7 @@ impl RequestCounters {
     /// dropped (or when a [`PendingRequest`] made from it is finished).
     pub fn start(&self, kind: RequestKind) -> RequestTimer<'_> {
         self.count(kind);
+        SERVING.with(|s| s.set(Some(kind)));
         RequestTimer {
             counters: self,
             pending: Some(PendingRequest {
@@ -165,6 +244,7 @@ impl RequestTimer<'_> {
 
 impl Drop for RequestTimer<'_> {
     fn drop(&mut self) {
+        SERVING.with(|s| s.set(None));
         if let Some(pending) = self.pending.take() {
             pending.finish(self.counters);
         }
@@ -179,6 +259,11 @@ pub struct PendingRequest {
 }
 
 impl PendingRequest {
+    /// The kind of request (to count an error answered from another thread).
+    pub fn kind(&self) -> RequestKind {
+        self.kind
+    }
+
     /// Records the request's latency, now that it is answered.
     pub fn finish(self, counters: &RequestCounters) {
         counters.latencies[self.kind as usize].record(latency::nanos(self.started.elapsed()));
