@@ -65,7 +65,11 @@ impl Peer {
     /// Makes the file system of this peer's kind on a loop device over a sparse file in
     /// `base` (on `medium`, named in the settings) and mounts it.
     pub(super) fn build_loop(&mut self, env: &PeerEnv, base: &Path, medium: &str) -> Result<()> {
-        let size_bytes = env.profile.device_size_bytes();
+        let size_bytes = if self.kind == PeerKind::Ext4Disk {
+            env.profile.disk_device_size_bytes()
+        } else {
+            env.profile.device_size_bytes()
+        };
         let image = self.create_image(base, size_bytes)?;
         let device = self.attach_loop(&image)?;
         let made = self.make_and_mount(loop_fs(self.kind), device)?;
