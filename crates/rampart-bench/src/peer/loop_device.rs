@@ -187,6 +187,15 @@ impl Peer {
                 self.set("btrfs profiles (btrfs filesystem df)", layout);
             }
         }
+        if self.kind == PeerKind::Ext4Disk {
+            self.set(
+                "what the loop device costs",
+                "two file systems: every write lands in ext4's page cache, then in the \
+                 loop driver's (buffered I/O on the image file), and every fsync commits \
+                 ext4's journal on the loop device and then flushes the image file on the \
+                 host's file system; the host peer is that file system without the rest",
+            );
+        }
         self.set(
             "as in the papers",
             if self.kind == PeerKind::Ext4Disk {

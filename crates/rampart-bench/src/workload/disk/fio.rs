@@ -43,7 +43,7 @@ fn thread_counts(profile: Profile) -> &'static [u32] {
 /// Each thread's file: above the 1 MiB threshold at every profile; 256 MiB in full (8 GiB
 /// at 32 threads, laid out in about half a minute on this machine's disk).
 fn file_bytes_per_thread(profile: Profile) -> u64 {
-    profile.pick(4 * MIB, 64 * MIB, 256 * MIB)
+    profile.pick(4 * MIB, 32 * MIB, 256 * MIB)
 }
 
 /// Longest a read or write run lasts (fio's runtime, not time_based: one pass at most).
