@@ -132,6 +132,13 @@ impl Workload for MountTime {
             let _ = std::fs::remove_file(path);
         }
         let full = result?;
+        outcome.notes.push(format!(
+            "mount time with {} GiB / empty: {:.3} s / {:.3} s = {:.2}",
+            fmt_gib(total),
+            full.as_secs_f64(),
+            empty.as_secs_f64(),
+            full.as_secs_f64() / empty.as_secs_f64().max(1e-9)
+        ));
         // The full store first: it is the report's headline.
         outcome.metrics.push(Metric::lower(
             format!("mount time, {} GiB in large files", fmt_gib(total)),
