@@ -17,7 +17,12 @@ from e2e_helpers import RAMPART_BIN, run
 
 pytestmark = pytest.mark.rampart_only("runs `rampart bench`, which mounts its own peers")
 
-PEERS = ["rampart", "tmpfs", "ext4-ram", "xfs-ram", "btrfs-ram", "ext4-disk", "fuse-overlayfs"]
+PEERS = ["rampart", "tmpfs", "ext4-ram", "xfs-ram", "btrfs-ram", "ext4-disk", "host",
+         "fuse-overlayfs"]
+# The disk tier's workloads (issue 13) run on the peers with data on the disk only.
+DISK_WORKLOADS = ["disk-fio-4k-random", "disk-fio-1m-seq", "disk-write-amplification",
+                  "disk-mount-time"]
+DISK_PEERS = ["rampart", "host", "ext4-disk"]
 
 
 def bench_leftovers():
@@ -59,7 +64,7 @@ def test_tiny_profile_measures_every_workload_on_every_peer(tiny_report):
     for family in ("postmark-conquest", "postmark-ngs-low", "postmark-mramfs", "sprite-small",
                    "sprite-large", "conquest-postmark", "fio-4k-random", "fio-1m-sequential",
                    "mbfs-copy", "mbfs-small-file-loop", "mbfs-untar", "durable-small-writes",
-                   "recovery"):
+                   "recovery", *DISK_WORKLOADS):
         assert family in ids, f"{family} missing from {ids}"
     for w in results["workloads"]:
         assert len(w["cells"]) == len(PEERS)
@@ -84,6 +89,29 @@ def test_tiny_profile_measures_every_workload_on_every_peer(tiny_report):
     for w in results["workloads"]:
         cell = next(c for c in w["cells"] if c["peer"] == "rampart")
         assert cell["status"]["state"] == "measured" or cell["status"]["reason"], w["id"]
+
+
+def test_disk_tier_workloads_run_on_the_disk_peers_only(tiny_report):
+    out, _, _ = tiny_report
+    results = json.loads((out / "results.json").read_text())
+    for w in results["workloads"]:
+        if w["id"] not in DISK_WORKLOADS:
+            continue
+        for cell in w["cells"]:
+            state = cell["status"]["state"]
+            on_disk = cell["peer"] in DISK_PEERS
+            # The host's own file system cannot be unmounted, so it has no mount time.
+            if w["id"] == "disk-mount-time" and cell["peer"] == "host":
+                on_disk = False
+            assert state == ("measured" if on_disk else "unsupported"), (w["id"], cell)
+        if w["id"] == "disk-write-amplification":
+            for cell in w["cells"]:
+                if cell["peer"] in DISK_PEERS:
+                    at_fsync = cell["runs"][0]["metrics"][0]
+                    # Every fsync'd byte reached the block device at least once.
+                    assert at_fsync["value"] >= 0.99, (cell["peer"], at_fsync)
+    rampart = next(p for p in results["peers"] if p["id"] == "rampart")
+    assert any("large-file threshold" in k for k, _ in rampart["settings"]), rampart
 
 
 def test_report_structure_and_plots(tiny_report):

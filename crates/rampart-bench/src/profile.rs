@@ -55,6 +55,17 @@ impl Profile {
         }
     }
 
+    /// Size of ext4-disk's image (sparse, on the real disk): room for the disk-tier workloads
+    /// (32 fio files of 256 MiB, a mount with 50 GiB of large files in full). Only what is
+    /// written takes space.
+    pub fn disk_device_size_bytes(self) -> u64 {
+        match self {
+            Profile::Tiny => 1 << 30,
+            Profile::Quick => 16 << 30,
+            Profile::Full => 64 << 30,
+        }
+    }
+
     /// Pick one of three values by profile: `p.pick(tiny, quick, full)`.
     pub fn pick<T>(self, tiny: T, quick: T, full: T) -> T {
         match self {

@@ -31,6 +31,10 @@ impl Mounted for DirPeer {
     fn usage(&self) -> Result<Usage> {
         Ok(Usage::default())
     }
+    /// The directory itself: where it is, RAM or disk, is where its data is.
+    fn disk_path(&self) -> Option<PathBuf> {
+        Some(self.dir.clone())
+    }
     fn settings(&self) -> Vec<(String, String)> {
         vec![("directory".into(), self.dir.display().to_string())]
     }
@@ -75,10 +79,26 @@ pub fn run_at(w: &dyn Workload, profile: Profile, base: &Path) -> Result<Outcome
 /// Runs `w` once at `profile` in the existing folder `dir`, whose parent poses as the peer;
 /// the scratch folder is a fresh one in RAM.
 pub fn run_in(w: &dyn Workload, profile: Profile, dir: &Path) -> Result<Outcome> {
+    run_in_as(w, profile, dir, PeerKind::Tmpfs)
+}
+
+/// Runs `w` once at `profile` in a fresh folder under `base`, which poses as a peer of `kind`.
+pub fn run_in_on(
+    w: &dyn Workload,
+    profile: Profile,
+    base: &Path,
+    kind: PeerKind,
+) -> Result<Outcome> {
+    let dir = base.join("work");
+    std::fs::create_dir(&dir).map_err(|e| BenchError::io("mkdir", e))?;
+    run_in_as(w, profile, &dir, kind)
+}
+
+fn run_in_as(w: &dyn Workload, profile: Profile, dir: &Path, kind: PeerKind) -> Result<Outcome> {
     let scratch = shm_tempdir();
     let mut peer = DirPeer {
         dir: dir.parent().unwrap_or(dir).to_path_buf(),
-        kind: PeerKind::Tmpfs,
+        kind,
     };
     let progress = |_: &str| {};
     let mut ctx = Ctx {

@@ -177,7 +177,7 @@ fn every_available_peer_works_and_leaves_nothing_behind() {
         );
 
         let remount_s = match kind {
-            PeerKind::Tmpfs | PeerKind::FuseOverlay => {
+            PeerKind::Tmpfs | PeerKind::FuseOverlay | PeerKind::Host => {
                 let err = mounted.remount().unwrap_err().to_string();
                 assert!(err.contains("cannot be remounted"), "{err}");
                 None

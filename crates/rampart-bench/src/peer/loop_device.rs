@@ -65,7 +65,11 @@ impl Peer {
     /// Makes the file system of this peer's kind on a loop device over a sparse file in
     /// `base` (on `medium`, named in the settings) and mounts it.
     pub(super) fn build_loop(&mut self, env: &PeerEnv, base: &Path, medium: &str) -> Result<()> {
-        let size_bytes = env.profile.device_size_bytes();
+        let size_bytes = if self.kind == PeerKind::Ext4Disk {
+            env.profile.disk_device_size_bytes()
+        } else {
+            env.profile.device_size_bytes()
+        };
         let image = self.create_image(base, size_bytes)?;
         let device = self.attach_loop(&image)?;
         let made = self.make_and_mount(loop_fs(self.kind), device)?;
@@ -182,6 +186,15 @@ impl Peer {
                 let layout = self.btrfs_layout(&mnt);
                 self.set("btrfs profiles (btrfs filesystem df)", layout);
             }
+        }
+        if self.kind == PeerKind::Ext4Disk {
+            self.set(
+                "what the loop device costs",
+                "two file systems: every write lands in ext4's page cache, then in the \
+                 loop driver's (buffered I/O on the image file), and every fsync commits \
+                 ext4's journal on the loop device and then flushes the image file on the \
+                 host's file system; the host peer is that file system without the rest",
+            );
         }
         self.set(
             "as in the papers",

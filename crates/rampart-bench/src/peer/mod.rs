@@ -18,6 +18,7 @@
 
 mod describe;
 mod fuse_overlay;
+mod host;
 mod loop_device;
 mod measure;
 mod mount_command;
@@ -53,8 +54,12 @@ pub enum PeerKind {
     XfsRam,
     /// btrfs with zstd compression on a loop device over a file in /dev/shm.
     BtrfsRam,
-    /// ext4 on a loop device over a file on the real disk.
+    /// ext4 on a loop device over a file on the real disk: a fresh file system, paid for with
+    /// two (the loop image lives on the host's file system).
     Ext4Disk,
+    /// The host's file system under the store, used directly: a folder beside rampart's store
+    /// (no FUSE, no loop device). The durable and large-file peer (decision 0061).
+    Host,
     /// fuse-overlayfs over tmpfs: the userspace (FUSE) baseline.
     #[serde(rename = "fuse-overlayfs")]
     FuseOverlay,
@@ -63,13 +68,14 @@ pub enum PeerKind {
 }
 
 impl PeerKind {
-    pub const ALL: [PeerKind; 7] = [
+    pub const ALL: [PeerKind; 8] = [
         PeerKind::Rampart,
         PeerKind::Tmpfs,
         PeerKind::Ext4Ram,
         PeerKind::XfsRam,
         PeerKind::BtrfsRam,
         PeerKind::Ext4Disk,
+        PeerKind::Host,
         PeerKind::FuseOverlay,
     ];
 
@@ -80,6 +86,7 @@ impl PeerKind {
             PeerKind::XfsRam => "xfs-ram",
             PeerKind::BtrfsRam => "btrfs-ram",
             PeerKind::Ext4Disk => "ext4-disk",
+            PeerKind::Host => "host",
             PeerKind::FuseOverlay => "fuse-overlayfs",
             PeerKind::Rampart => "rampart",
         }
@@ -141,6 +148,17 @@ pub trait Mounted {
         Ok(None)
     }
     fn usage(&self) -> Result<Usage>;
+    /// Where the peer keeps its data on the real disk (rampart's store, ext4-disk's image, the
+    /// host peer's folder); None for peers that live in RAM. The disk-tier workloads find the
+    /// block device to count writes on from it.
+    fn disk_path(&self) -> Option<PathBuf> {
+        None
+    }
+    /// How the peer placed its data across tiers, as it reports it (rampart's `status
+    /// --json` tiers); None for peers without tiers.
+    fn tier_summary(&self) -> Option<String> {
+        None
+    }
     /// Devices, mkfs and mount options, exactly as used.
     fn settings(&self) -> Vec<(String, String)>;
     fn teardown(self: Box<Self>) -> Result<()>;
@@ -213,7 +231,7 @@ struct Peer {
     image: Option<PathBuf>,
     /// fuse-overlayfs' tmpfs holding lower, upper and work.
     backing_tmpfs: Option<PathBuf>,
-    /// rampart's store.
+    /// rampart's store, or the host peer's folder.
     store: Option<PathBuf>,
     rampart_bin: PathBuf,
     cancel: &'static Cancel,
@@ -270,6 +288,10 @@ impl Peer {
                 self.build_loop(env, &disk_base, &disk)
             }
             PeerKind::FuseOverlay => self.build_fuse_overlay(env, &shm_base),
+            PeerKind::Host => {
+                let disk_base = self.make_disk_dir(env, &shm_base, &name)?;
+                self.build_host(&disk_base)
+            }
             PeerKind::Rampart => {
                 let disk_base = self.make_disk_dir(env, &shm_base, &name)?;
                 self.build_rampart(env, &disk_base)
@@ -281,6 +303,10 @@ impl Peer {
                 Some(_) => {
                     "unmount, sync, drop caches, then the same mount command; timed from \
                             the mount command's start until the root is listed"
+                }
+                None if self.kind == PeerKind::Host => {
+                    "not possible: the host's file system is the machine's own, not the \
+                     bench's to unmount"
                 }
                 None => "not possible: the contents live only while mounted",
             },
@@ -324,6 +350,13 @@ impl Mounted for Peer {
 
     fn remount(&mut self) -> Result<Duration> {
         let Some(mount) = self.mount_again.clone() else {
+            if self.kind == PeerKind::Host {
+                return Err(BenchError::Other(
+                    "host is the machine's own file system under the store: the bench does \
+                     not unmount it, so it cannot be remounted"
+                        .into(),
+                ));
+            }
             return Err(BenchError::Other(format!(
                 "{} keeps its contents only while mounted: a remount would lose everything, so \
                  it cannot be remounted",
@@ -369,7 +402,20 @@ impl Mounted for Peer {
             }
             PeerKind::FuseOverlay => self.fuse_overlay_usage(),
             PeerKind::Rampart => self.rampart_usage(),
+            PeerKind::Host => self.host_usage(),
         }
+    }
+
+    fn disk_path(&self) -> Option<PathBuf> {
+        match self.kind {
+            PeerKind::Rampart | PeerKind::Host => self.store.clone(),
+            PeerKind::Ext4Disk => self.image.clone(),
+            _ => None,
+        }
+    }
+
+    fn tier_summary(&self) -> Option<String> {
+        (self.kind == PeerKind::Rampart).then(|| self.rampart_tiers())
     }
 
     fn settings(&self) -> Vec<(String, String)> {

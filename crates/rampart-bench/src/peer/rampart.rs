@@ -29,6 +29,10 @@ impl Peer {
             self.mnt.clone().into(),
         ];
         args.extend(env.rampart_args.iter().map(OsString::from));
+        let threshold = self.large_file_threshold(&bin, &env.rampart_args);
+        if let Threshold::Passed = threshold {
+            args.extend(["--large-file-threshold".into(), DEFAULT_THRESHOLD.into()]);
+        }
         let mount = MountCommand::new(bin.clone(), args);
         let (owned_bin, mnt, owned_store) = (bin.clone(), self.mnt.clone(), store.clone());
         self.undo
@@ -55,6 +59,7 @@ impl Peer {
         self.set("mkfs", cmd::describe(&mkfs));
         self.set("mount", mount.text());
         self.describe_rampart_options(&env.rampart_args);
+        self.describe_threshold(threshold);
         let mnt = self.mnt.clone();
         self.describe_mount(&mnt);
         Ok(())
@@ -162,7 +167,98 @@ impl Peer {
     }
 }
 
+/// The disk tier's threshold the bench gives rampart unless told otherwise: the default
+/// (Conquest's 1 MiB), passed explicitly so the report names it.
+const DEFAULT_THRESHOLD: &str = "1M";
+
+/// How the mount got its large-file threshold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Threshold {
+    /// `--large-file-threshold DEFAULT_THRESHOLD` added by the bench.
+    Passed,
+    /// Given in the extra mount arguments (`--rampart-opt`).
+    Given(String),
+    /// This binary has no disk tier: `rampart mount --help` names no such option.
+    Unsupported,
+    /// `rampart mount --help` could not be run.
+    Unknown(String),
+}
+
 impl Peer {
+    /// Whether the binary takes `--large-file-threshold` (the disk tier), and whether the
+    /// extra arguments already set it.
+    fn large_file_threshold(&self, bin: &Path, rampart_args: &[String]) -> Threshold {
+        if let Some(v) = option_value(rampart_args, "--large-file-threshold") {
+            return Threshold::Given(v);
+        }
+        if let Some(v) = rampart_args
+            .iter()
+            .flat_map(|a| a.split(','))
+            .find_map(|o| o.strip_prefix("large_file_threshold="))
+        {
+            return Threshold::Given(v.to_string());
+        }
+        match self.run(Command::new(bin).args(["mount", "--help"]), QUERY_TIMEOUT) {
+            Ok(out) if out.stdout.contains("--large-file-threshold") => Threshold::Passed,
+            Ok(_) => Threshold::Unsupported,
+            Err(e) => Threshold::Unknown(e.to_string()),
+        }
+    }
+
+    fn describe_threshold(&mut self, threshold: Threshold) {
+        let reported = self.rampart_status().ok().and_then(|s| {
+            s["tiers"]["large_file_threshold_bytes"]
+                .as_u64()
+                .map(|b| format!("; `rampart status` reports {}", bytes_text(b)))
+        });
+        let reported = reported.unwrap_or_default();
+        let text = match threshold {
+            Threshold::Passed => format!(
+                "{DEFAULT_THRESHOLD} (the default, passed as --large-file-threshold \
+                 {DEFAULT_THRESHOLD}){reported}: larger files live on the disk tier, one \
+                 host file each in STORE/data/"
+            ),
+            Threshold::Given(v) => format!("{v} (given){reported}"),
+            Threshold::Unsupported => "none: this binary has no disk tier (`rampart mount \
+                 --help` names no --large-file-threshold), so every file lives in RAM and \
+                 its bytes go through the journal"
+                .into(),
+            Threshold::Unknown(e) => format!("unknown: `rampart mount --help` failed: {e}"),
+        };
+        self.set("large-file threshold (disk tier)", text);
+    }
+
+    /// Files and bytes per tier and the data path, from `rampart status --json`.
+    pub(super) fn rampart_tiers(&self) -> String {
+        let status = match self.rampart_status() {
+            Ok(s) => s,
+            Err(e) => return format!("tiers unknown: {e}"),
+        };
+        let tiers = &status["tiers"];
+        if tiers.is_null() {
+            return "`rampart status --json` reports no tiers (no disk tier in this binary): \
+                    every file is in RAM"
+                .into();
+        }
+        let tier = |name: &str| {
+            format!(
+                "{name} {} files, {}",
+                tiers[name]["files"],
+                tiers[name]["bytes"]
+                    .as_u64()
+                    .map(bytes_text)
+                    .unwrap_or_else(|| "? bytes".into())
+            )
+        };
+        format!(
+            "rampart status: {}; {}; host bytes allocated {}; data path {}",
+            tier("memory"),
+            tier("disk"),
+            bytes_or_unknown(tiers["disk"]["host_bytes_allocated"].as_u64()),
+            tiers["data_path"].as_str().unwrap_or("not reported")
+        )
+    }
+
     /// `kill -9` of the daemon, `fusermount3 -u -z` of its dead mount, caches dropped, then the
     /// mount timed until the root can be listed (it replays the journal).
     pub(super) fn rampart_crash_remount(
@@ -361,5 +457,21 @@ mod tests {
             Some("off")
         );
         assert_eq!(option_value(&args, "--threads"), None);
+    }
+
+    #[test]
+    fn a_given_threshold_is_not_overridden() {
+        let peer_args = |args: &[&str]| args.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+        let given = peer_args(&["--large-file-threshold=64K"]);
+        assert_eq!(
+            option_value(&given, "--large-file-threshold").as_deref(),
+            Some("64K")
+        );
+        let o = peer_args(&["-o", "threads=4,large_file_threshold=off"]);
+        let found = o
+            .iter()
+            .flat_map(|a| a.split(','))
+            .find_map(|x| x.strip_prefix("large_file_threshold="));
+        assert_eq!(found, Some("off"));
     }
 }

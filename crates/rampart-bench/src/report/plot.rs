@@ -173,6 +173,7 @@ fn colour(kind: PeerKind) -> RGBColor {
         PeerKind::XfsRam => RGBColor(148, 103, 189),
         PeerKind::BtrfsRam => RGBColor(188, 189, 34),
         PeerKind::Ext4Disk => RGBColor(140, 86, 75),
+        PeerKind::Host => RGBColor(255, 127, 14),
         PeerKind::FuseOverlay => RGBColor(23, 190, 207),
     }
 }

@@ -61,15 +61,16 @@ fn scale(profile: Profile) -> Scale {
         Scale {
             files: 20,
             transactions: 40,
-            large_percents: &[0, 10],
+            // Issue 13 asks for 0, 5 and 10 % (the disk tier's acceptance).
+            large_percents: &[0, 5, 10],
         },
         // The 2–5 MiB files are written and read 512 B at a time, which a FUSE peer without
         // a writeback cache does at ~20 MiB/s: 1/33 of the paper's files and 1/100 of its
-        // transactions keep a six-point run on the slowest peer near a minute.
+        // transactions keep a seven-point run on the slowest peer near a minute.
         Scale {
             files: 300,
             transactions: 2_000,
-            large_percents: &[0, 2, 4, 6, 8, 10],
+            large_percents: &[0, 2, 4, 5, 6, 8, 10],
         },
     )
 }

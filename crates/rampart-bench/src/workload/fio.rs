@@ -23,7 +23,7 @@ use crate::error::{BenchError, Result};
 use crate::profile::Profile;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Pattern {
+pub(super) enum Pattern {
     /// 4 KiB blocks at uniformly random offsets; reported in IOPS.
     Random4k,
     /// 1 MiB blocks in file order; reported in MiB/s.
@@ -235,12 +235,12 @@ fn global_section(dir: &Path, threads: u32, file_bytes: u64) -> String {
 }
 
 /// Seed of the pseudo-random bytes the files are laid out with.
-const LAYOUT_SEED: u64 = 0x9E37_79B9_7F4A_7C15;
+pub(super) const LAYOUT_SEED: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// Writes every thread's file in full (1 MiB writes of pseudo-random bytes, then fsync)
 /// before anything is measured, so reads find data and writes overwrite it. Done here rather
 /// than by fio: fio spends about 0.3 s starting each run, more than a tiny layout takes.
-fn lay_out(dir: &Path, threads: u32, file_bytes: u64, cancel: &Cancel) -> Result<()> {
+pub(super) fn lay_out(dir: &Path, threads: u32, file_bytes: u64, cancel: &Cancel) -> Result<()> {
     let mut rng = SplitMix64(LAYOUT_SEED);
     for n in 0..threads {
         cancel.check()?;
@@ -436,23 +436,23 @@ impl Workload for Fio {
 
 /// One direction of a fio group's report.
 #[derive(Clone, Debug, Default, PartialEq)]
-struct Direction {
-    iops: f64,
-    bw_bytes: f64,
-    io_bytes: u64,
-    runtime_ms: u64,
+pub(super) struct Direction {
+    pub(super) iops: f64,
+    pub(super) bw_bytes: f64,
+    pub(super) io_bytes: u64,
+    pub(super) runtime_ms: u64,
 }
 
 /// One group of fio's JSON report (with group_reporting, one entry per group).
 #[derive(Clone, Debug, PartialEq)]
-struct Group {
-    name: String,
-    read: Direction,
-    write: Direction,
+pub(super) struct Group {
+    pub(super) name: String,
+    pub(super) read: Direction,
+    pub(super) write: Direction,
 }
 
 /// Writes the job file, runs fio on it and parses its JSON report.
-fn run_fio(
+pub(super) fn run_fio(
     fio: &Path,
     scratch: &Path,
     label: &str,
@@ -479,7 +479,7 @@ fn run_fio(
     })
 }
 
-fn expect_group<'a>(groups: &'a [Group], name: &str) -> Result<&'a Group> {
+pub(super) fn expect_group<'a>(groups: &'a [Group], name: &str) -> Result<&'a Group> {
     groups
         .iter()
         .find(|g| g.name == name)
@@ -528,12 +528,12 @@ fn parse_report(text: &str) -> std::result::Result<Vec<Group>, String> {
         .collect()
 }
 
-fn fio_path() -> Result<std::path::PathBuf> {
+pub(super) fn fio_path() -> Result<std::path::PathBuf> {
     cmd::which("fio").ok_or_else(|| BenchError::Missing("fio (apt-get install fio)".into()))
 }
 
 /// `fio --version` ("fio-3.33") and where it is, once.
-fn fio_version() -> &'static str {
+pub(super) fn fio_version() -> &'static str {
     static VERSION: OnceLock<String> = OnceLock::new();
     VERSION.get_or_init(|| {
         let Ok(path) = fio_path() else {

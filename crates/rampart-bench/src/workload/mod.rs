@@ -14,6 +14,7 @@ use crate::profile::Profile;
 
 pub mod conquest_postmark;
 pub(crate) mod data;
+pub mod disk;
 pub mod durable;
 pub mod fio;
 pub mod mbfs;
@@ -145,6 +146,7 @@ pub fn all() -> Vec<Box<dyn Workload>> {
     all.extend(conquest_postmark::library::workloads());
     all.extend(sprite::workloads());
     all.extend(fio::workloads());
+    all.extend(disk::workloads());
     all.extend(mbfs::workloads());
     all.extend(durable::workloads());
     all.extend(recovery::workloads());

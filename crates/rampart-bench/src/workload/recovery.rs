@@ -122,6 +122,11 @@ impl Workload for Recovery {
                  store to measure)"
                     .into(),
             ),
+            PeerKind::Host => Some(
+                "the host's file system is the machine's own: the bench does not unmount it, \
+                 so there is no mount to time"
+                    .into(),
+            ),
             _ => None,
         }
     }
