@@ -16,7 +16,7 @@
 
 mod attr;
 pub mod clock;
-mod contents;
+pub mod contents;
 mod engine;
 pub mod error;
 pub mod fs;
