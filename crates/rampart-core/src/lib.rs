@@ -17,6 +17,7 @@
 mod attr;
 pub mod clock;
 pub mod contents;
+pub mod disk;
 mod engine;
 pub mod error;
 pub mod fs;
