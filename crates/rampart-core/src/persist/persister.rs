@@ -1056,6 +1056,11 @@ fn commit_loop(persister: Weak<Persister>) {
             p.answer_waiters_at_stop();
             return;
         }
+        // What the kernel wrote behind the engine (FUSE passthrough) is logged and synced
+        // with this commit: the commit-interval deadline holds for it too.
+        if let Some(engine) = lock(&p.engine).upgrade() {
+            engine.sync_passthrough_files();
+        }
         {
             let writing = locked(&p.writing);
             let committed = p.commit_locked();
