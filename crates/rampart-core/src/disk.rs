@@ -87,6 +87,23 @@ pub(crate) enum HostGuard<'a> {
     Exclusive(RwLockWriteGuard<'a, ()>, lock_order::Held),
 }
 
+thread_local! {
+    /// Host-file locks this thread holds (`host_locks_held`).
+    static HOST_LOCKS_HELD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether this thread holds a host-file lock: removing a host file takes one, so a thread
+/// that holds one leaves removals to the committer.
+pub(crate) fn host_locks_held() -> bool {
+    HOST_LOCKS_HELD.with(|n| n.get() > 0)
+}
+
+impl Drop for HostGuard<'_> {
+    fn drop(&mut self) {
+        HOST_LOCKS_HELD.with(|n| n.set(n.get() - 1));
+    }
+}
+
 impl DiskTier {
     pub fn new(device: Arc<dyn Device>, config: DiskConfig) -> DiskTier {
         DiskTier {
@@ -107,13 +124,17 @@ impl DiskTier {
     /// The shared host-file lock of `ino` (reads, and writes of its bytes).
     pub(crate) fn shared(&self, ino: Ino) -> HostGuard<'_> {
         let held = lock_order::acquire(Rank::HostFile);
-        HostGuard::Shared(self.stripe(ino).read(), held)
+        let guard = HostGuard::Shared(self.stripe(ino).read(), held);
+        HOST_LOCKS_HELD.with(|n| n.set(n.get() + 1));
+        guard
     }
 
     /// The exclusive host-file lock of `ino` (trims, migrations, size changes).
     pub(crate) fn exclusive(&self, ino: Ino) -> HostGuard<'_> {
         let held = lock_order::acquire(Rank::HostFile);
-        HostGuard::Exclusive(self.stripe(ino).write(), held)
+        let guard = HostGuard::Exclusive(self.stripe(ino).write(), held);
+        HOST_LOCKS_HELD.with(|n| n.set(n.get() + 1));
+        guard
     }
 
     /// Whether a file of `size_bytes` belongs on the disk tier.

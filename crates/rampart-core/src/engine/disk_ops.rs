@@ -93,6 +93,31 @@ impl Engine {
         }
     }
 
+    /// Removes the host file `name` whose removal is durable, unless its inode (the same
+    /// number and generation) is on the disk tier again: it took the file back (a file moved
+    /// to memory and out again). Under the file's exclusive host lock, so that no migration
+    /// runs meanwhile. Called by the persister with no lock held.
+    pub fn remove_host_file_if_unused(&self, name: &str) -> std::io::Result<()> {
+        let Some(disk) = self.disk() else {
+            return Ok(());
+        };
+        let Some((ino, generation)) = parse_host_file_name(name) else {
+            return disk.device.remove(name);
+        };
+        let _host = disk.exclusive(ino);
+        let in_use = {
+            let state = self.read_state();
+            state.inode(ino).is_ok_and(|i| {
+                i.generation == generation && i.file().map(Contents::tier) == Some(Tier::Disk)
+            })
+        };
+        if in_use {
+            return Ok(());
+        }
+        disk.forget_file(ino);
+        disk.device.remove(name)
+    }
+
     /// Reads of a disk-tier file: `Some` with the bytes if `ino` is on the disk tier.
     pub(crate) fn read_disk(
         &self,
