@@ -122,11 +122,17 @@ impl Engine {
                     }
                 }
             }
-            if let Some(n) = self.write_memory(ctx, ino, offset, data, kill_suidgid, times)? {
-                return Ok(n);
+            match self.write_memory(ctx, ino, offset, data, kill_suidgid, times) {
+                Ok(Some(n)) => return Ok(n),
+                Ok(None) => {}
+                // Memory is full: the coldest large files move to disk, then a new try
+                // (ENOSPC only once nothing more can move).
+                Err(Errno::ENOSPC)
+                    if self.evict_for(data.len() as u64 + crate::limits::EVICT_SLACK_BYTES) => {}
+                Err(e) => return Err(e),
             }
         }
-        Err(Errno::EIO)
+        Err(Errno::ENOSPC)
     }
 
     /// A write of a memory file; `None` if the file is on the disk tier (moved meanwhile).
@@ -245,6 +251,25 @@ impl Engine {
                 }
             }
         }
+        match self.fallocate_memory(ctx, ino, offset, length, mode) {
+            Err(Errno::ENOSPC)
+                if self.evict_for(length.saturating_add(crate::limits::EVICT_SLACK_BYTES)) =>
+            {
+                // Through the tiers again: the file itself may have moved.
+                self.fallocate(ctx, ino, offset, length, mode)
+            }
+            other => other,
+        }
+    }
+
+    fn fallocate_memory(
+        &self,
+        ctx: &Ctx,
+        ino: Ino,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> FsResult<()> {
         self.mutate(
             ctx,
             |m, time_ns| {
