@@ -288,6 +288,8 @@ pub fn recover_host_files(
     device: &dyn Device,
     state: &mut State,
 ) -> std::io::Result<HostFilesReport> {
+    // Replay's freed files are among the orphans below.
+    state.freed_host_files.clear();
     let live = live_host_files(state);
     let trims_redone = redo_trims(device, state, &live)?;
     let scan = scan_host_files(device, state)?;
