@@ -194,6 +194,8 @@ def test_postmark_states_requests_and_time_per_transaction(tiny_report):
         assert 1 < waited < 20, (peer, waited)
         tx = m["transactions"]
         assert math.isclose(m["time per transaction"], 1e6 / tx, rel_tol=1e-6), (peer, m)
+    # rampart also says how long its daemon spent on the transactions' requests.
+    assert postmark_metrics(results, "rampart")["daemon time per transaction"] > 0
     # The kernel file systems count nothing, but their time per transaction is there.
     tmpfs = postmark_metrics(results, "tmpfs")
     assert "time per transaction" in tmpfs

@@ -28,8 +28,17 @@ pub enum RequestCounter {
 /// Requests by opcode name.
 pub type Counts = BTreeMap<String, u64>;
 
+/// What a peer's counters said at one moment.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub counts: Counts,
+    /// Time the daemon spent answering them, all opcodes together (rampart's
+    /// `fuse_latency`, from arrival to answer); None where it is not measured.
+    pub daemon_seconds: Option<f64>,
+}
+
 impl RequestCounter {
-    pub fn read(&self) -> Result<Counts> {
+    pub fn read(&self) -> Result<Snapshot> {
         match self {
             RequestCounter::Rampart { bin, mnt } => {
                 let out = cmd::run(
@@ -42,14 +51,26 @@ impl RequestCounter {
                 let requests = status["fuse_requests"].as_object().ok_or_else(|| {
                     BenchError::Other("`rampart status --json` has no fuse_requests".into())
                 })?;
-                Ok(requests
+                let counts = requests
                     .iter()
                     .filter_map(|(k, v)| Some((k.clone(), v.as_u64()?)))
-                    .collect())
+                    .collect();
+                let daemon_seconds = status["fuse_latency"].as_object().map(|ops| {
+                    ops.values()
+                        .filter_map(|l| l["sum_seconds"].as_f64())
+                        .sum::<f64>()
+                });
+                Ok(Snapshot {
+                    counts,
+                    daemon_seconds,
+                })
             }
             RequestCounter::Floor { mnt } => {
                 let bytes = get_xattr(mnt, crate::floor::REQUESTS_XATTR)?;
-                crate::floor::parse_counts(&bytes).map_err(BenchError::Other)
+                Ok(Snapshot {
+                    counts: crate::floor::parse_counts(&bytes).map_err(BenchError::Other)?,
+                    daemon_seconds: None,
+                })
             }
         }
     }
@@ -63,6 +84,17 @@ impl RequestCounter {
             }
             RequestCounter::Floor { .. } => "the floor's own counters",
         }
+    }
+}
+
+/// What happened between two snapshots.
+pub fn between(before: &Snapshot, after: &Snapshot) -> Snapshot {
+    Snapshot {
+        counts: difference(&before.counts, &after.counts),
+        daemon_seconds: match (before.daemon_seconds, after.daemon_seconds) {
+            (Some(b), Some(a)) => Some((a - b).max(0.0)),
+            _ => None,
+        },
     }
 }
 

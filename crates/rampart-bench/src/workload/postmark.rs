@@ -18,7 +18,7 @@ use super::data::{group_digits, io_err};
 use super::{Ctx, Metric, Outcome, PlotKind, Workload};
 use crate::cmd::{self, Cancel, WatchOptions};
 use crate::error::{BenchError, Result};
-use crate::peer::requests::{self, Counts, RequestCounter, NOT_WAITED};
+use crate::peer::requests::{self, RequestCounter, Snapshot, NOT_WAITED};
 use crate::profile::Profile;
 
 /// Every PostMark parameter we set (postmark's `set ...` commands).
@@ -524,7 +524,7 @@ pub struct PostmarkRun {
     /// FUSE requests during the transactions, by opcode, where the peer counts them (read
     /// when the transactions' start and end markers arrive); an error says why they are
     /// missing.
-    pub requests: Option<std::result::Result<Counts, String>>,
+    pub requests: Option<std::result::Result<Snapshot, String>>,
     /// Where the counts come from, for the notes.
     pub requests_source: Option<&'static str>,
 }
@@ -580,8 +580,21 @@ impl PostmarkRun {
         ));
         let mut request_notes = Vec::new();
         match &self.requests {
-            Some(Ok(counts)) => {
+            Some(Ok(Snapshot {
+                counts,
+                daemon_seconds,
+            })) => {
                 let per_tx = |n: u64| n as f64 / self.config.transactions as f64;
+                if let Some(seconds) = daemon_seconds {
+                    // Arrival to answer, every request of the transactions: the daemon's own
+                    // share of the time per transaction (the rest is the kernel's and the
+                    // hand-offs').
+                    metrics.push(Metric::lower(
+                        "daemon time per transaction",
+                        "µs/tx",
+                        seconds * 1e6 / self.config.transactions as f64,
+                    ));
+                }
                 let waited: u64 = counts
                     .iter()
                     .filter(|(op, _)| !NOT_WAITED.contains(&op.as_str()))
@@ -741,7 +754,7 @@ pub fn run_postmark(
             at[usize::from(marker == DELETE)] = Some(counts);
         }
         match at {
-            [Some(before), Some(after)] => Ok(requests::difference(&before?, &after?)),
+            [Some(before), Some(after)] => Ok(requests::between(&before?, &after?)),
             _ => Err("the counts were not read at both ends of the transactions".to_string()),
         }
     });
