@@ -97,6 +97,22 @@ enum Cmd {
     /// Write the manual pages (man1/*.1) and shell completions (bash, zsh, fish) into DIR.
     #[command(hide = true)]
     GenerateManuals { dir: PathBuf },
+    /// Serve the FUSE floor at MOUNTPOINT until it is unmounted: a FUSE server whose handlers
+    /// do nothing useful, mounted with rampart's FUSE settings (`rampart bench`'s `floor` peer;
+    /// docs/decisions/0070).
+    #[command(hide = true)]
+    BenchFloor {
+        mountpoint: PathBuf,
+        /// FUSE worker threads [default: rampart's].
+        #[arg(long, value_parser = parse_threads)]
+        threads: Option<usize>,
+        #[arg(long, value_parser = ["on", "off"], default_value = "on")]
+        fuse_io_uring: String,
+        #[arg(long, value_parser = ["on", "off"], default_value = "on")]
+        writeback_cache: String,
+        #[arg(long, value_parser = ["on", "off"], default_value = "on")]
+        no_open: String,
+    },
 }
 
 #[derive(clap::Args, Clone)]
@@ -434,6 +450,27 @@ fn main() -> ExitCode {
             json,
         } => return with_stdout_checked(fsck::run(&store, repair, json)),
         Cmd::GenerateManuals { dir } => manuals::generate(&dir),
+        Cmd::BenchFloor {
+            mountpoint,
+            threads,
+            fuse_io_uring,
+            writeback_cache,
+            no_open,
+        } => {
+            let defaults = rampart_bench::floor::FloorOptions::default();
+            let options = rampart_bench::floor::FloorOptions {
+                threads: threads.unwrap_or(defaults.threads),
+                io_uring: fuse_io_uring == "on",
+                writeback_cache: writeback_cache == "on",
+                no_open: no_open == "on",
+                ..defaults
+            };
+            rampart_bench::floor::serve(&mountpoint, &options, |uring| {
+                let transport = if uring { "io_uring" } else { "/dev/fuse" };
+                println!("ready: {} threads, transport {transport}", options.threads);
+            })
+            .map_err(|e| format!("the floor at {}: {e}", mountpoint.display()))
+        }
     };
     with_stdout_checked(match result {
         Ok(()) => ExitCode::SUCCESS,
