@@ -106,6 +106,13 @@ pub struct Status {
     pub persistence: Persistence,
     /// How requests reach the daemon: "io_uring" (a queue per CPU) or "/dev/fuse".
     pub fuse_transport: String,
+    /// How the bytes of disk-tier files move: "passthrough" (the kernel reads and writes the
+    /// host file itself) or "daemon" (each request served by the daemon).
+    #[serde(default)]
+    pub data_path: String,
+    /// Opens answered with FUSE passthrough since the mount.
+    #[serde(default)]
+    pub fuse_passthrough_opens: u64,
     /// FUSE requests served since the mount, by kind (round trips with the kernel).
     pub fuse_requests: BTreeMap<String, u64>,
     /// Their latencies, by kind (only kinds answered at least once).
@@ -128,6 +135,8 @@ pub struct Sources {
     pub mountpoint: PathBuf,
     /// How requests reach the daemon: "io_uring" or "/dev/fuse".
     pub fuse_transport: &'static str,
+    /// What INIT settled (the data path of disk-tier files).
+    pub negotiated: Arc<rampart_fuse::Negotiated>,
 }
 
 pub fn status_of(sources: &Sources) -> Status {
@@ -138,6 +147,7 @@ pub fn status_of(sources: &Sources) -> Status {
         store,
         mountpoint,
         fuse_transport,
+        negotiated,
     } = sources;
     let s = engine.stats();
     Status {
@@ -176,6 +186,8 @@ pub fn status_of(sources: &Sources) -> Status {
             }
         },
         fuse_transport: fuse_transport.to_string(),
+        data_path: negotiated.data_path().to_string(),
+        fuse_passthrough_opens: counters.passthrough_opens(),
         fuse_requests: counters
             .snapshot()
             .into_iter()
