@@ -145,9 +145,11 @@ struct MountArgs {
     /// (Linux 6.14+ with /sys/module/fuse/parameters/enable_uring set to Y); else /dev/fuse.
     #[arg(long, value_parser = ["on", "off"], default_value = "on")]
     fuse_io_uring: String,
-    /// Disk-tier files read and written by the kernel itself (FUSE passthrough: no daemon round
-    /// trip per request; needs CAP_SYS_ADMIN, and turns the writeback cache off), or by the
-    /// daemon. `auto`: passthrough when possible. `on`: the mount fails if it is not.
+    /// Disk-tier files read, written and mapped by the kernel itself (FUSE passthrough: no
+    /// daemon round trip per request; needs CAP_SYS_ADMIN; turns the writeback cache and
+    /// no-open off, which slows small files), or by the daemon. `auto`: passthrough only where
+    /// that costs nothing (with --writeback-cache off --no-open off). `on`: passthrough, or the
+    /// mount fails saying why.
     #[arg(long, value_parser = ["on", "off", "auto"], default_value = "auto")]
     passthrough: String,
     /// Longest time a change waits before it is durable (group commit): e.g. 5s, 500ms, 1m.

@@ -182,11 +182,19 @@ impl RampartFs {
     }
 
     /// Asks the kernel for FUSE passthrough as the mode says. It excludes the writeback cache
-    /// (the kernel drops passthrough when both are asked for): passthrough wins.
+    /// (the kernel drops passthrough when both are asked for) and needs OPEN of every file
+    /// (there is no per-file no-open): when asked for, passthrough wins over both. `auto` asks
+    /// only when neither is in use, so that it costs small files nothing (decision 0058).
     fn negotiate_passthrough(&mut self, config: &mut KernelConfig) -> std::io::Result<()> {
         let forced = match self.passthrough_mode {
             PassthroughMode::Off => return Ok(()),
             PassthroughMode::On => true,
+            PassthroughMode::Auto if self.cache.writeback_cache || self.cache.no_open => {
+                tracing::info!(
+                    "no FUSE passthrough: it would turn off the writeback cache and no-open,                      which small files need (--passthrough on to have it anyway; decision 0058);                      the daemon serves disk-tier files"
+                );
+                return Ok(());
+            }
             PassthroughMode::Auto => false,
         };
         let refuse = |why: &str| {
@@ -690,11 +698,14 @@ impl Filesystem for RampartFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        if !self.passthrough {
+            // Only files made by CREATE send it then (no-open); nothing to do, and not
+            // counted, as before per-file OPEN existed (test_round_trips counts without it).
+            return reply.ok();
+        }
         let _timer = self.counters.start(RequestKind::release);
         guarded("release", || {
-            if self.passthrough {
-                self.files.released(&self.engine, ino.0, fh);
-            }
+            self.files.released(&self.engine, ino.0, fh);
             reply.ok()
         });
     }
