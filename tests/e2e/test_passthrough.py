@@ -59,6 +59,13 @@ def _host_file_of(m, path):
     return names[0] if names else None
 
 
+def _resident_bytes(path):
+    """Bytes of `path` in the page cache (fincore)."""
+    r = run(["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)], timeout=60)
+    assert r.returncode == 0, r.stderr
+    return int(r.stdout.strip())
+
+
 def _disk_mount(mount_factory, *opts):
     return mount_factory("--large-file-threshold", "64K", *opts)
 
@@ -246,8 +253,16 @@ def test_a_program_on_the_disk_tier_runs(mount_factory, path):
 @needs_disk_tier
 @pytest.mark.parametrize("path", ["passthrough", "daemon"])
 def test_o_direct_on_a_disk_tier_file(mount_factory, path):
+    """O_DIRECT reaches the host file with no page cache in between, through the kernel
+    (passthrough opens the backing file with the program's flags) or the daemon (an O_DIRECT
+    descriptor of its own): the host file's pages stay out of memory."""
     m = _disk_mount(mount_factory, "--passthrough", "off" if path == "daemon" else "on")
     p, ref = _make_disk_file(m, "direct")
+    host = m.store / "data" / _host_file_of(m, p)
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3")
+    assert _resident_bytes(host) == 0
     reads0, writes0 = _io_requests(m)
     buf = mmap.mmap(-1, 8192)  # page-aligned
     fd = os.open(p, os.O_RDWR | os.O_DIRECT)
@@ -257,8 +272,16 @@ def test_o_direct_on_a_disk_tier_file(mount_factory, path):
         buf[:] = b"Q" * 8192
         assert os.pwritev(fd, [buf], 131072) == 8192
         ref[131072:131072 + 8192] = b"Q" * 8192
+        # Past the end: the file grows.
+        assert os.pwritev(fd, [buf], BIG + 4096) == 8192
+        ref.extend(b"\0" * 4096 + b"Q" * 8192)
+        assert os.fstat(fd).st_size == len(ref)
+        buf[:] = b"\0" * 8192
+        assert os.preadv(fd, [buf], 131072) == 8192
+        assert buf[:] == b"Q" * 8192
     finally:
         os.close(fd)
+    assert _resident_bytes(host) == 0, "O_DIRECT went through the host's page cache"
     assert read_file(p) == bytes(ref)
     reads1, writes1 = _io_requests(m)
     if path == "passthrough":

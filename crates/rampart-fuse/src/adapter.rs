@@ -22,6 +22,7 @@ use rampart_core::time::{to_ns, to_system_time};
 use rampart_core::{Attr, Ctx, Engine, FileKind, SetAttr, SetTime, WriteTimes};
 
 use crate::counters::{PendingRequest, RequestCounters, RequestKind};
+use crate::direct_io::{self, DirectIo};
 use crate::open_files::{Negotiated, OpenFiles, Opened, FH_PASSTHROUGH};
 use crate::refusals::Refusals;
 use crate::PassthroughMode;
@@ -71,6 +72,8 @@ pub(crate) struct RampartFs {
     /// The opens of files, by kind (used once passthrough is in use).
     files: OpenFiles,
     negotiated: Arc<Negotiated>,
+    /// O_DIRECT requests of disk-tier files served by the daemon.
+    direct: DirectIo,
 }
 
 /// The answer for an engine error, counted for the request this thread serves.
@@ -178,6 +181,7 @@ impl RampartFs {
             passthrough: false,
             files: OpenFiles::new(negotiated.clone(), notifier),
             negotiated,
+            direct: DirectIo::default(),
         }
     }
 
@@ -584,12 +588,20 @@ impl Filesystem for RampartFs {
         _fh: FileHandle,
         offset: u64,
         size: u32,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
         let _timer = self.counters.start(RequestKind::read);
         guarded("read", || {
+            if direct_io::wants_direct(flags.0, offset, u64::from(size)) {
+                if let Some(r) = self.direct.read(&self.engine, ino.0, offset, size) {
+                    return match r {
+                        Ok(data) => reply.data(&data),
+                        Err(e) => reply.error(errno(e)),
+                    };
+                }
+            }
             let mut buf = Vec::new();
             match self.engine.read(ino.0, offset, size, &mut buf) {
                 Ok(()) => reply.data(&buf),
@@ -606,13 +618,22 @@ impl Filesystem for RampartFs {
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         let _timer = self.counters.start(RequestKind::write);
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         guarded("write", || {
+            // Setuid/setgid to clear: the engine's write does it, so that one goes there.
+            if !kill && direct_io::wants_direct(flags.0, offset, data.len() as u64) {
+                if let Some(r) = self.direct.write(&self.engine, ino.0, offset, data) {
+                    return match r {
+                        Ok(n) => reply.written(n),
+                        Err(e) => reply.error(errno(e)),
+                    };
+                }
+            }
             // Under the writeback cache the kernel owns mtime and ctime (decision 0020).
             let times = if self.cache.writeback_cache {
                 WriteTimes::KeptByKernel

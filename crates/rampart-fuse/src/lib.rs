@@ -7,6 +7,7 @@
 
 mod adapter;
 pub mod counters;
+mod direct_io;
 mod open_files;
 mod refusals;
 
