@@ -11,6 +11,7 @@ a mount without them; these tests ask for it with `--passthrough on`.
 The disk-tier tests need a binary with the disk tier (`--large-file-threshold`); the mounts use
 a 64 KiB threshold so that small test files are disk-tier."""
 
+import errno
 import mmap
 import os
 import shutil
@@ -344,3 +345,27 @@ def test_truncate_of_a_passthrough_open_file(mount_factory):
     assert read_file(p) == bytes(ref[:200_000])
     _remount(m, "--passthrough", "off")
     assert read_file(p) == bytes(ref[:200_000])
+
+
+@needs_disk_tier
+def test_a_host_file_cut_short_behind_rampart_reads_eio_not_an_early_end(mount_factory):
+    """Through the kernel a short host file would read as an early end of file: such a file is
+    not opened for passthrough, and the daemon answers EIO for the missing part."""
+    m = _disk_mount(mount_factory, "--passthrough", "on")
+    p, ref = _make_disk_file(m, "cut")
+    host = m.store / "data" / _host_file_of(m, p)
+    os.truncate(host, 512 * 1024)
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3")
+    opens0 = m.status()["fuse_passthrough_opens"]
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        assert os.pread(fd, 4096, 0) == bytes(ref[:4096])
+        with pytest.raises(OSError) as e:
+            os.pread(fd, 4096, 900 * 1024)
+        assert e.value.errno == errno.EIO
+    finally:
+        os.close(fd)
+    assert m.status()["fuse_passthrough_opens"] == opens0
+    assert "missing bytes" in (m.store / "rampart.log").read_text()

@@ -183,6 +183,17 @@ impl OpenFiles {
                 return None;
             }
         };
+        // A host file shorter than the file (damaged behind rampart's back) would read as an
+        // early end of file through the kernel; the daemon answers EIO for the missing part.
+        let short = match (host.metadata(), engine.getattr(ino)) {
+            (Ok(meta), Ok(attr)) => meta.len() < attr.size_bytes,
+            _ => true,
+        };
+        if short {
+            tracing::warn!("inode {ino}: its host file is missing bytes; served by the daemon");
+            unregister();
+            return None;
+        }
         match reply.open_backing(&*host) {
             Ok(backing) => Some(backing),
             Err(e) => {
