@@ -22,7 +22,11 @@ import pytest
 
 from e2e_helpers import RAMPART_BIN, EXTRA_MOUNT_OPTS, in_mount_table, pid_alive, read_file, run, wait_until
 
-pytestmark = pytest.mark.rampart_only("tests rampart's data path for disk-tier files")
+pytestmark = [
+    pytest.mark.rampart_only("tests rampart's data path for disk-tier files"),
+    # These choose the data path themselves.
+    pytest.mark.skipif("--passthrough" in EXTRA_MOUNT_OPTS, reason="the suite's mounts fix the data path"),
+]
 
 THRESHOLD = 64 * 1024
 BIG = 1 << 20  # well past the threshold
@@ -369,3 +373,30 @@ def test_a_host_file_cut_short_behind_rampart_reads_eio_not_an_early_end(mount_f
         os.close(fd)
     assert m.status()["fuse_passthrough_opens"] == opens0
     assert "missing bytes" in (m.store / "rampart.log").read_text()
+
+
+@needs_disk_tier
+def test_passthrough_opens_keep_the_mtime_a_program_set(mount_factory):
+    """cp -a: utimensat after the data; a later open that writes nothing keeps that mtime, one
+    that writes stamps the time of its writes."""
+    m = _disk_mount(mount_factory, "--passthrough", "on")
+    p, ref = _make_disk_file(m, "kept")
+    os.utime(p, ns=(1_000_000_000_123, 1_000_000_000_123))
+    assert read_file(p) == bytes(ref)
+    fd = os.open(p, os.O_RDWR)
+    try:
+        os.utime(fd, ns=(2_000_000_000_456, 2_000_000_000_456))  # while open for passthrough
+        assert os.fstat(fd).st_mtime_ns == 2_000_000_000_456
+    finally:
+        os.close(fd)
+    assert os.stat(p).st_mtime_ns == 2_000_000_000_456
+    before = os.stat(p).st_mtime_ns
+    fd = os.open(p, os.O_RDWR)
+    try:
+        os.pwrite(fd, b"new", 10)
+    finally:
+        os.close(fd)
+    assert os.stat(p).st_mtime_ns > before
+    written = os.stat(p).st_mtime_ns
+    _remount(m, "--passthrough", "off")
+    assert os.stat(p).st_mtime_ns == written

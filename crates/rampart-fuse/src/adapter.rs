@@ -424,7 +424,12 @@ impl Filesystem for RampartFs {
                 self.catch_up_with_host(ino.0);
             }
             match self.engine.setattr(&ctx(req), ino.0, &set) {
-                Ok(a) => reply.attr(&self.cache.attr_ttl, &file_attr(&a)),
+                Ok(a) => {
+                    if mtime.is_some() && self.passthrough {
+                        self.files.times_set(&self.engine, ino.0, a.mtime_ns);
+                    }
+                    reply.attr(&self.cache.attr_ttl, &file_attr(&a))
+                }
                 Err(e) => reply.error(errno(e)),
             }
         });

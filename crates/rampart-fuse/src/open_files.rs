@@ -18,6 +18,7 @@ use std::sync::{Arc, OnceLock};
 
 use fuser::{BackingId, FileHandle, FopenFlags, INodeNo, Notifier, ReplyOpen};
 use parking_lot::Mutex;
+use rampart_core::time::to_system_time;
 use rampart_core::{Engine, Ino};
 
 /// The file handle of a cached open.
@@ -186,7 +187,16 @@ impl OpenFiles {
         // A host file shorter than the file (damaged behind rampart's back) would read as an
         // early end of file through the kernel; the daemon answers EIO for the missing part.
         let short = match (host.metadata(), engine.getattr(ino)) {
-            (Ok(meta), Ok(attr)) => meta.len() < attr.size_bytes,
+            (Ok(meta), Ok(attr)) => {
+                // The engine takes the host file's mtime as the file's after the kernel's
+                // writes (`host_file_changed`): start it at the file's own, so that opens
+                // that write nothing leave the file's mtime as it was (set by utimensat,
+                // say), and those that write make it the time of their writes.
+                if let Err(e) = host.set_modified(to_system_time(attr.mtime_ns)) {
+                    tracing::warn!("inode {ino}: cannot set its host file's mtime: {e}");
+                }
+                meta.len() < attr.size_bytes
+            }
             _ => true,
         };
         if short {
@@ -263,6 +273,28 @@ impl OpenFiles {
                     }
                 }
             }
+        }
+    }
+
+    /// After SETATTR set the times of a passthrough-open file: its host file's mtime follows,
+    /// else the next `host_file_changed` would take the host file's older one back.
+    pub(crate) fn times_set(
+        &self,
+        engine: &Engine,
+        ino: Ino,
+        mtime_ns: rampart_core::time::TimeNs,
+    ) {
+        if !self.is_passthrough(ino) {
+            return;
+        }
+        match engine.host_file(ino) {
+            Ok(Some(host)) => {
+                if let Err(e) = host.set_modified(to_system_time(mtime_ns)) {
+                    tracing::warn!("inode {ino}: cannot set its host file's mtime: {e}");
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!("inode {ino}: {e}"),
         }
     }
 
