@@ -106,10 +106,6 @@ pub struct Status {
     pub persistence: Persistence,
     /// How requests reach the daemon: "io_uring" (a queue per CPU) or "/dev/fuse".
     pub fuse_transport: String,
-    /// How the bytes of disk-tier files move: "passthrough" (the kernel reads and writes the
-    /// host file itself) or "daemon" (each request served by the daemon).
-    #[serde(default)]
-    pub data_path: String,
     /// Opens answered with FUSE passthrough since the mount.
     #[serde(default)]
     pub fuse_passthrough_opens: u64,
@@ -124,6 +120,26 @@ pub struct Status {
     /// Errors answered to programs, by operation, then by errno name (`ENOENT`).
     #[serde(default)]
     pub fuse_errors: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Regular files and their bytes per tier.
+    #[serde(default)]
+    pub tiers: Tiers,
+    /// How reads and writes of open disk-tier files travel: "passthrough" or "daemon".
+    #[serde(default)]
+    pub data_path: String,
+}
+
+/// Files and bytes on one tier.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct TierFigures {
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// The two tiers of `rampart status`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Tiers {
+    pub memory: TierFigures,
+    pub disk: TierFigures,
 }
 
 /// What a daemon reports on: its engine, persister and FUSE counters, and where it serves.
@@ -135,8 +151,6 @@ pub struct Sources {
     pub mountpoint: PathBuf,
     /// How requests reach the daemon: "io_uring" or "/dev/fuse".
     pub fuse_transport: &'static str,
-    /// What INIT settled (the data path of disk-tier files).
-    pub negotiated: Arc<rampart_fuse::Negotiated>,
 }
 
 pub fn status_of(sources: &Sources) -> Status {
@@ -147,7 +161,6 @@ pub fn status_of(sources: &Sources) -> Status {
         store,
         mountpoint,
         fuse_transport,
-        negotiated,
     } = sources;
     let s = engine.stats();
     Status {
@@ -161,6 +174,17 @@ pub fn status_of(sources: &Sources) -> Status {
         other: s.other,
         inodes: s.inodes(),
         data_bytes: s.data_bytes,
+        tiers: Tiers {
+            memory: TierFigures {
+                files: s.memory_files(),
+                bytes: s.memory_data_bytes(),
+            },
+            disk: TierFigures {
+                files: s.disk_files,
+                bytes: s.disk_data_bytes,
+            },
+        },
+        data_path: engine.data_path().to_string(),
         memory_used_bytes: s.memory_used_bytes,
         memory_cap_bytes: s.memory_cap_bytes,
         persistence: {
@@ -186,7 +210,6 @@ pub fn status_of(sources: &Sources) -> Status {
             }
         },
         fuse_transport: fuse_transport.to_string(),
-        data_path: negotiated.data_path().to_string(),
         fuse_passthrough_opens: counters.passthrough_opens(),
         fuse_requests: counters
             .snapshot()

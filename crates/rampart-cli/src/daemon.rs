@@ -115,7 +115,6 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
         store: store_path.clone(),
         mountpoint: mountpoint.clone(),
         fuse_transport,
-        negotiated: mounted.negotiated(),
     });
     let metrics = metrics_listeners.serve(sources.clone());
     let socket = crate::control::serve(sources).map_err(|e| {

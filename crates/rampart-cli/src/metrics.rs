@@ -445,7 +445,7 @@ fn render_fuse(out: &mut String, sources: &Sources) {
         "rampart_info{{version=\"{}\",fuse_transport=\"{}\",data_path=\"{}\"}} 1",
         env!("CARGO_PKG_VERSION"),
         sources.fuse_transport,
-        sources.negotiated.data_path()
+        sources.engine.data_path()
     );
 }
 
@@ -576,7 +576,12 @@ fn render_contents(out: &mut String, sources: &Sources) {
     let _ = writeln!(
         out,
         "rampart_data_bytes{{tier=\"memory\"}} {}",
-        s.data_bytes
+        s.memory_data_bytes()
+    );
+    let _ = writeln!(
+        out,
+        "rampart_data_bytes{{tier=\"disk\"}} {}",
+        s.disk_data_bytes
     );
     single(
         out,

@@ -211,6 +211,8 @@ pub fn mount(
     let session = Session::new(fs, mountpoint, &config)?;
     let _ = notifier.set(session.notifier());
     engine.set_observer(Some(Arc::new(KernelNotifier(session.notifier()))));
+    // `rampart status` reads it from the engine.
+    engine.set_passthrough_available(negotiated.data_path() == "passthrough");
     tracing::info!("disk-tier data path: {}", negotiated.data_path());
     if negotiated.writeback_cache() {
         // Without it the worker is not started and refusals are dropped: the kernel's size

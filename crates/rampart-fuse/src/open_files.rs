@@ -215,6 +215,7 @@ impl OpenFiles {
                         .backing_refused
                         .swap(true, Ordering::Relaxed)
                     {
+                        engine.set_passthrough_available(false);
                         tracing::warn!(
                             "the kernel refuses backing files for FUSE passthrough ({e}); \
                              the daemon serves disk-tier files from now on"
