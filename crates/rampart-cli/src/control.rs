@@ -106,6 +106,9 @@ pub struct Status {
     pub persistence: Persistence,
     /// How requests reach the daemon: "io_uring" (a queue per CPU) or "/dev/fuse".
     pub fuse_transport: String,
+    /// Opens answered with FUSE passthrough since the mount.
+    #[serde(default)]
+    pub fuse_passthrough_opens: u64,
     /// FUSE requests served since the mount, by kind (round trips with the kernel).
     pub fuse_requests: BTreeMap<String, u64>,
     /// Their latencies, by kind (only kinds answered at least once).
@@ -207,6 +210,7 @@ pub fn status_of(sources: &Sources) -> Status {
             }
         },
         fuse_transport: fuse_transport.to_string(),
+        fuse_passthrough_opens: counters.passthrough_opens(),
         fuse_requests: counters
             .snapshot()
             .into_iter()

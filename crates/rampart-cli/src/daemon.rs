@@ -28,6 +28,8 @@ pub struct ServeConfig {
     pub no_open: bool,
     /// FUSE over io_uring when the kernel offers it.
     pub io_uring: bool,
+    /// FUSE passthrough for disk-tier files.
+    pub passthrough: rampart_fuse::PassthroughMode,
     pub commit_interval: std::time::Duration,
     /// A checkpoint is taken each time the journal has grown by this much.
     pub checkpoint_after_bytes: u64,
@@ -176,6 +178,7 @@ fn mount_options(config: &ServeConfig, store_path: &Path) -> MountOptions {
             ..CachePolicy::default()
         },
         io_uring: config.io_uring,
+        passthrough: config.passthrough,
         kernel_flags: config.kernel_flags.clone(),
     }
 }
@@ -244,7 +247,8 @@ fn start_page_flusher(
     mounted: &rampart_fuse::Mounted,
     engine: &Arc<Engine>,
 ) -> Option<crate::page_flusher::PageFlusher> {
-    match (own_mount, config.writeback_cache) {
+    // What INIT settled: FUSE passthrough turns the writeback cache off.
+    match (own_mount, mounted.negotiated().writeback_cache()) {
         (Some(own), true) => crate::page_flusher::start(
             mountpoint.to_path_buf(),
             own.device.clone(),

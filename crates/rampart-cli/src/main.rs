@@ -161,6 +161,13 @@ struct MountArgs {
     /// (Linux 6.14+ with /sys/module/fuse/parameters/enable_uring set to Y); else /dev/fuse.
     #[arg(long, value_parser = ["on", "off"], default_value = "on")]
     fuse_io_uring: String,
+    /// Disk-tier files read, written and mapped by the kernel itself (FUSE passthrough: no
+    /// daemon round trip per request; needs CAP_SYS_ADMIN; turns the writeback cache and
+    /// no-open off, which slows small files), or by the daemon. `auto`: passthrough only where
+    /// that costs nothing (with --writeback-cache off --no-open off). `on`: passthrough, or the
+    /// mount fails saying why.
+    #[arg(long, value_parser = ["on", "off", "auto"], default_value = "auto")]
+    passthrough: String,
     /// Longest time a change waits before it is durable (group commit): e.g. 5s, 500ms, 1m.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     commit_interval: std::time::Duration,
@@ -214,6 +221,11 @@ impl MountArgs {
                         "writeback_cache" => self.writeback_cache = on_off(name, v)?,
                         "no_open" => self.no_open = on_off(name, v)?,
                         "fuse_io_uring" => self.fuse_io_uring = on_off(name, v)?,
+                        "passthrough" => {
+                            v.parse::<rampart_fuse::PassthroughMode>()
+                                .map_err(|e| format!("mount option {name}={v}: {e}"))?;
+                            self.passthrough = value.clone();
+                        }
                         "commit_interval" => {
                             self.commit_interval = parse_duration(v).map_err(bad)?
                         }
@@ -524,6 +536,10 @@ fn cmd_mount(args: MountArgs) -> Result<(), String> {
         writeback_cache: args.writeback_cache == "on",
         no_open: args.no_open == "on",
         io_uring: args.fuse_io_uring == "on",
+        passthrough: args
+            .passthrough
+            .parse()
+            .map_err(|e: String| format!("--passthrough: {e}"))?,
         commit_interval: args.commit_interval,
         checkpoint_after_bytes,
         checkpoint_scales_with_image,
@@ -616,6 +632,8 @@ fn daemon_child_args(args: &MountArgs, config: &daemon::ServeConfig) -> Vec<OsSt
         args.no_open.clone().into(),
         "--fuse-io-uring".into(),
         args.fuse_io_uring.clone().into(),
+        "--passthrough".into(),
+        args.passthrough.clone().into(),
         "--log-level".into(),
         args.log_level.clone().into(),
         "--commit-interval".into(),

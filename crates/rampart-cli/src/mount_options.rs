@@ -49,12 +49,13 @@ const IGNORED: [&str; 24] = [
 ];
 
 /// `rampart mount` options that take a value, by their `-o` name (also spelled with `-`).
-pub const VALUE_OPTIONS: [&str; 12] = [
+pub const VALUE_OPTIONS: [&str; 13] = [
     "memory_cap",
     "threads",
     "writeback_cache",
     "no_open",
     "fuse_io_uring",
+    "passthrough",
     "commit_interval",
     "checkpoint_after",
     "log_level",
