@@ -157,8 +157,8 @@ def test_a_bad_threshold_is_refused_with_a_clear_error(test_base, rampart_env, v
 def test_a_file_crossing_the_threshold_both_ways_keeps_its_bytes_and_holes(dmnt, ref_dir, how):
     m = dmnt
     t = Twin(os.path.join(m.path, "sparse"), os.path.join(ref_dir, "sparse"))
-    # In memory: 64 KiB-aligned data with a hole between.
-    t.pwrite(rnd(16 * KiB, 10), 0)
+    # In memory: data, then a hole of a whole 64 KiB chunk.
+    t.pwrite(rnd(60 * KiB, 10), 0)
     t.check(m, "small, in memory")
     assert not on_disk(m, t.path)
     t.pwrite(rnd(32 * KiB, 11), 128 * KiB)  # size 160 KiB > threshold: migrates, hole [64K,128K)
