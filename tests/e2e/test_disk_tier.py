@@ -25,8 +25,8 @@ from e2e_helpers import (FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZE
                          RENAME_EXCHANGE, Mount, expect_errno, fallocate, in_mount_table, read_file, renameat2, run,
                          wait_until, write_file)
 from test_full_disk import small_ext4  # noqa: F401 (a fixture)
-from test_persistence import (assert_fsck_clean_after_crash, crash, fsck, fsck_json, fsync_path, remount, unmount,
-                              write_synced)
+from test_persistence import (assert_fsck_clean_after_crash, crash, fsck, fsck_json, fsync_path, journal_len, remount,
+                              unmount, write_synced)
 
 pytestmark = pytest.mark.rampart_only("tests rampart's disk tier: host files under STORE/data")
 
@@ -1013,3 +1013,34 @@ def test_statfs_adds_the_host_file_system_to_the_memory_cap(mount_factory):
     # df shows it too
     r = run(["df", "-B1", "--output=size", m.path], check=True)
     assert int(r.stdout.split()[-1]) == total
+
+
+# ---- the journal and the checkpoint do not carry disk-tier bytes ------------------------------------
+
+def test_disk_tier_bytes_stay_out_of_the_journal_and_the_checkpoint(mount_factory):
+    m = mount_factory(*SMALL, name="nojournal")
+    journal = m.store / "journal"
+    p = os.path.join(m.path, "big")
+    write_synced(p, rnd(128 * KiB, 170))  # past the threshold: on disk from here
+    wait_tier(m, p, True)
+    before = journal_len(m)
+    fd = os.open(p, os.O_WRONLY)
+    try:
+        for i in range(32):
+            pwrite_all(fd, rnd(MiB, 171 + i), 128 * KiB + i * MiB)
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    grown = journal_len(m) - before
+    assert grown < 2 * MiB, f"the journal grew by {grown} bytes for 32 MiB written to a disk-tier file"
+    unmount(m)
+    ckpt = os.path.getsize(m.store / "checkpoint")
+    assert ckpt < 2 * MiB, f"the checkpoint holds {ckpt} bytes with 32 MiB on the disk tier"
+    assert os.path.getsize(journal) < 4 * MiB
+    remount(m)
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        for i in (0, 17, 31):
+            assert os.pread(fd, MiB, 128 * KiB + i * MiB) == rnd(MiB, 171 + i)
+    finally:
+        os.close(fd)

@@ -324,10 +324,23 @@ def test_a_crash_right_after_unlinks_and_truncates_of_disk_tier_files(mount_fact
         p = os.path.join(m.path, f"f{i}")
         os.truncate(p, 3 * KiB)  # below threshold/4: may come back to memory
         keep[p] = keep[p][:3 * KiB]
+    # a disk-tier file unlinked while open, still written: gone after the restart, host file too
+    ghost = os.path.join(m.path, "ghost")
+    gfd = os.open(ghost, os.O_CREAT | os.O_RDWR, 0o644)
+    os.write(gfd, os.urandom(300 * KiB))
+    os.fsync(gfd)
+    os.unlink(ghost)
+    os.pwrite(gfd, os.urandom(100 * KiB), 400 * KiB)
     fd = os.open(m.path, os.O_RDONLY)
     os.fsync(fd)
     os.close(fd)
-    crash(m)
+    try:
+        crash(m)
+    finally:
+        try:
+            os.close(gfd)
+        except OSError:
+            pass
     assert_fsck_clean_after_crash(m)
     remount(m)
     names = sorted(os.listdir(m.path))
