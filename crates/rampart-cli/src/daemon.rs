@@ -33,6 +33,10 @@ pub struct ServeConfig {
     pub checkpoint_after_bytes: u64,
     /// And also each time it has grown by the last checkpoint's size (`--checkpoint-after auto`).
     pub checkpoint_scales_with_image: bool,
+    /// `--large-file-threshold`: None for the store's own.
+    pub large_file_threshold_bytes: Option<u64>,
+    /// `--evict-min-size`.
+    pub evict_min_size_bytes: u64,
     /// Where to serve Prometheus metrics, if anywhere.
     pub metrics: crate::metrics::MetricsConfig,
     /// Generic mount flags for the kernel (`ro`, `noexec`, ...), from `-o`.
@@ -184,6 +188,8 @@ fn open_options(config: &ServeConfig) -> rampart_core::rampart::Options {
             root_uid: nix::unistd::getuid().as_raw(),
             root_gid: nix::unistd::getgid().as_raw(),
             root_mode: 0o755,
+            large_file_threshold_bytes: config.large_file_threshold_bytes,
+            evict_min_size_bytes: config.evict_min_size_bytes,
             ..EngineConfig::default()
         },
         persist: PersistConfig {

@@ -51,6 +51,11 @@ enum Cmd {
     Mkfs {
         /// Path of the store folder to create (must not exist, or be empty).
         store: PathBuf,
+        /// Files larger than this live on the disk tier, one host file each in the store's
+        /// data/ folder: a size (4096, 64K, 1M, 1G; at least 4K) or `off` [default: 1M]. A
+        /// mount can override it.
+        #[arg(long, value_name = "SIZE|off", value_parser = parse_threshold)]
+        large_file_threshold: Option<u64>,
     },
     /// Mount a store (by default as a background daemon).
     #[command(after_long_help = MOUNT_LONG_HELP)]
@@ -149,6 +154,15 @@ struct MountArgs {
     /// write more than the journal does.
     #[arg(long, default_value = "auto", value_parser = parse_checkpoint_after)]
     checkpoint_after: (u64, bool),
+    /// Files larger than this live on the disk tier (a host file each in the store's data/
+    /// folder): a size (4096, 64K, 1M, 1G; at least 4K) or `off` (no new file moves there)
+    /// [default: the store's, set by `rampart mkfs` (1M)].
+    #[arg(long, value_name = "SIZE|off", value_parser = parse_threshold)]
+    large_file_threshold: Option<u64>,
+    /// The smallest file that memory pressure moves to the disk tier before a write would
+    /// fail with ENOSPC.
+    #[arg(long, value_name = "SIZE", default_value = "64K", value_parser = parse_evict_min_size)]
+    evict_min_size: u64,
     /// Serve Prometheus metrics (GET /metrics) on this Unix socket (mode 0600).
     #[arg(long, value_name = "PATH")]
     metrics_socket: Option<PathBuf>,
@@ -196,6 +210,12 @@ impl MountArgs {
                             }
                             self.log_level = value.clone();
                         }
+                        "large_file_threshold" => {
+                            self.large_file_threshold = Some(parse_threshold(v).map_err(bad)?)
+                        }
+                        "evict_min_size" => {
+                            self.evict_min_size = parse_evict_min_size(v).map_err(bad)?
+                        }
                         "metrics_socket" => self.metrics_socket = Some(PathBuf::from(v)),
                         "metrics_listen" => {
                             self.metrics_listen = Some(metrics::parse_listen(v).map_err(bad)?)
@@ -238,6 +258,34 @@ const THREADS_MAX: usize = 256;
 /// `--memory-cap`: a size, or a share of this machine's RAM.
 fn parse_memory_cap(text: &str) -> Result<u64, String> {
     size::parse_size(text, physical_memory_bytes())
+}
+
+/// `--large-file-threshold`: a size of at least 4 KiB (no percentage), or `off`.
+fn parse_threshold(text: &str) -> Result<u64, String> {
+    if text.trim() == "off" {
+        return Ok(rampart_core::store::superblock::THRESHOLD_OFF);
+    }
+    if text.trim().ends_with('%') {
+        return Err(format!(
+            "invalid size {text:?}: give bytes or K/M/G/T, or off"
+        ));
+    }
+    let bytes = size::parse_size(text, 0)?;
+    let min = rampart_core::limits::LARGE_FILE_THRESHOLD_BYTES_MIN;
+    if bytes < min || bytes == u64::MAX {
+        return Err(format!(
+            "the large-file threshold must be at least {min} bytes (4K), or off"
+        ));
+    }
+    Ok(bytes)
+}
+
+/// `--evict-min-size`: a size (no percentage).
+fn parse_evict_min_size(text: &str) -> Result<u64, String> {
+    if text.trim().ends_with('%') {
+        return Err(format!("invalid size {text:?}: give bytes or K/M/G/T"));
+    }
+    size::parse_size(text, 0)
 }
 
 /// `--threads`: 1 to [`THREADS_MAX`].
@@ -358,7 +406,10 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     let result = match cli.command {
-        Cmd::Mkfs { store } => cmd_mkfs(&store),
+        Cmd::Mkfs {
+            store,
+            large_file_threshold,
+        } => cmd_mkfs(&store, large_file_threshold),
         Cmd::Mount(mut args) => match args.apply_options() {
             Ok(()) => cmd_mount(args),
             Err(e) => {
@@ -402,8 +453,11 @@ fn with_stdout_checked(code: ExitCode) -> ExitCode {
     }
 }
 
-fn cmd_mkfs(store: &Path) -> Result<(), String> {
-    rampart_core::store::mkfs(store).map_err(|e| e.to_string())?;
+fn cmd_mkfs(store: &Path, large_file_threshold: Option<u64>) -> Result<(), String> {
+    let options = rampart_core::store::MkfsOptions {
+        large_file_threshold_bytes: large_file_threshold.unwrap_or(0),
+    };
+    rampart_core::store::mkfs_with(store, &options).map_err(|e| e.to_string())?;
     outln!("created rampart store {}", store.display());
     Ok(())
 }
@@ -436,6 +490,8 @@ fn cmd_mount(args: MountArgs) -> Result<(), String> {
         commit_interval: args.commit_interval,
         checkpoint_after_bytes,
         checkpoint_scales_with_image,
+        large_file_threshold_bytes: args.large_file_threshold,
+        evict_min_size_bytes: args.evict_min_size,
         metrics: metrics_config(&args)?,
     };
 
@@ -534,6 +590,20 @@ fn daemon_child_args(args: &MountArgs, config: &daemon::ServeConfig) -> Vec<OsSt
             config.checkpoint_after_bytes.to_string().into()
         },
     ];
+    if let Some(threshold) = config.large_file_threshold_bytes {
+        child_args.push("--large-file-threshold".into());
+        child_args.push(
+            if threshold == rampart_core::store::superblock::THRESHOLD_OFF {
+                "off".into()
+            } else {
+                threshold.to_string().into()
+            },
+        );
+    }
+    child_args.extend([
+        "--evict-min-size".into(),
+        config.evict_min_size_bytes.to_string().into(),
+    ]);
     if args.private {
         child_args.push("--private".into());
     }

@@ -49,7 +49,7 @@ const IGNORED: [&str; 24] = [
 ];
 
 /// `rampart mount` options that take a value, by their `-o` name (also spelled with `-`).
-pub const VALUE_OPTIONS: [&str; 10] = [
+pub const VALUE_OPTIONS: [&str; 12] = [
     "memory_cap",
     "threads",
     "writeback_cache",
@@ -60,6 +60,8 @@ pub const VALUE_OPTIONS: [&str; 10] = [
     "log_level",
     "metrics_socket",
     "metrics_listen",
+    "large_file_threshold",
+    "evict_min_size",
 ];
 
 /// `rampart mount` switches, by their `-o` name. `owner_only` is `--private`: mount(8) takes

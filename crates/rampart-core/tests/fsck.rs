@@ -52,10 +52,18 @@ fn files_of(path: &Path) -> Vec<(String, Vec<u8>)> {
         .unwrap()
         .map(|e| {
             let e = e.unwrap();
-            (
-                e.file_name().to_string_lossy().into_owned(),
-                std::fs::read(e.path()).unwrap(),
-            )
+            // A folder (data/) stands for its listing.
+            let content = if e.file_type().unwrap().is_dir() {
+                let mut names: Vec<_> = std::fs::read_dir(e.path())
+                    .unwrap()
+                    .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect();
+                names.sort();
+                names.join("\n").into_bytes()
+            } else {
+                std::fs::read(e.path()).unwrap()
+            };
+            (e.file_name().to_string_lossy().into_owned(), content)
         })
         .collect();
     out.sort();
