@@ -402,12 +402,13 @@ def test_a_program_stored_on_the_disk_tier_runs(mount_factory):
     wait_tier(m, copy, True)
     want = run([ls, "--help"], check=True).stdout
     r = run([copy, "--help"])
-    assert r.returncode == 0 and r.stdout == want, r.stderr
+    # (the usage line names the program by its path)
+    assert r.returncode == 0 and r.stdout.replace(copy, ls) == want, r.stderr
     # Both still run after a remount (nothing of them in the mount's page cache).
     unmount(m)
     remount(m)
     assert run([exe]).stdout == "ran from the disk tier: 7 35\n"
-    assert run([copy, "--help"]).stdout == want
+    assert run([copy, "--help"]).stdout.replace(copy, ls) == want
 
 
 # ---- a 4 GiB file on a mount with a 256 MiB memory cap ---------------------------------------------
