@@ -20,10 +20,22 @@ import time
 import pytest
 
 from disk_tier_helpers import KiB, MiB, assert_no_orphan_host_files, host_files, host_path
-from e2e_helpers import read_file, wait_until
+from e2e_helpers import RAMPART_BIN, read_file, run, wait_until
 from test_persistence import assert_fsck_clean_after_crash, crash, fsck, remount, unmount
 
 pytestmark = pytest.mark.rampart_only("kill -9 of the rampart daemon with disk-tier files")
+
+
+def _has_passthrough_option():
+    r = run([RAMPART_BIN, "mount", "--help"], timeout=60)
+    return "--passthrough" in r.stdout
+
+
+# The kernel writes a passthrough file's host file behind the daemon: the same checks with it.
+PASSTHROUGH = pytest.param(("--passthrough", "on"), marks=pytest.mark.skipif(
+    not _has_passthrough_option(), reason="this rampart binary has no --passthrough (branch passthru not merged)"),
+    id="passthrough")
+DAEMON_PATH = pytest.param((), id="daemon-path")
 
 BLOCK = 4096
 RECORD = 64
@@ -233,12 +245,12 @@ def _run_round(m, root, test_base, rnd, model, seed_base):
     assert len(stops) == WORKERS, f"every writer should have been stopped by the dead mount: {stops}"
 
 
-@pytest.mark.parametrize("opts", [("--large-file-threshold", "64K"),
-                                  ("--large-file-threshold", "64K", "--commit-interval", "200ms",
-                                   "--checkpoint-after", "64K")],
-                         ids=["default-commit", "fast-commit-and-checkpoints"])
+@pytest.mark.parametrize("opts", [pytest.param((), id="default-commit"),
+                                  pytest.param(("--commit-interval", "200ms", "--checkpoint-after", "64K"),
+                                               id="fast-commit-and-checkpoints"),
+                                  PASSTHROUGH])
 def test_kill_9_during_a_mixed_load_of_small_and_large_files(mount_factory, test_base, opts):
-    m = mount_factory(*opts, name="mixed")
+    m = mount_factory("--large-file-threshold", "64K", *opts, name="mixed")
     root = os.path.join(m.path, "load")
     os.mkdir(root)
     fd = os.open(m.path, os.O_RDONLY)
@@ -247,7 +259,7 @@ def test_kill_9_during_a_mixed_load_of_small_and_large_files(mount_factory, test
     model = Model()
     total_verified = 0
     for rnd in range(ROUNDS):
-        _run_round(m, root, test_base, rnd, model, seed_base=7 if len(opts) == 2 else 11)
+        _run_round(m, root, test_base, rnd, model, seed_base=7 + len(opts))
         # fsck while unmounted, before the remount: clean (a torn tail is benign)
         assert_fsck_clean_after_crash(m)
         remount(m)
@@ -272,11 +284,12 @@ def test_kill_9_during_a_mixed_load_of_small_and_large_files(mount_factory, test
     assert verified == total_verified
 
 
-def test_disk_tier_bytes_are_durable_within_the_commit_interval_without_fsync(mount_factory):
+@pytest.mark.parametrize("opts", [DAEMON_PATH, PASSTHROUGH])
+def test_disk_tier_bytes_are_durable_within_the_commit_interval_without_fsync(mount_factory, opts):
     """The deadline holds for disk-tier data too, also for bytes the kernel writes to the host
     file behind the daemon (passthrough): commit interval 1 s, the kill 6 s after the writes,
     the file still open and never fsync'd."""
-    m = mount_factory("--large-file-threshold", "64K", "--commit-interval", "1s", name="deadline")
+    m = mount_factory("--large-file-threshold", "64K", "--commit-interval", "1s", *opts, name="deadline")
     p = os.path.join(m.path, "open-large")
     data = os.urandom(3 * MiB + 12345)
     fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)
