@@ -754,6 +754,14 @@ fn cmd_status(mountpoint: &Path, json: bool) -> Result<(), String> {
     outln!("other: {}", status.other);
     outln!("inodes: {}", status.inodes);
     outln!("data_bytes: {}", status.data_bytes);
+    outln!(
+        "tiers: memory {} files, {} bytes; disk {} files, {} bytes",
+        status.tiers.memory.files,
+        status.tiers.memory.bytes,
+        status.tiers.disk.files,
+        status.tiers.disk.bytes
+    );
+    outln!("data_path: {}", status.data_path);
     outln!("memory_used_bytes: {}", status.memory_used_bytes);
     outln!("memory_cap_bytes: {}", status.memory_cap_bytes);
     outln!("memory_used: {pct:.1}% of the cap");

@@ -567,7 +567,12 @@ fn render_contents(out: &mut String, sources: &Sources) {
     let _ = writeln!(
         out,
         "rampart_data_bytes{{tier=\"memory\"}} {}",
-        s.data_bytes
+        s.memory_data_bytes()
+    );
+    let _ = writeln!(
+        out,
+        "rampart_data_bytes{{tier=\"disk\"}} {}",
+        s.disk_data_bytes
     );
     single(
         out,

@@ -87,6 +87,23 @@ pub(crate) enum HostGuard<'a> {
     Exclusive(RwLockWriteGuard<'a, ()>, lock_order::Held),
 }
 
+thread_local! {
+    /// Host-file locks this thread holds (`host_locks_held`).
+    static HOST_LOCKS_HELD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether this thread holds a host-file lock: removing a host file takes one, so a thread
+/// that holds one leaves removals to the committer.
+pub(crate) fn host_locks_held() -> bool {
+    HOST_LOCKS_HELD.with(|n| n.get() > 0)
+}
+
+impl Drop for HostGuard<'_> {
+    fn drop(&mut self) {
+        HOST_LOCKS_HELD.with(|n| n.set(n.get() - 1));
+    }
+}
+
 impl DiskTier {
     pub fn new(device: Arc<dyn Device>, config: DiskConfig) -> DiskTier {
         DiskTier {
@@ -107,13 +124,17 @@ impl DiskTier {
     /// The shared host-file lock of `ino` (reads, and writes of its bytes).
     pub(crate) fn shared(&self, ino: Ino) -> HostGuard<'_> {
         let held = lock_order::acquire(Rank::HostFile);
-        HostGuard::Shared(self.stripe(ino).read(), held)
+        let guard = HostGuard::Shared(self.stripe(ino).read(), held);
+        HOST_LOCKS_HELD.with(|n| n.set(n.get() + 1));
+        guard
     }
 
     /// The exclusive host-file lock of `ino` (trims, migrations, size changes).
     pub(crate) fn exclusive(&self, ino: Ino) -> HostGuard<'_> {
         let held = lock_order::acquire(Rank::HostFile);
-        HostGuard::Exclusive(self.stripe(ino).write(), held)
+        let guard = HostGuard::Exclusive(self.stripe(ino).write(), held);
+        HOST_LOCKS_HELD.with(|n| n.set(n.get() + 1));
+        guard
     }
 
     /// Whether a file of `size_bytes` belongs on the disk tier.
@@ -202,6 +223,64 @@ pub struct HostFilesReport {
     pub damaged: Vec<(Ino, u64, Option<u64>)>,
 }
 
+/// What the data folder holds against a state (read only).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostFilesScan {
+    /// Disk-tier files (named ones), and the bytes their sizes cover.
+    pub files: u64,
+    pub bytes: u64,
+    /// Host files no live disk-tier inode names.
+    pub orphans: Vec<String>,
+    /// Host files longer than their file: (name, host length, size).
+    pub long: Vec<(String, u64, u64)>,
+    /// Disk-tier files whose host file is missing (None) or shorter than the size:
+    /// (inode, host file, size, host length).
+    pub damaged: Vec<(Ino, String, u64, Option<u64>)>,
+}
+
+/// Compares the data folder with the disk-tier files of `state`, changing nothing.
+pub fn scan_host_files(device: &dyn Device, state: &State) -> std::io::Result<HostFilesScan> {
+    let live: HashMap<String, (Ino, u64)> = live_host_files(state);
+    let mut scan = HostFilesScan {
+        files: live.len() as u64,
+        bytes: live.values().map(|(_, size)| size).sum(),
+        ..HostFilesScan::default()
+    };
+    let mut present = HashSet::new();
+    for name in device.list_data()? {
+        match live.get(&name) {
+            None => scan.orphans.push(name),
+            Some(&(ino, size)) => {
+                present.insert(name.clone());
+                let len = device.len(&name)?.unwrap_or(0);
+                if len > size {
+                    scan.long.push((name, len, size));
+                } else if len < size {
+                    scan.damaged.push((ino, name, size, Some(len)));
+                }
+            }
+        }
+    }
+    for (name, &(ino, size)) in &live {
+        if !present.contains(name) {
+            scan.damaged.push((ino, name.clone(), size, None));
+        }
+    }
+    scan.orphans.sort_unstable();
+    scan.long.sort_unstable();
+    scan.damaged.sort_unstable();
+    Ok(scan)
+}
+
+/// The host files the named disk-tier inodes of `state` use, with their inode and size.
+fn live_host_files(state: &State) -> HashMap<String, (Ino, u64)> {
+    state
+        .inodes()
+        .filter(|(_, i)| i.nlink > 0 && i.file().map(|f| f.tier()) == Some(Tier::Disk))
+        .map(|(ino, i)| (host_file_name(ino, i.generation), (ino, i.size_bytes)))
+        .collect()
+}
+
 /// Recovery's pass over the data folder, after the state is rebuilt: redoes the trims the
 /// crash cut off, removes host files of no live inode, trims host files longer than their
 /// inode and reports those that are missing or short. Every change is synced.
@@ -209,59 +288,49 @@ pub fn recover_host_files(
     device: &dyn Device,
     state: &mut State,
 ) -> std::io::Result<HostFilesReport> {
-    let mut report = HostFilesReport::default();
-    let live: HashMap<String, (Ino, u64)> = state
-        .inodes()
-        .filter(|(_, i)| i.nlink > 0 && i.file().map(|f| f.tier()) == Some(Tier::Disk))
-        .map(|(ino, i)| (host_file_name(ino, i.generation), (ino, i.size_bytes)))
-        .collect();
-    report.files = live.len() as u64;
-    report.bytes = live.values().map(|(_, size)| size).sum();
-    report.trims_redone = redo_trims(device, state, &live)?;
-    let mut present = HashSet::new();
-    for name in device.list_data()? {
-        match live.get(&name) {
-            None => {
-                let known = parse_host_file_name(&name).is_some();
-                tracing::info!(
-                    "recovery: removing {name}{}: no live file of the disk tier uses it",
-                    if known {
-                        ""
-                    } else {
-                        " (not a name rampart makes)"
-                    }
-                );
-                device.remove(&name)?;
-                report.orphans_removed += 1;
+    // Replay's freed files are among the orphans below.
+    state.freed_host_files.clear();
+    let live = live_host_files(state);
+    let trims_redone = redo_trims(device, state, &live)?;
+    let scan = scan_host_files(device, state)?;
+    let mut report = HostFilesReport {
+        files: scan.files,
+        bytes: scan.bytes,
+        trims_redone,
+        ..HostFilesReport::default()
+    };
+    for name in &scan.orphans {
+        let known = parse_host_file_name(name).is_some();
+        tracing::info!(
+            "recovery: removing {name}{}: no live file of the disk tier uses it",
+            if known {
+                ""
+            } else {
+                " (not a name rampart makes)"
             }
-            Some(&(ino, size)) => {
-                present.insert(name.clone());
-                let len = device.len(&name)?.unwrap_or(0);
-                if len > size {
-                    device.set_len(&name, size)?;
-                    device.sync(&name)?;
-                    report.trimmed += 1;
-                } else if len < size {
-                    tracing::error!(
-                        "recovery: the host file {name} of inode {ino} holds {len} bytes, \
-                         less than the file's size {size}: reads past byte {len} fail with \
-                         EIO; `rampart fsck --repair` truncates the file to what it holds"
-                    );
-                    report.damaged.push((ino, size, Some(len)));
-                }
-            }
-        }
+        );
+        device.remove(name)?;
+        report.orphans_removed += 1;
     }
-    for (name, &(ino, size)) in &live {
-        if !present.contains(name) {
-            tracing::error!(
+    for (name, _, size) in &scan.long {
+        device.set_len(name, *size)?;
+        device.sync(name)?;
+        report.trimmed += 1;
+    }
+    for (ino, name, size, len) in &scan.damaged {
+        match len {
+            Some(len) => tracing::error!(
+                "recovery: the host file {name} of inode {ino} holds {len} bytes, less than \
+                 the file's size {size}: reads past byte {len} fail with EIO; `rampart fsck \
+                 --repair` truncates the file to what it holds"
+            ),
+            None => tracing::error!(
                 "recovery: the host file {name} of inode {ino} ({size} bytes) is missing: its \
                  reads fail with EIO; `rampart fsck --repair` empties the file"
-            );
-            report.damaged.push((ino, size, None));
+            ),
         }
+        report.damaged.push((*ino, *size, *len));
     }
-    report.damaged.sort_unstable();
     Ok(report)
 }
 

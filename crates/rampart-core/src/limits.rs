@@ -92,6 +92,10 @@ pub const LARGE_FILE_THRESHOLD_BYTES_DEFAULT: u64 = 1 << 20;
 pub const LARGE_FILE_THRESHOLD_BYTES_MIN: u64 = 4096;
 /// The smallest file memory pressure moves to the disk tier, by default.
 pub const EVICT_MIN_SIZE_BYTES_DEFAULT: u64 = 64 << 10;
+/// Files memory pressure considers moving to the disk tier at once, coldest first.
+pub const EVICT_CANDIDATES_MAX: usize = 4096;
+/// Memory freed by memory pressure beyond what the change that met the cap needs.
+pub const EVICT_SLACK_BYTES: u64 = 4 << 20;
 /// Host files removed after a commit at most at once (the rest wait for the next).
 pub const HOST_REMOVALS_PENDING_MAX: usize = 4096;
 /// Stripes of the per-inode host-file locks (writes and trims of one disk-tier file).

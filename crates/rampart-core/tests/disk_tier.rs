@@ -311,3 +311,49 @@ fn the_threshold_comes_from_the_superblock_unless_the_mount_says() {
     )
     .is_err());
 }
+
+#[test]
+fn memory_pressure_moves_the_coldest_large_files_to_disk_before_enospc() {
+    let (_dir, path) = store();
+    let options = Options {
+        engine: EngineConfig {
+            memory_cap_bytes: 4 << 20,
+            large_file_threshold_bytes: Some(u64::MAX - 1), // only pressure moves files
+            evict_min_size_bytes: 64 << 10,
+            ..EngineConfig::default()
+        },
+        ..Options::default()
+    };
+    let fs = Rampart::open(&path, &options).unwrap();
+    let e = fs.engine();
+    let mut files = Vec::new();
+    // 20 files of 256 KiB: 5 MiB, more than the cap of 4 MiB allows.
+    for i in 0..20u8 {
+        let name = format!("f{i}");
+        let f = e
+            .mknod(&c(), ROOT_INO, name.as_bytes(), FILE, 0)
+            .unwrap()
+            .ino;
+        e.write(&c(), f, 0, &pattern(256 << 10, i), false)
+            .unwrap_or_else(|err| panic!("file {i}: {err:?}"));
+        files.push(f);
+    }
+    let tiers: Vec<Tier> = files.iter().map(|&f| e.tier(f).unwrap()).collect();
+    // The first written (coldest) went to disk; the last stay in memory.
+    assert_eq!(tiers[0], Tier::Disk, "{tiers:?}");
+    assert_eq!(*tiers.last().unwrap(), Tier::Memory, "{tiers:?}");
+    for (i, &f) in files.iter().enumerate() {
+        assert_eq!(read_all(e, f), pattern(256 << 10, i as u8), "file {i}");
+    }
+    let stats = e.stats();
+    assert!(
+        stats.disk_files > 0 && stats.memory_files() > 0,
+        "{stats:?}"
+    );
+    assert!(stats.memory_used_bytes <= 4 << 20);
+    // statfs counts the file system under the store too.
+    let st = e.statfs();
+    let bs = u64::from(st.block_size);
+    assert!(st.blocks_total * bs > 4 << 20, "{st:?}");
+    assert!(st.blocks_free * bs > stats.memory_cap_bytes - stats.memory_used_bytes);
+}

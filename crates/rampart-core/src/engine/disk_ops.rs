@@ -52,6 +52,26 @@ impl Engine {
         self.disk.get()
     }
 
+    /// Says whether the FUSE adapter serves disk-tier files through FUSE passthrough (the
+    /// kernel accepted it) or from the daemon; `rampart status` shows it.
+    pub fn set_passthrough_available(&self, available: bool) {
+        self.passthrough_available
+            .store(available, std::sync::atomic::Ordering::Release);
+    }
+
+    /// How reads and writes of open disk-tier files travel: "passthrough" (the kernel goes to
+    /// the host file) or "daemon" (each request through the engine).
+    pub fn data_path(&self) -> &'static str {
+        if self
+            .passthrough_available
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            "passthrough"
+        } else {
+            "daemon"
+        }
+    }
+
     /// The disk tier's settings (None: no store, so no disk tier).
     pub fn disk_config(&self) -> Option<crate::disk::DiskConfig> {
         self.disk().map(|d| d.config)
@@ -91,6 +111,31 @@ impl Engine {
                 tracing::warn!("removing the disk-tier file {name}: {e}");
             }
         }
+    }
+
+    /// Removes the host file `name` whose removal is durable, unless its inode (the same
+    /// number and generation) is on the disk tier again: it took the file back (a file moved
+    /// to memory and out again). Under the file's exclusive host lock, so that no migration
+    /// runs meanwhile. Called by the persister with no lock held.
+    pub fn remove_host_file_if_unused(&self, name: &str) -> std::io::Result<()> {
+        let Some(disk) = self.disk() else {
+            return Ok(());
+        };
+        let Some((ino, generation)) = parse_host_file_name(name) else {
+            return disk.device.remove(name);
+        };
+        let _host = disk.exclusive(ino);
+        let in_use = {
+            let state = self.read_state();
+            state.inode(ino).is_ok_and(|i| {
+                i.generation == generation && i.file().map(Contents::tier) == Some(Tier::Disk)
+            })
+        };
+        if in_use {
+            return Ok(());
+        }
+        disk.forget_file(ino);
+        disk.device.remove(name)
     }
 
     /// Reads of a disk-tier file: `Some` with the bytes if `ino` is on the disk tier.
@@ -516,6 +561,56 @@ impl Engine {
             });
         }
         Ok(Some(()))
+    }
+
+    /// Memory pressure (decision 0059): moves the coldest memory files (oldest of mtime and
+    /// atime) of at least `--evict-min-size` to the disk tier until `need_bytes` of memory
+    /// are freed or no candidate is left. Returns whether any file moved. Called when a
+    /// change would exceed the memory cap, before ENOSPC is answered.
+    pub(crate) fn evict_for(&self, need_bytes: u64) -> bool {
+        let Some(disk) = self.disk().filter(|d| d.config.enabled()) else {
+            return false;
+        };
+        let min_size = disk.config.evict_min_size_bytes;
+        let mut candidates: Vec<(TimeNs, Ino, u64)> = {
+            let state = self.read_state();
+            state
+                .inodes()
+                .filter_map(|(ino, i)| {
+                    let f = i.file()?;
+                    let heap = f.heap_bytes();
+                    let fits = f.tier() == Tier::Memory
+                        && i.size_bytes >= min_size
+                        && heap > 0
+                        && may_migrate(i.durability(), i.nlink);
+                    fits.then(|| (i.mtime_ns.max(i.atime()), ino, heap))
+                })
+                .collect()
+        };
+        candidates.sort_unstable();
+        candidates.truncate(crate::limits::EVICT_CANDIDATES_MAX);
+        let kernel = Ctx {
+            kernel: true,
+            ..Ctx::library(0, 0)
+        };
+        let (mut freed, mut moved) = (0u64, false);
+        for (_, ino, heap) in candidates {
+            if freed >= need_bytes {
+                break;
+            }
+            let _host = disk.exclusive(ino);
+            let done = self.mutate(
+                &kernel,
+                |m, time_ns| self.migrate_to_disk(disk, m, ino, time_ns),
+                |_| Vec::new(),
+            );
+            if done == Ok(true) {
+                tracing::debug!("memory pressure: inode {ino} ({heap} bytes) moved to disk");
+                freed += heap;
+                moved = true;
+            }
+        }
+        moved
     }
 
     /// The open host file of a disk-tier inode (None for memory-tier inodes, and when the

@@ -37,9 +37,13 @@ impl Engine {
             kill_suidgid: set.kill_suidgid,
         };
         if let (Some(disk), Some(size)) = (self.disk(), set.size_bytes) {
-            if size <= crate::limits::FILE_SIZE_BYTES_MAX
-                && self.read_state().regular_file(ino).is_ok()
-            {
+            // Only a disk-tier file, or a memory file growing past the threshold.
+            let concerned = match self.tier(ino) {
+                Ok(Tier::Disk) => true,
+                Ok(Tier::Memory) => disk.passes_threshold(size),
+                Err(_) => false,
+            };
+            if size <= crate::limits::FILE_SIZE_BYTES_MAX && concerned {
                 let now = self.now_ns();
                 if let Some(attr) = self.setattr_disk(disk, ctx, ino, &op(now), size)? {
                     return Ok(attr);
@@ -58,25 +62,34 @@ impl Engine {
 
     /// Reads up to `size` bytes at `offset` into `out` (cleared first).
     pub fn read(&self, ino: Ino, offset: u64, size: u32, out: &mut ReadBuf) -> FsResult<()> {
-        if let Some(disk) = self.disk() {
-            if self.read_disk(disk, ino, offset, size, out)? {
-                return Ok(());
+        // A few rounds at most: a round ends early only when the file moved meanwhile.
+        for _ in 0..4 {
+            let state = self.read_state();
+            let inode = state.regular_file(ino)?;
+            let contents = inode.file().expect("regular file");
+            if contents.tier() == Tier::Disk {
+                // Through the host file, under its host lock (taken before the state's).
+                drop(state);
+                let disk = self.disk().ok_or(Errno::EIO)?;
+                if self.read_disk(disk, ino, offset, size, out)? {
+                    return Ok(());
+                }
+                continue;
             }
+            contents.read(inode.size_bytes, offset, size, out)?;
+            // relatime: refresh the access time only when it is older than the last change
+            // or a day.
+            let atime = inode.atime();
+            let now = self.now_ns();
+            if atime <= inode.mtime_ns
+                || atime <= inode.ctime_ns
+                || now - atime > RELATIME_INTERVAL_NS
+            {
+                inode.set_atime(now);
+            }
+            return Ok(());
         }
-        let state = self.read_state();
-        let inode = state.regular_file(ino)?;
-        inode
-            .file()
-            .expect("regular file")
-            .read(inode.size_bytes, offset, size, out)?;
-        // relatime: refresh the access time only when it is older than the last change or a day.
-        let atime = inode.atime();
-        let now = self.now_ns();
-        if atime <= inode.mtime_ns || atime <= inode.ctime_ns || now - atime > RELATIME_INTERVAL_NS
-        {
-            inode.set_atime(now);
-        }
-        Ok(())
+        Err(Errno::EIO)
     }
 
     /// Writes `data` at `offset` and stamps the file's mtime and ctime with the time; returns
@@ -106,14 +119,16 @@ impl Engine {
         u32::try_from(data.len()).map_err(|_| Errno::EINVAL)?;
         // A few rounds at most: a round ends early only when another writer moved the file
         // to the disk tier meanwhile.
+        let end = offset.saturating_add(data.len() as u64);
         for _ in 0..4 {
             if let Some(disk) = self.disk() {
-                if let Some(n) =
-                    self.write_disk(disk, ctx, ino, offset, data, kill_suidgid, times)?
-                {
-                    return Ok(n);
+                // Small memory files take none of these turns (one shared look at the tier).
+                if self.tier(ino)? == Tier::Disk {
+                    match self.write_disk(disk, ctx, ino, offset, data, kill_suidgid, times)? {
+                        Some(n) => return Ok(n),
+                        None => continue,
+                    }
                 }
-                let end = offset.saturating_add(data.len() as u64);
                 if disk.passes_threshold(end) {
                     match self.write_migrating(disk, ctx, ino, offset, data, kill_suidgid, times)? {
                         Some(n) => return Ok(n),
@@ -122,11 +137,17 @@ impl Engine {
                     }
                 }
             }
-            if let Some(n) = self.write_memory(ctx, ino, offset, data, kill_suidgid, times)? {
-                return Ok(n);
+            match self.write_memory(ctx, ino, offset, data, kill_suidgid, times) {
+                Ok(Some(n)) => return Ok(n),
+                Ok(None) => {}
+                // Memory is full: the coldest large files move to disk, then a new try
+                // (ENOSPC only once nothing more can move).
+                Err(Errno::ENOSPC)
+                    if self.evict_for(data.len() as u64 + crate::limits::EVICT_SLACK_BYTES) => {}
+                Err(e) => return Err(e),
             }
         }
-        Err(Errno::EIO)
+        Err(Errno::ENOSPC)
     }
 
     /// A write of a memory file; `None` if the file is on the disk tier (moved meanwhile).
@@ -239,12 +260,36 @@ impl Engine {
         mode: i32,
     ) -> FsResult<()> {
         if let Some(disk) = self.disk() {
-            if length > 0 && self.read_state().regular_file(ino).is_ok() {
+            let concerned = match self.tier(ino) {
+                Ok(Tier::Disk) => true,
+                Ok(Tier::Memory) => disk.passes_threshold(offset.saturating_add(length)),
+                Err(_) => false,
+            };
+            if length > 0 && concerned {
                 if let Some(()) = self.fallocate_disk(disk, ctx, ino, offset, length, mode)? {
                     return Ok(());
                 }
             }
         }
+        match self.fallocate_memory(ctx, ino, offset, length, mode) {
+            Err(Errno::ENOSPC)
+                if self.evict_for(length.saturating_add(crate::limits::EVICT_SLACK_BYTES)) =>
+            {
+                // Through the tiers again: the file itself may have moved.
+                self.fallocate(ctx, ino, offset, length, mode)
+            }
+            other => other,
+        }
+    }
+
+    fn fallocate_memory(
+        &self,
+        ctx: &Ctx,
+        ino: Ino,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> FsResult<()> {
         self.mutate(
             ctx,
             |m, time_ns| {

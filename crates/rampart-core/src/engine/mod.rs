@@ -132,6 +132,8 @@ pub struct Engine {
     /// The disk tier, once the store's device is attached (`Engine::set_disk_tier`); without
     /// it every file stays in memory.
     disk: std::sync::OnceLock<Arc<crate::disk::DiskTier>>,
+    /// Set by the FUSE adapter (`set_passthrough_available`), shown by `rampart status`.
+    passthrough_available: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Engine {
@@ -295,6 +297,7 @@ impl Engine {
             clock,
             namespace_epoch: AtomicU64::new(0),
             disk: std::sync::OnceLock::new(),
+            passthrough_available: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

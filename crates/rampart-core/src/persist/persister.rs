@@ -224,6 +224,8 @@ pub struct Persister {
     pending_bytes: AtomicUsize,
     /// Host-file syncs that failed (`sync_host_files`).
     host_sync_failures: std::sync::atomic::AtomicU64,
+    /// Host files to remove now that their removal is durable (`remove_ready`). Held alone.
+    ready_removals: Mutex<Vec<String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -409,6 +411,7 @@ impl Persister {
             failed: AtomicBool::new(false),
             pending_bytes: AtomicUsize::new(0),
             host_sync_failures: std::sync::atomic::AtomicU64::new(0),
+            ready_removals: Mutex::new(Vec::new()),
         });
         persister.grow_reserve(persister.reserve_target_bytes());
         let worker = Arc::downgrade(&persister);
@@ -513,10 +516,31 @@ impl Persister {
         }
     }
 
-    /// Removes host files no longer needed, once the ops that dropped them are durable.
+    /// Host files no longer needed, now that the ops that dropped them are durable: removed
+    /// by `remove_ready`, outside the commit lock (a removal takes the file's host lock,
+    /// which comes before it).
     fn remove_host_files(&self, names: &[String]) {
+        if names.is_empty() {
+            return;
+        }
+        lock(&self.ready_removals).extend_from_slice(names);
+    }
+
+    /// Removes the host files whose removal is durable (`remove_host_files`), unless the file
+    /// is on the disk tier again meanwhile (moved back to memory, then out again). Called
+    /// with no lock held: by the committer after each commit, and after an explicit sync.
+    fn remove_ready(&self) {
+        let names = std::mem::take(&mut *lock(&self.ready_removals));
+        if names.is_empty() {
+            return;
+        }
+        let engine = lock(&self.engine).upgrade();
         for name in names {
-            if let Err(e) = self.device.remove(name) {
+            let removed = match &engine {
+                Some(engine) => engine.remove_host_file_if_unused(&name),
+                None => self.device.remove(&name),
+            };
+            if let Err(e) = removed {
                 // Recovery removes it (no live inode of that name): nothing is lost.
                 tracing::warn!(
                     "removing the disk-tier file {name}: {e}; the next mount removes it"
@@ -707,12 +731,19 @@ impl Persister {
         if locked(&self.durable).seq >= target {
             return self.sticky_error().map_or(Ok(()), Err);
         }
-        let _writing = locked(&self.writing);
+        let writing = locked(&self.writing);
         if locked(&self.durable).seq >= target {
             return Ok(());
         }
         let failures = self.host_sync_failures();
         self.commit_locked()?;
+        drop(writing);
+        if crate::disk::host_locks_held() {
+            // The committer removes them (this thread may hold the lock a removal takes).
+            self.wake.notify_one();
+        } else {
+            self.remove_ready();
+        }
         if self.host_sync_failures() > failures {
             return Err(std::io::Error::other(
                 "a disk-tier file's data could not be synced (see the log)",
@@ -892,6 +923,7 @@ impl Persister {
             let _writing = locked(&self.writing);
             let _ = self.commit_locked();
         }
+        self.remove_ready();
         self.answer_waiters();
     }
 }
@@ -1065,6 +1097,7 @@ fn commit_loop(persister: Weak<Persister>) {
             let writing = locked(&p.writing);
             let committed = p.commit_locked();
             drop(writing);
+            p.remove_ready();
             p.answer_waiters();
             if committed.is_err() {
                 // Persistence has stopped on an I/O error (a full or failing disk): a

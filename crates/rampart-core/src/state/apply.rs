@@ -177,11 +177,12 @@ impl State {
             .file_mut()
             .expect("regular file");
         let old = std::mem::replace(contents, new);
-        let (heap_after, stored_after) = (contents.heap_bytes(), contents.stored_bytes());
+        let heap_after = contents.heap_bytes();
         self.budget
             .apply(heap_after as i64 - old.heap_bytes() as i64);
-        self.counts
-            .add_data(stored_after as i64 - old.stored_bytes() as i64);
+        self.counts.count_contents(&old, -1);
+        let contents = self.table.get(ino).expect("inode").file().expect("file");
+        self.counts.count_contents(contents, 1);
         self.host_redo.remove(&ino);
         Ok(())
     }
@@ -405,8 +406,15 @@ impl State {
     ) -> FsResult<()> {
         let contents = self.table.get_mut(ino)?.file_mut().ok_or(Errno::EINVAL)?;
         let delta = change(contents)?;
+        let on_disk = contents.tier() == Tier::Disk;
         self.budget.apply(delta.heap_bytes);
         self.counts.add_data(delta.stored_bytes);
+        if on_disk {
+            self.counts.disk_data_bytes = self
+                .counts
+                .disk_data_bytes
+                .wrapping_add_signed(delta.stored_bytes);
+        }
         Ok(())
     }
 

@@ -39,6 +39,9 @@ pub(crate) struct Counts {
     pub(crate) symlinks: u64,
     pub(crate) other: u64,
     pub(crate) data_bytes: u64,
+    /// Regular files on the disk tier, and the bytes of theirs counted in `data_bytes`.
+    pub(crate) disk_files: u64,
+    pub(crate) disk_data_bytes: u64,
 }
 
 impl Counts {
@@ -54,6 +57,16 @@ impl Counts {
     /// Adds a change of stored content bytes.
     fn add_data(&mut self, stored_bytes: i64) {
         self.data_bytes = self.data_bytes.wrapping_add_signed(stored_bytes);
+    }
+
+    /// Counts a regular file's contents (`sign` 1) or stops counting them (-1).
+    pub(crate) fn count_contents(&mut self, f: &crate::contents::Contents, sign: i64) {
+        let stored = f.stored_bytes() as i64 * sign;
+        self.add_data(stored);
+        if f.tier() == crate::contents::Tier::Disk {
+            self.disk_files = self.disk_files.wrapping_add_signed(sign);
+            self.disk_data_bytes = self.disk_data_bytes.wrapping_add_signed(stored);
+        }
     }
 }
 
@@ -172,7 +185,7 @@ impl State {
             }
             *state.counts.slot(inode.kind()) += 1;
             if let Some(f) = inode.file() {
-                state.counts.data_bytes += f.stored_bytes();
+                state.counts.count_contents(f, 1);
             }
             state.table.insert(ino, inode);
         }
@@ -280,7 +293,7 @@ impl State {
         self.budget.apply(-(inode_charge(&inode) as i64));
         *self.counts.slot(inode.kind()) -= 1;
         if let Payload::File(f) = &inode.payload {
-            self.counts.data_bytes -= f.stored_bytes();
+            self.counts.count_contents(f, -1);
             if f.tier() == crate::contents::Tier::Disk {
                 self.host_redo.remove(&ino);
                 let name = crate::contents::host_file::host_file_name(ino, inode.generation);

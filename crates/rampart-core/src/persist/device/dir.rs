@@ -555,6 +555,23 @@ impl Device for DirDevice {
         self.dir_file.sync_all()
     }
 
+    fn space(&self) -> io::Result<Option<(u64, u64)>> {
+        let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+        // SAFETY: fstatvfs(2) fills the struct it is given on success (checked before it is
+        // read); the folder descriptor is open.
+        let rc = unsafe { libc::fstatvfs(self.dir_file.as_raw_fd(), st.as_mut_ptr()) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fstatvfs returned 0, so it initialised the struct.
+        let st = unsafe { st.assume_init() };
+        let fragment = st.f_frsize;
+        Ok(Some((
+            st.f_blocks.saturating_mul(fragment),
+            st.f_bavail.saturating_mul(fragment),
+        )))
+    }
+
     fn list_data(&self) -> io::Result<Vec<String>> {
         let dir = match self.folder_of(DATA_PREFIX) {
             Ok(dir) => dir,

@@ -157,6 +157,11 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     fn create_data_folder(&self) -> io::Result<()> {
         Ok(())
     }
+    /// The size and free room of the file system under the store, in bytes (statvfs), if the
+    /// device has one. The default: None.
+    fn space(&self) -> io::Result<Option<(u64, u64)>> {
+        Ok(None)
+    }
     /// The host files in the data folder, as device names (`data/...`), in no order; empty if
     /// there is no data folder. The default: none.
     fn list_data(&self) -> io::Result<Vec<String>> {
