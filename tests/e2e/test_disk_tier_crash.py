@@ -51,7 +51,7 @@ root, wid, fid0, log_path, seed, deadline = sys.argv[1], int(sys.argv[2]), int(s
 BLOCK, RECORD = 4096, 64
 rng = random.Random(seed)
 log = open(log_path, "a", buffering=1)
-files = {}   # fid -> {"path", "kind", "ver", "attempts"}
+files = {}   # fid -> {"path", "kind", "ver", "blocks"}
 next_fid = fid0
 def block(fid, blk, ver):
     rec = ("F%06dB%08dV%08d" % (fid, blk, ver)).encode()
@@ -69,7 +69,7 @@ try:
             say(create=fid, path=path, kind=kind)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             os.close(fd)
-            files[fid] = {"path": path, "kind": kind, "ver": 0}
+            files[fid] = {"path": path, "kind": kind, "ver": 0, "blocks": 0}
         elif op < 0.16 and len(files) > 3:
             fid = rng.choice(sorted(files))
             f = files.pop(fid)
@@ -79,6 +79,24 @@ try:
             os.fsync(dfd)
             os.close(dfd)
             say(unlinked=fid)
+        elif op < 0.22 and any(f["blocks"] for f in files.values()):
+            # truncate by path (no descriptor open: a large file cut below 16 KiB may come back
+            # to memory), to a whole number of blocks
+            fid = rng.choice(sorted(k for k, f in files.items() if f["blocks"]))
+            f = files[fid]
+            new = rng.randrange(f["blocks"]) if rng.random() < 0.5 else rng.randrange(min(f["blocks"], 4))
+            f["ver"] += 1
+            ver = f["ver"]
+            say(truncate=fid, blocks=new, ver=ver)
+            os.truncate(f["path"], new * BLOCK)
+            f["blocks"] = new
+            if rng.random() < 0.5:
+                fd = os.open(f["path"], os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                say(synced=fid, ver=ver)
         else:
             fid = rng.choice(sorted(files))
             f = files[fid]
@@ -89,6 +107,7 @@ try:
             f["ver"] += 1
             ver = f["ver"]
             say(write=fid, first=first, count=count, ver=ver)
+            f["blocks"] = max(f["blocks"], first + count)
             data = b"".join(block(fid, first + i, ver) for i in range(count))
             fd = os.open(f["path"], os.O_WRONLY)
             try:
@@ -112,7 +131,9 @@ class Model:
     """What the writers' logs say about each file."""
 
     def __init__(self):
-        self.files = {}  # fid -> {"path", "writes": [(first, count, ver)], "synced_ver", "unlink": None|"try"|"done"}
+        # fid -> {"path", "kind", "writes": [(first, count, ver)], "truncates": [(blocks, ver)], "synced_ver",
+        #         "unlink": None|"try"|"done"}
+        self.files = {}
 
     def load(self, log_path):
         stops = []
@@ -121,9 +142,11 @@ class Model:
                 rec = json.loads(line)
                 if "create" in rec:
                     self.files[rec["create"]] = {"path": rec["path"], "kind": rec["kind"], "writes": [],
-                                                 "synced_ver": 0, "unlink": None}
+                                                 "truncates": [], "synced_ver": 0, "unlink": None}
                 elif "write" in rec:
                     self.files[rec["write"]]["writes"].append((rec["first"], rec["count"], rec["ver"]))
+                elif "truncate" in rec:
+                    self.files[rec["truncate"]]["truncates"].append((rec["blocks"], rec["ver"]))
                 elif "synced" in rec:
                     f_ = self.files[rec["synced"]]
                     f_["synced_ver"] = max(f_["synced_ver"], rec["ver"])
@@ -155,30 +178,54 @@ class Model:
                 if f["synced_ver"] and f["unlink"] is None:
                     problems.append(f"{path}: fsync'd (version {f['synced_ver']}) but missing {when}")
                 continue
-            written = {}  # block -> set of versions
-            acked = {}  # block -> highest fsync'd version
+            synced = f["synced_ver"]
+            written = {}  # block -> set of versions written there
             for first, count, ver in f["writes"]:
                 for b in range(first, first + count):
                     written.setdefault(b, set()).add(ver)
-                    if ver <= f["synced_ver"]:
-                        acked[b] = max(acked.get(b, 0), ver)
+
+            def acked_op(b):
+                """(version, is_truncate) of the last fsync'd op that set block b, or (0, False)."""
+                best = (0, False)
+                for first, count, ver in f["writes"]:
+                    if first <= b < first + count and ver <= synced and ver > best[0]:
+                        best = (ver, False)
+                for blocks, ver in f["truncates"]:
+                    if blocks <= b and ver <= synced and ver > best[0]:
+                        best = (ver, True)
+                return best
+
+            def cut_after(b, ver):
+                """A truncate later than version ver cut block b (it may or may not have landed)."""
+                return any(blocks <= b and v > ver for blocks, v in f["truncates"])
+
             data = read_file(path)
             max_end = (max(written) + 1) * BLOCK if written else 0
-            acked_end = (max(acked) + 1) * BLOCK if acked else 0
+            # the fsync'd blocks no later truncate may have cut must be inside the file
+            need_end = 0
+            for b in written:
+                ver, is_trunc = acked_op(b)
+                if ver and not is_trunc and not cut_after(b, ver):
+                    need_end = max(need_end, (b + 1) * BLOCK)
             if len(data) > max_end:
                 problems.append(f"{path}: {len(data)} bytes, but nothing was written past {max_end} {when}")
-            if len(data) < acked_end:
-                problems.append(f"{path}: {len(data)} bytes, but fsync'd blocks reach {acked_end} {when}")
+            if len(data) < need_end:
+                problems.append(f"{path}: {len(data)} bytes, but fsync'd blocks reach {need_end} {when}")
             if len(data) % BLOCK:
                 problems.append(f"{path}: {len(data)} bytes, not a whole number of the blocks written {when}")
             bad = 0
             for b in range(len(data) // BLOCK):
                 chunk = data[b * BLOCK:(b + 1) * BLOCK]
-                versions = []
+                ack_ver, ack_trunc = acked_op(b)
+                allowed = {v for v in written.get(b, ()) if v >= ack_ver}
+                zero_ok = ack_ver == 0 or ack_trunc or cut_after(b, ack_ver)
                 for r in range(0, BLOCK, RECORD):
                     rec = chunk[r:r + RECORD]
                     if not any(rec):
-                        versions.append(0)
+                        if not zero_ok:
+                            problems.append(f"{path}: block {b} fsync'd at version {ack_ver} reads zeros {when}")
+                            bad += 1
+                            break
                         continue
                     mt = RECORD_RE.match(rec)
                     if mt is None:
@@ -192,14 +239,14 @@ class Model:
                                         f"written there (versions written: {sorted(written.get(b, ()))}) {when}")
                         bad += 1
                         break
-                    versions.append(rver)
-                if b in acked:
-                    if any(v < acked[b] for v in versions):
-                        problems.append(f"{path}: block {b} fsync'd at version {acked[b]} reads versions "
-                                        f"{sorted(set(versions))} {when}")
+                    if rver not in allowed:
+                        what = "truncated away" if ack_trunc else "overwritten"
+                        problems.append(f"{path}: block {b} holds version {rver}, {what} by fsync'd version "
+                                        f"{ack_ver} {when}")
                         bad += 1
-                    else:
-                        verified += 1
+                        break
+                if ack_ver and not bad:
+                    verified += 1
                 if bad >= 3:
                     break
         return problems, verified
