@@ -14,9 +14,11 @@ a 64 KiB threshold so that small test files are disk-tier."""
 import errno
 import mmap
 import os
+import random
 import shutil
 import signal
 import subprocess
+import threading
 
 import pytest
 
@@ -400,3 +402,64 @@ def test_passthrough_opens_keep_the_mtime_a_program_set(mount_factory):
     written = os.stat(p).st_mtime_ns
     _remount(m, "--passthrough", "off")
     assert os.stat(p).st_mtime_ns == written
+
+
+@needs_disk_tier
+def test_concurrent_opens_of_disk_tier_files_in_every_mode(mount_factory):
+    """Threads create (a cached open that grows onto the disk tier), open, write, read,
+    O_DIRECT, truncate and unlink the same few files at once: the kernel's one I/O mode per
+    inode must never turn an open into EIO; the store is clean afterwards."""
+    m = _disk_mount(mount_factory, "--passthrough", "on")
+    size = 512 * 1024
+    errors = []
+
+    def worker(i):
+        rng = random.Random(i)
+        buf = mmap.mmap(-1, 4096)
+        try:
+            for _ in range(120):
+                name = os.path.join(m.path, f"f{rng.randrange(4)}")
+                op = rng.random()
+                try:
+                    if op < 0.15:
+                        with open(name, "wb") as f:
+                            f.write(bytes([i]) * size)
+                    elif op < 0.5:
+                        fd = os.open(name, os.O_RDWR)
+                        try:
+                            os.pwrite(fd, bytes([i]) * 4096, rng.randrange(size // 4096) * 4096)
+                            os.pread(fd, 8192, rng.randrange(size))
+                        finally:
+                            os.close(fd)
+                    elif op < 0.7:
+                        fd = os.open(name, os.O_RDWR | os.O_DIRECT)
+                        try:
+                            os.preadv(fd, [buf], rng.randrange(size // 4096) * 4096)
+                            os.pwritev(fd, [buf], rng.randrange(size // 4096) * 4096)
+                        finally:
+                            os.close(fd)
+                    elif op < 0.85:
+                        with open(name, "rb") as f:
+                            f.read()
+                    elif op < 0.92:
+                        os.truncate(name, rng.choice([0, 1000, size, 2 * size]))
+                    else:
+                        os.unlink(name)
+                except FileNotFoundError:
+                    pass
+        except Exception as e:  # reported below
+            errors.append(f"worker {i}: {e!r}")
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, errors
+    assert m.status()["fuse_passthrough_opens"] > 0
+    r = m.umount()
+    assert r.returncode == 0, r.stderr
+    m.mounted = False
+    r = m.cli("fsck", m.store)
+    assert r.returncode == 0 and "clean" in r.stdout, (r.stdout, r.stderr)
+    m.mount(mkfs=False)

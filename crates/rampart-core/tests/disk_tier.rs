@@ -357,3 +357,46 @@ fn memory_pressure_moves_the_coldest_large_files_to_disk_before_enospc() {
     assert!(st.blocks_total * bs > 4 << 20, "{st:?}");
     assert!(st.blocks_free * bs > stats.memory_cap_bytes - stats.memory_used_bytes);
 }
+
+#[test]
+fn a_host_file_that_cannot_be_synced_fails_the_fsync_and_loses_nothing_else() {
+    use rampart_core::persist::device::{FailSyncs, Faults, Files, SimDevice, SyncOp};
+    use std::sync::Arc;
+    let device = Arc::new(SimDevice::new(9));
+    let fs = Rampart::open_device(device.clone(), [3; 16], &options()).unwrap();
+    let e = fs.engine();
+    let big = e.mknod(&c(), ROOT_INO, b"big", FILE, 0).unwrap().ino;
+    e.write(&c(), big, 0, &pattern(20_000, 1), false).unwrap();
+    e.sync().unwrap();
+    device.set_faults(Faults {
+        fail_syncs: Some(FailSyncs {
+            after: 0,
+            count: None,
+            ops: &[SyncOp::Sync],
+            files: Files::Prefix("data/".into()),
+        }),
+        ..Faults::default()
+    });
+    e.write(&c(), big, 100, b"lost?", false).unwrap();
+    let small = e.mknod(&c(), ROOT_INO, b"small", FILE, 0).unwrap().ino;
+    e.write(&c(), small, 0, b"kept", false).unwrap();
+    // fsync answers the error (through both ways of asking) ...
+    assert!(e.sync().is_err());
+    e.write(&c(), big, 200, b"again", false).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    e.sync_async(Box::new(move |r| {
+        tx.send(r.map_err(|e| e.raw_os_error())).unwrap()
+    }));
+    assert_eq!(rx.recv().unwrap(), Err(Some(libc::EIO)));
+    // ... and the rest of the store goes on: the journal took everything else.
+    device.clear_faults();
+    e.sync().unwrap();
+    let after = device.crash(rampart_core::persist::device::CrashMode::LoseUnsynced);
+    drop(fs);
+    let fs = Rampart::open_device(Arc::new(after), [3; 16], &options()).unwrap();
+    let e = fs.engine();
+    let small = e.lookup_path(b"/small").unwrap().ino;
+    assert_eq!(read_all(e, small), b"kept");
+    let big = e.lookup_path(b"/big").unwrap().ino;
+    assert_eq!(read_all(e, big).len(), 20_000);
+}
