@@ -90,7 +90,7 @@ impl Peer {
             .push(format!("unmount JuiceFS at {}", mnt.display()), move || {
                 let unmounted = cleanup::unmount(&mnt, true, UNMOUNT_TIMEOUT);
                 // The daemon exits once unmounted; Redis must outlive it.
-                if let Some(pid) = juicefs_pid(&mnt) {
+                for pid in juicefs_pids(&mnt) {
                     cleanup::wait_for_exit(pid, Duration::from_secs(10));
                 }
                 unmounted
@@ -147,15 +147,15 @@ impl Peer {
             .map(process_memory)
             .transpose()?
             .map_or(0, |m| m.rss_bytes);
-        let client = juicefs_pid(&self.mnt)
-            .map(process_memory)
-            .transpose()?
-            .map_or(0, |m| m.rss_bytes);
+        let mut client = 0;
+        for pid in juicefs_pids(&self.mnt) {
+            client += process_memory(pid)?.rss_bytes;
+        }
         Ok(Usage {
             ram_bytes: Some(redis + client),
             store_bytes: Some(store),
             method: format!(
-                "RAM: Rss of redis-server ({}) + Rss of the juicefs client ({}); store: \
+                "RAM: Rss of redis-server ({}) + Rss of the juicefs processes serving the mount ({}); store: \
                  allocated bytes under {} (data, Redis' append-only file, JuiceFS' cache)",
                 bytes_text(redis),
                 bytes_text(client),
@@ -190,18 +190,23 @@ fn redis_ping(port: u16) -> bool {
     stream.read_exact(&mut answer).is_ok() && &answer == b"+PONG\r\n"
 }
 
-/// The juicefs process serving `mnt` (its arguments hold the mount point).
-fn juicefs_pid(mnt: &Path) -> Option<u32> {
+/// The juicefs processes serving `mnt` (a supervisor and its worker). JuiceFS rewrites its
+/// command line into one space-separated string, so arguments are split on NUL and space.
+fn juicefs_pids(mnt: &Path) -> Vec<u32> {
     let want = mnt.as_os_str().as_encoded_bytes();
-    std::fs::read_dir("/proc")
-        .ok()?
-        .flatten()
-        .find_map(|entry| {
+    let Ok(proc) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    proc.flatten()
+        .filter_map(|entry| {
             let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
             let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let mut args = cmdline.split(|&b| b == 0).filter(|a| !a.is_empty());
+            let mut args = cmdline
+                .split(|&b| b == 0 || b == b' ')
+                .filter(|a| !a.is_empty());
             let program = Path::new(std::str::from_utf8(args.next()?).ok()?);
             let is_juicefs = program.file_name()? == "juicefs";
             (is_juicefs && args.any(|a| a == want) && cleanup::pid_alive(pid)).then_some(pid)
         })
+        .collect()
 }
