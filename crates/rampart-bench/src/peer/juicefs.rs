@@ -30,35 +30,7 @@ impl Peer {
             create_dir(dir)?;
         }
         self.store = Some(disk_base.to_path_buf());
-        let port = free_loopback_port()?;
-        let redis_bin = tool("redis-server");
-        let mut redis = Command::new(&redis_bin);
-        redis.args(["--bind", "127.0.0.1", "--protected-mode", "yes", "--port"]);
-        redis.arg(port.to_string());
-        redis.arg("--dir").arg(&redis_dir);
-        redis.args([
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "everysec",
-            "--save",
-            "",
-            "--daemonize",
-            "no",
-        ]);
-        let redis_text = crate::cmd::describe(&redis);
-        let mut daemon = Daemon::start(&mut redis, &disk_base.join("redis.log"), "redis-server")?;
-        self.daemon_pid = Some(daemon.pid());
-        daemon.wait_until(self.cancel, REDIS_START_TIMEOUT, || redis_ping(port))?;
-        let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(daemon)));
-        let owned = slot.clone();
-        self.undo.push("stop redis-server".to_string(), move || {
-            match owned.lock().map(|mut d| d.take()) {
-                Ok(Some(d)) => d.stop(Duration::ZERO),
-                _ => Ok(()),
-            }
-        });
-
+        let (port, redis_bin, redis_text) = self.start_redis(disk_base, &redis_dir)?;
         let meta = format!("redis://127.0.0.1:{port}/1");
         let juicefs = tool("juicefs");
         let mut format = Command::new(&juicefs);
@@ -137,6 +109,51 @@ impl Peer {
         self.describe_mount(&mnt);
         let _ = env;
         Ok(())
+    }
+
+    /// Starts the peer's own Redis on a free port of 127.0.0.1 (its files in `redis_dir`) and
+    /// remembers to stop it; returns the port, the program and its command line.
+    fn start_redis(
+        &mut self,
+        disk_base: &Path,
+        redis_dir: &Path,
+    ) -> Result<(u16, std::path::PathBuf, String)> {
+        let port = free_loopback_port()?;
+        let redis_bin = tool("redis-server");
+        let mut redis = Command::new(&redis_bin);
+        redis.args(["--bind", "127.0.0.1", "--protected-mode", "yes", "--port"]);
+        redis.arg(port.to_string());
+        redis.arg("--dir").arg(redis_dir);
+        redis.args([
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+        ]);
+        let redis_text = crate::cmd::describe(&redis);
+        let daemon = Daemon::start(&mut redis, &disk_base.join("redis.log"), "redis-server")?;
+        self.daemon_pid = Some(daemon.pid());
+        // The undo first: a Redis that never answers is stopped too.
+        let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(daemon)));
+        let owned = slot.clone();
+        self.undo.push("stop redis-server".to_string(), move || {
+            match owned.lock().map(|mut d| d.take()) {
+                Ok(Some(d)) => d.stop(Duration::ZERO),
+                _ => Ok(()),
+            }
+        });
+        let mut guard = slot
+            .lock()
+            .map_err(|_| BenchError::Other("the redis-server handle was poisoned".into()))?;
+        if let Some(daemon) = guard.as_mut() {
+            daemon.wait_until(self.cancel, REDIS_START_TIMEOUT, || redis_ping(port))?;
+        }
+        drop(guard);
+        Ok((port, redis_bin, redis_text))
     }
 
     pub(super) fn juicefs_usage(&self) -> Result<Usage> {
