@@ -1202,7 +1202,8 @@ mod tests {
                     "deletion alone",
                     "deletion mixed",
                     "read",
-                    "write"
+                    "write",
+                    "time per transaction"
                 ],
                 "{}",
                 w.id()
