@@ -16,7 +16,8 @@
 
 mod attr;
 pub mod clock;
-mod contents;
+pub mod contents;
+pub mod disk;
 mod engine;
 pub mod error;
 pub mod fs;

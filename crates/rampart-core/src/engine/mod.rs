@@ -11,6 +11,7 @@
 //! to the levels, drop the lock, tell the observer what the kernel may have cached, then
 //! honour the durability (throttle; sync before returning where asked).
 
+mod disk_ops;
 mod file_ops;
 pub use file_ops::ReadBuf;
 mod info;
@@ -95,6 +96,12 @@ pub struct EngineConfig {
     pub root_mode: u32,
     /// Where file times come from (tests drive a `clock::ManualClock`).
     pub clock: Arc<dyn Clock>,
+    /// Files larger than this move to the disk tier, when the engine has a store: `None` for
+    /// the store's own (its superblock's; the default 1 MiB without one), `u64::MAX` for
+    /// never (decision 0060).
+    pub large_file_threshold_bytes: Option<u64>,
+    /// The smallest file memory pressure moves to the disk tier (decision 0059).
+    pub evict_min_size_bytes: u64,
 }
 
 impl Default for EngineConfig {
@@ -105,6 +112,8 @@ impl Default for EngineConfig {
             root_gid: 0,
             root_mode: 0o755,
             clock: Arc::new(SystemClock),
+            large_file_threshold_bytes: None,
+            evict_min_size_bytes: crate::limits::EVICT_MIN_SIZE_BYTES_DEFAULT,
         }
     }
 }
@@ -120,6 +129,11 @@ pub struct Engine {
     /// names can only change then, so callers that remember resolved directories (the path
     /// API's cache) forget them when it moves.
     namespace_epoch: AtomicU64,
+    /// The disk tier, once the store's device is attached (`Engine::set_disk_tier`); without
+    /// it every file stays in memory.
+    disk: std::sync::OnceLock<Arc<crate::disk::DiskTier>>,
+    /// Set by the FUSE adapter (`set_passthrough_available`), shown by `rampart status`.
+    passthrough_available: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Engine {
@@ -159,9 +173,49 @@ impl Mutation<'_> {
             }
         }
         let route = policy::route(&self.state, op);
-        self.engine.levels.read().applied(op, &route);
+        let levels = self.engine.levels.read();
+        levels.applied(op, &route);
+        self.after_applied(&levels, op, &route);
+        drop(levels);
         self.route = self.route.stronger(route);
         Ok(())
+    }
+
+    /// What the disk tier asks of the levels after `op` (data=ordered, decision 0057): the
+    /// host file of a disk-tier file whose size or bytes the op changed is synced before the
+    /// op's record; the host file of a file that moved back to memory goes once that is
+    /// durable.
+    fn after_applied(&self, levels: &Levels, op: &Op<'_>, route: &Route) {
+        let ino = match *op {
+            Op::WriteExtent { ino, .. }
+            | Op::Migrate { ino, .. }
+            | Op::Fallocate { ino, .. }
+            | Op::SetAttr {
+                ino,
+                size_bytes: Some(_),
+                ..
+            } => ino,
+            _ => return,
+        };
+        let Ok(inode) = self.state.inode(ino) else {
+            return;
+        };
+        let name = crate::contents::host_file::host_file_name(ino, inode.generation);
+        match inode.file().map(crate::contents::Contents::tier) {
+            Some(crate::contents::Tier::Disk) => levels.host_file_dirty(&name, route),
+            Some(crate::contents::Tier::Memory)
+                if matches!(
+                    op,
+                    Op::Migrate {
+                        tier: crate::contents::Tier::Memory,
+                        ..
+                    }
+                ) =>
+            {
+                self.engine.host_file_gone(levels, ino, &name)
+            }
+            _ => {}
+        }
     }
 
     /// Hands the levels the ops that rebuild `ino`'s current contents (a volatile file made
@@ -169,7 +223,10 @@ impl Mutation<'_> {
     /// of the state, so they are not applied.
     pub(crate) fn materialize(&mut self, ino: crate::attr::Ino, route: Route) {
         let levels = self.engine.levels.read();
-        policy::materialize(&self.state, ino, |op| levels.applied(op, &route));
+        policy::materialize(&self.state, ino, |op| {
+            levels.applied(op, &route);
+            self.after_applied(&levels, op, &route);
+        });
         self.route = self.route.stronger(route);
     }
 
@@ -239,6 +296,8 @@ impl Engine {
             observer: RwLock::new(None),
             clock,
             namespace_epoch: AtomicU64::new(0),
+            disk: std::sync::OnceLock::new(),
+            passthrough_available: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -337,6 +396,10 @@ impl Engine {
             _rank: rank,
         };
         let out = body(&mut mutation, time_ns);
+        if !mutation.state.freed_host_files.is_empty() {
+            let freed = std::mem::take(&mut mutation.state.freed_host_files);
+            self.host_files_freed(&freed);
+        }
         let route = mutation.route;
         let mut told = std::mem::take(&mut mutation.behind_kernel);
         drop(mutation);
