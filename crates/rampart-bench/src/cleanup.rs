@@ -429,10 +429,44 @@ fn marked_disk_dirs(shm_run_dir: &Path, name: &std::ffi::OsStr) -> Vec<PathBuf> 
     found
 }
 
+/// Stops the servers a killed run started in `dir`: a `redis-server` (JuiceFS' metadata)
+/// whose working folder is inside it (Redis works in its `--dir`). Only those: a shell left in
+/// such a folder is not the bench's to end. SIGTERM, then SIGKILL after 5 s.
+fn stop_processes_in(dir: &Path, log: &mut Vec<String>) {
+    let own = std::process::id();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let inside =
+            std::fs::read_link(entry.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(dir));
+        if pid == own || !inside || !pid_alive(pid) {
+            continue;
+        }
+        let target = nix::unistd::Pid::from_raw(pid as i32);
+        let _ = nix::sys::signal::kill(target, nix::sys::signal::Signal::SIGTERM);
+        if !wait_for_exit(pid, Duration::from_secs(5)) {
+            let _ = nix::sys::signal::kill(target, nix::sys::signal::Signal::SIGKILL);
+        }
+        log.push(format!(
+            "stopped pid {pid}, which worked in {}",
+            dir.display()
+        ));
+    }
+}
+
 /// Removes each of a dead run's folders that nothing is mounted in any more.
 fn remove_dead_run_dirs(dirs: Vec<PathBuf>, log: &mut Vec<String>) {
     let mounts = current_mount_points();
     for dir in dirs {
+        stop_processes_in(&dir, log);
         if let Some(busy) = mounts.iter().find(|m| m.starts_with(&dir)) {
             log.push(format!(
                 "left {} in place: {} is still mounted",

@@ -134,8 +134,12 @@ fn every_available_peer_works_and_leaves_nothing_behind() {
             eprintln!("{}: skipped: {e}", kind.id());
             continue;
         }
-        if kind == PeerKind::Rampart && bin.is_none() {
-            eprintln!("rampart: skipped: build it first (cargo build --release -p rampart-cli)");
+        // The floor is served by the rampart binary too (`rampart bench-floor`).
+        if matches!(kind, PeerKind::Rampart | PeerKind::Floor) && bin.is_none() {
+            eprintln!(
+                "{}: skipped: build rampart first (cargo build --release -p rampart-cli)",
+                kind.id()
+            );
             continue;
         }
         let started = Instant::now();
@@ -151,7 +155,28 @@ fn every_available_peer_works_and_leaves_nothing_behind() {
             f.write_all(text.as_bytes()).unwrap();
             f.sync_all().unwrap();
         }
-        assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+        if kind == PeerKind::Floor {
+            // The floor keeps sizes, not contents (reads return zeros past the page cache).
+            assert_eq!(std::fs::metadata(&file).unwrap().len(), text.len() as u64);
+            let counts = mounted
+                .request_counter()
+                .expect("the floor counts its requests")
+                .read()
+                .unwrap();
+            assert!(
+                counts.counts.get("create").copied().unwrap_or(0) >= 1,
+                "{counts:?}"
+            );
+        } else {
+            assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+        }
+        if kind == PeerKind::Rampart {
+            let counts = mounted.request_counter().unwrap().read().unwrap();
+            assert!(
+                counts.counts.get("create").copied().unwrap_or(0) >= 1,
+                "{counts:?}"
+            );
+        }
 
         let usage = mounted
             .usage()
@@ -177,7 +202,11 @@ fn every_available_peer_works_and_leaves_nothing_behind() {
         );
 
         let remount_s = match kind {
-            PeerKind::Tmpfs | PeerKind::FuseOverlay | PeerKind::Host => {
+            PeerKind::Tmpfs
+            | PeerKind::FuseOverlay
+            | PeerKind::Host
+            | PeerKind::Floor
+            | PeerKind::JuiceFs => {
                 let err = mounted.remount().unwrap_err().to_string();
                 assert!(err.contains("cannot be remounted"), "{err}");
                 None

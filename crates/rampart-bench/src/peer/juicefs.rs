@@ -30,35 +30,7 @@ impl Peer {
             create_dir(dir)?;
         }
         self.store = Some(disk_base.to_path_buf());
-        let port = free_loopback_port()?;
-        let redis_bin = tool("redis-server");
-        let mut redis = Command::new(&redis_bin);
-        redis.args(["--bind", "127.0.0.1", "--protected-mode", "yes", "--port"]);
-        redis.arg(port.to_string());
-        redis.arg("--dir").arg(&redis_dir);
-        redis.args([
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "everysec",
-            "--save",
-            "",
-            "--daemonize",
-            "no",
-        ]);
-        let redis_text = crate::cmd::describe(&redis);
-        let mut daemon = Daemon::start(&mut redis, &disk_base.join("redis.log"), "redis-server")?;
-        self.daemon_pid = Some(daemon.pid());
-        daemon.wait_until(self.cancel, REDIS_START_TIMEOUT, || redis_ping(port))?;
-        let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(daemon)));
-        let owned = slot.clone();
-        self.undo.push("stop redis-server".to_string(), move || {
-            match owned.lock().map(|mut d| d.take()) {
-                Ok(Some(d)) => d.stop(Duration::ZERO),
-                _ => Ok(()),
-            }
-        });
-
+        let (port, redis_bin, redis_text) = self.start_redis(disk_base, &redis_dir)?;
         let meta = format!("redis://127.0.0.1:{port}/1");
         let juicefs = tool("juicefs");
         let mut format = Command::new(&juicefs);
@@ -90,7 +62,7 @@ impl Peer {
             .push(format!("unmount JuiceFS at {}", mnt.display()), move || {
                 let unmounted = cleanup::unmount(&mnt, true, UNMOUNT_TIMEOUT);
                 // The daemon exits once unmounted; Redis must outlive it.
-                if let Some(pid) = juicefs_pid(&mnt) {
+                for pid in juicefs_pids(&mnt) {
                     cleanup::wait_for_exit(pid, Duration::from_secs(10));
                 }
                 unmounted
@@ -139,6 +111,51 @@ impl Peer {
         Ok(())
     }
 
+    /// Starts the peer's own Redis on a free port of 127.0.0.1 (its files in `redis_dir`) and
+    /// remembers to stop it; returns the port, the program and its command line.
+    fn start_redis(
+        &mut self,
+        disk_base: &Path,
+        redis_dir: &Path,
+    ) -> Result<(u16, std::path::PathBuf, String)> {
+        let port = free_loopback_port()?;
+        let redis_bin = tool("redis-server");
+        let mut redis = Command::new(&redis_bin);
+        redis.args(["--bind", "127.0.0.1", "--protected-mode", "yes", "--port"]);
+        redis.arg(port.to_string());
+        redis.arg("--dir").arg(redis_dir);
+        redis.args([
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+        ]);
+        let redis_text = crate::cmd::describe(&redis);
+        let daemon = Daemon::start(&mut redis, &disk_base.join("redis.log"), "redis-server")?;
+        self.daemon_pid = Some(daemon.pid());
+        // The undo first: a Redis that never answers is stopped too.
+        let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(daemon)));
+        let owned = slot.clone();
+        self.undo.push("stop redis-server".to_string(), move || {
+            match owned.lock().map(|mut d| d.take()) {
+                Ok(Some(d)) => d.stop(Duration::ZERO),
+                _ => Ok(()),
+            }
+        });
+        let mut guard = slot
+            .lock()
+            .map_err(|_| BenchError::Other("the redis-server handle was poisoned".into()))?;
+        if let Some(daemon) = guard.as_mut() {
+            daemon.wait_until(self.cancel, REDIS_START_TIMEOUT, || redis_ping(port))?;
+        }
+        drop(guard);
+        Ok((port, redis_bin, redis_text))
+    }
+
     pub(super) fn juicefs_usage(&self) -> Result<Usage> {
         let base = self.store.as_deref().expect("JuiceFS has a folder");
         let store = tree_allocated_bytes(base)?;
@@ -147,15 +164,15 @@ impl Peer {
             .map(process_memory)
             .transpose()?
             .map_or(0, |m| m.rss_bytes);
-        let client = juicefs_pid(&self.mnt)
-            .map(process_memory)
-            .transpose()?
-            .map_or(0, |m| m.rss_bytes);
+        let mut client = 0;
+        for pid in juicefs_pids(&self.mnt) {
+            client += process_memory(pid)?.rss_bytes;
+        }
         Ok(Usage {
             ram_bytes: Some(redis + client),
             store_bytes: Some(store),
             method: format!(
-                "RAM: Rss of redis-server ({}) + Rss of the juicefs client ({}); store: \
+                "RAM: Rss of redis-server ({}) + Rss of the juicefs processes serving the mount ({}); store: \
                  allocated bytes under {} (data, Redis' append-only file, JuiceFS' cache)",
                 bytes_text(redis),
                 bytes_text(client),
@@ -190,18 +207,23 @@ fn redis_ping(port: u16) -> bool {
     stream.read_exact(&mut answer).is_ok() && &answer == b"+PONG\r\n"
 }
 
-/// The juicefs process serving `mnt` (its arguments hold the mount point).
-fn juicefs_pid(mnt: &Path) -> Option<u32> {
+/// The juicefs processes serving `mnt` (a supervisor and its worker). JuiceFS rewrites its
+/// command line into one space-separated string, so arguments are split on NUL and space.
+fn juicefs_pids(mnt: &Path) -> Vec<u32> {
     let want = mnt.as_os_str().as_encoded_bytes();
-    std::fs::read_dir("/proc")
-        .ok()?
-        .flatten()
-        .find_map(|entry| {
+    let Ok(proc) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    proc.flatten()
+        .filter_map(|entry| {
             let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
             let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let mut args = cmdline.split(|&b| b == 0).filter(|a| !a.is_empty());
+            let mut args = cmdline
+                .split(|&b| b == 0 || b == b' ')
+                .filter(|a| !a.is_empty());
             let program = Path::new(std::str::from_utf8(args.next()?).ok()?);
             let is_juicefs = program.file_name()? == "juicefs";
             (is_juicefs && args.any(|a| a == want) && cleanup::pid_alive(pid)).then_some(pid)
         })
+        .collect()
 }

@@ -390,7 +390,7 @@ impl Mounted for Peer {
             }
             if self.kind == PeerKind::JuiceFs {
                 return Err(BenchError::Other(
-                    "the bench does not remount JuiceFS (its recovery is not measured)".into(),
+                    "JuiceFS cannot be remounted by the bench: its recovery is not measured".into(),
                 ));
             }
             return Err(BenchError::Other(format!(

@@ -534,50 +534,10 @@ impl PostmarkRun {
         self.config.transactions as f64 / self.transaction_phase.as_secs_f64()
     }
 
-    /// The metrics, headline first, and postmark's own figures as notes.
-    pub fn outcome(&self) -> Outcome {
-        let r = &self.report;
-        let metrics = vec![
-            Metric::rate(
-                "transactions",
-                "tx/s",
-                self.config.transactions as f64,
-                self.transaction_phase,
-            ),
-            Metric::rate(
-                "creation alone",
-                "files/s",
-                r.created_alone as f64,
-                self.create_phase,
-            ),
-            Metric::rate(
-                "creation mixed",
-                "files/s",
-                r.created_mixed as f64,
-                self.transaction_phase,
-            ),
-            Metric::rate(
-                "deletion alone",
-                "files/s",
-                r.deleted_alone as f64,
-                self.delete_phase,
-            ),
-            Metric::rate(
-                "deletion mixed",
-                "files/s",
-                r.deleted_mixed as f64,
-                self.transaction_phase,
-            ),
-            Metric::rate("read", "MiB/s", r.read_bytes / MIB, self.total),
-            Metric::rate("write", "MiB/s", r.written_bytes / MIB, self.total),
-        ];
-        let mut metrics = metrics;
-        // The time a transaction takes, to set beside the floor's and the kernel's.
-        metrics.push(Metric::lower(
-            "time per transaction",
-            "µs/tx",
-            self.transaction_phase.as_secs_f64() * 1e6 / self.config.transactions as f64,
-        ));
+    /// Requests and daemon time per transaction, where the peer counts them, and the note
+    /// that lists the counts.
+    fn request_metrics(&self) -> (Vec<Metric>, Vec<String>) {
+        let mut metrics = Vec::new();
         let mut request_notes = Vec::new();
         match &self.requests {
             Some(Ok(Snapshot {
@@ -633,6 +593,55 @@ impl PostmarkRun {
             Some(Err(e)) => request_notes.push(format!("FUSE requests not counted: {e}")),
             None => {}
         }
+        (metrics, request_notes)
+    }
+
+    /// The metrics, headline first, and postmark's own figures as notes.
+    pub fn outcome(&self) -> Outcome {
+        let r = &self.report;
+        let metrics = vec![
+            Metric::rate(
+                "transactions",
+                "tx/s",
+                self.config.transactions as f64,
+                self.transaction_phase,
+            ),
+            Metric::rate(
+                "creation alone",
+                "files/s",
+                r.created_alone as f64,
+                self.create_phase,
+            ),
+            Metric::rate(
+                "creation mixed",
+                "files/s",
+                r.created_mixed as f64,
+                self.transaction_phase,
+            ),
+            Metric::rate(
+                "deletion alone",
+                "files/s",
+                r.deleted_alone as f64,
+                self.delete_phase,
+            ),
+            Metric::rate(
+                "deletion mixed",
+                "files/s",
+                r.deleted_mixed as f64,
+                self.transaction_phase,
+            ),
+            Metric::rate("read", "MiB/s", r.read_bytes / MIB, self.total),
+            Metric::rate("write", "MiB/s", r.written_bytes / MIB, self.total),
+        ];
+        let mut metrics = metrics;
+        // The time a transaction takes, to set beside the floor's and the kernel's.
+        metrics.push(Metric::lower(
+            "time per transaction",
+            "µs/tx",
+            self.transaction_phase.as_secs_f64() * 1e6 / self.config.transactions as f64,
+        ));
+        let (request_metrics, request_notes) = self.request_metrics();
+        metrics.extend(request_metrics);
         let notes = vec![
             format!(
                 "phases: creation {:.3} s, transactions {:.3} s, deletion {:.3} s, total {:.3} s",
@@ -1193,7 +1202,8 @@ mod tests {
                     "deletion alone",
                     "deletion mixed",
                     "read",
-                    "write"
+                    "write",
+                    "time per transaction"
                 ],
                 "{}",
                 w.id()
