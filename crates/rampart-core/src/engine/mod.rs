@@ -11,6 +11,8 @@
 //! to the levels, drop the lock, tell the observer what the kernel may have cached, then
 //! honour the durability (throttle; sync before returning where asked).
 
+mod category_ops;
+pub use category_ops::CategoryInfo;
 mod file_ops;
 pub use file_ops::ReadBuf;
 mod info;
@@ -120,6 +122,8 @@ pub struct Engine {
     /// names can only change then, so callers that remember resolved directories (the path
     /// API's cache) forget them when it moves.
     namespace_epoch: AtomicU64,
+    /// The categories and filename rules in force (`category`); replaced whole at mount.
+    categories: RwLock<Arc<crate::category::Categories>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -239,6 +243,9 @@ impl Engine {
             observer: RwLock::new(None),
             clock,
             namespace_epoch: AtomicU64::new(0),
+            categories: RwLock::new(Arc::new(crate::category::Categories::builtin(
+                crate::persist::persister::PersistConfig::default().commit_interval,
+            ))),
         }
     }
 

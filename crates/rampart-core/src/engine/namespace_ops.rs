@@ -121,6 +121,7 @@ impl Engine {
         rdev: u32,
         target: &[u8],
     ) -> FsResult<Attr> {
+        let categories = self.categories();
         self.mutate(
             ctx,
             |m, time_ns| {
@@ -146,6 +147,7 @@ impl Engine {
                     target,
                     time_ns,
                 })?;
+                m.categorize_new(&categories, parent, name, ino, time_ns)?;
                 looked_up(m, ctx, ino)
             },
             |_| {

@@ -1,0 +1,337 @@
+//! Categories through the engine (MBFS §5): how a file gets one, and what it does.
+//!
+//! A file's category is stored on the inode as the hidden attribute `CATEGORY_XATTR`
+//! (`ORIGIN NAME`), journaled like any attribute, and its spec sets the inode's durability in
+//! the same mutation. Programs read and set it as `user.rampart.category` (a name) and
+//! `user.rampart.spec` (a raw spec); the library API sets it with origin `api`.
+
+use std::sync::Arc;
+
+use super::{Ctx, Engine, Invalidation, Mutation};
+use crate::attr::{Durability, FileKind, Ino, ROOT_INO};
+use crate::category::{
+    Assigned, Categories, CategoryError, Origin, Resolved, Spec, CATEGORY_XATTR, RAW_SPEC_PREFIX,
+    USER_CATEGORY_XATTR, USER_SPEC_XATTR,
+};
+use crate::error::{Errno, FsResult};
+use crate::op::Op;
+use crate::persist::level::Route;
+use crate::state::State;
+use crate::time::TimeNs;
+
+/// The deepest path a filename rule is matched against; deeper files match name rules only.
+const RULE_PATH_DEPTH_MAX: usize = 256;
+
+/// A file's category as `rampart stat` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CategoryInfo {
+    pub name: String,
+    pub origin: Origin,
+    pub spec: Spec,
+    /// What the engine enforces on the store.
+    pub durability: Durability,
+}
+
+/// The category stored on an inode, if any.
+pub(crate) fn assigned(state: &State, ino: Ino) -> Option<Assigned> {
+    let inode = state.inode(ino).ok()?;
+    let value = inode.xattrs.as_ref()?.get(CATEGORY_XATTR)?;
+    Assigned::decode(value)
+}
+
+/// Only regular files and directories have categories (a directory's is what it hands down).
+fn has_category(kind: FileKind) -> bool {
+    matches!(kind, FileKind::RegularFile | FileKind::Directory)
+}
+
+/// The path of `dir` from the root, with a leading `/` (None past `RULE_PATH_DEPTH_MAX`).
+fn path_of(state: &State, mut dir: Ino) -> Option<Vec<u8>> {
+    let mut names: Vec<Vec<u8>> = Vec::new();
+    while dir != ROOT_INO {
+        if names.len() >= RULE_PATH_DEPTH_MAX {
+            return None;
+        }
+        let parent = state.dir(dir).ok()?.parent;
+        let mut found = None;
+        state.dir(parent).ok()?.list_from(0, |e| {
+            if e.ino == dir {
+                found = Some(e.name.to_vec());
+            }
+            found.is_none()
+        });
+        names.push(found?);
+        dir = parent;
+    }
+    let mut path = Vec::new();
+    for name in names.iter().rev() {
+        path.push(b'/');
+        path.extend_from_slice(name);
+    }
+    Some(path)
+}
+
+impl Mutation<'_> {
+    /// Gives `ino` the category `assigned` (None: back to the store default): stores it and
+    /// sets the durability its spec asks. A volatile file made durable has its content handed
+    /// to the levels (as `Engine::set_durability`).
+    pub(crate) fn assign_category(
+        &mut self,
+        ino: Ino,
+        assigned: Option<&Assigned>,
+        resolved: Resolved,
+        time_ns: TimeNs,
+    ) -> FsResult<()> {
+        let inode = self.state().inode(ino)?;
+        let kind = inode.kind();
+        let before = inode.durability();
+        let had = inode
+            .xattrs
+            .as_ref()
+            .is_some_and(|x| x.get(CATEGORY_XATTR).is_some());
+        match assigned {
+            Some(a) => self.apply(&Op::SetXattr {
+                ino,
+                name: CATEGORY_XATTR,
+                value: &a.encode(),
+                flags: 0,
+                time_ns,
+            })?,
+            None if had => self.apply(&Op::RemoveXattr {
+                ino,
+                name: CATEGORY_XATTR,
+                time_ns,
+            })?,
+            None => {}
+        }
+        // A directory cannot be volatile: it is as durable as the files it holds (MBFS §5.4).
+        let durability = match (kind, resolved.durability) {
+            (FileKind::Directory, Durability::Volatile) => Durability::default(),
+            (_, d) => d,
+        };
+        if durability != before {
+            self.apply(&Op::SetDurability {
+                ino,
+                durability: durability.code(),
+                time_ns,
+            })?;
+            let linked = self.state().inode(ino)?.nlink > 0;
+            if before == Durability::Volatile && durability != Durability::Volatile && linked {
+                self.materialize(
+                    ino,
+                    Route::store(Durability::default().stronger(durability)),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives a file just created as `name` in `parent` the category a rule or its directory
+    /// gives it (nothing for the store default). A category that cannot be used any more (a
+    /// directory's, from an older configuration) leaves the default, with a warning.
+    pub(crate) fn categorize_new(
+        &mut self,
+        categories: &Categories,
+        parent: Ino,
+        name: &[u8],
+        ino: Ino,
+        time_ns: TimeNs,
+    ) -> FsResult<()> {
+        if !has_category(self.state().inode(ino)?.kind()) {
+            return Ok(());
+        }
+        let from_parent = assigned(self.state(), parent);
+        if from_parent.is_none() && categories.rules().is_empty() {
+            return Ok(());
+        }
+        let path = if categories.rules_need_path() {
+            path_of(self.state(), parent).map(|mut p| {
+                p.push(b'/');
+                p.extend_from_slice(name);
+                p
+            })
+        } else {
+            None
+        };
+        let Some(new) = categories.for_new(name, path.as_deref(), from_parent.as_ref()) else {
+            return Ok(());
+        };
+        match categories.resolve(&new.name) {
+            Ok(resolved) => self.assign_category(ino, Some(&new), resolved, time_ns),
+            Err(e) => {
+                tracing::warn!(
+                    "{}: {e}; the file gets the store default",
+                    String::from_utf8_lossy(name)
+                );
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Engine {
+    /// Installs the categories and rules in force (the store's `rampart.toml`).
+    pub fn set_categories(&self, categories: Arc<Categories>) {
+        *self.categories.write() = categories;
+    }
+
+    /// The categories and rules in force.
+    pub fn categories(&self) -> Arc<Categories> {
+        self.categories.read().clone()
+    }
+
+    /// Sets `ino`'s category (`name`: a category, or `spec:` and a raw spec; None: back to
+    /// the store default), recording `origin`. Unknown or unusable names are refused with
+    /// what to do; nothing changes then.
+    pub fn set_category(
+        &self,
+        ctx: &Ctx,
+        ino: Ino,
+        name: Option<&str>,
+        origin: Origin,
+    ) -> Result<(), CategoryError> {
+        let categories = self.categories();
+        let (assigned, resolved) = match name {
+            Some(name) => {
+                let name = categories.canonical(name)?;
+                let resolved = categories.resolve(&name)?;
+                (Some(Assigned { name, origin }), resolved)
+            }
+            None => (
+                None,
+                categories
+                    .resolve(&categories.default_category().name)
+                    .expect("the default is checked when the configuration is read"),
+            ),
+        };
+        self.mutate(
+            ctx,
+            |m, time_ns| {
+                if !has_category(m.state().inode(ino)?.kind()) {
+                    return Err(Errno::EPERM);
+                }
+                m.assign_category(ino, assigned.as_ref(), resolved, time_ns)
+            },
+            |_| vec![Invalidation::Inode { ino }],
+        )
+        .map_err(CategoryError::Refused)
+    }
+
+    /// `ino`'s category: its name, where it came from, its spec and what the engine enforces.
+    pub fn category(&self, ino: Ino) -> FsResult<CategoryInfo> {
+        let categories = self.categories();
+        let state = self.read_state();
+        let inode = state.inode(ino)?;
+        let (name, origin) = match assigned(&state, ino) {
+            Some(a) => (a.name, a.origin),
+            None => (categories.default_category().name.clone(), Origin::Default),
+        };
+        let spec = match categories.resolve(&name) {
+            Ok(r) => r.spec,
+            // Stored by an older configuration: say what is enforced.
+            Err(_) => categories.default_category().spec,
+        };
+        Ok(CategoryInfo {
+            name,
+            origin,
+            spec,
+            durability: inode.durability(),
+        })
+    }
+
+    /// Whether writes to `ino` are dropped (DISPOSABLE): only volatile files can be.
+    pub(crate) fn discards_writes(state: &State, categories: &Categories, ino: Ino) -> bool {
+        let Ok(inode) = state.inode(ino) else {
+            return false;
+        };
+        if inode.durability() != Durability::Volatile {
+            return false;
+        }
+        assigned(state, ino)
+            .and_then(|a| categories.resolve(&a.name).ok())
+            .is_some_and(|r| r.spec.discard)
+    }
+
+    /// Whether closing `ino` must make it durable (`lm=until_close`, e.g. EDITED).
+    pub fn durable_at_close(&self, ino: Ino) -> bool {
+        let categories = self.categories();
+        let state = self.read_state();
+        assigned(&state, ino)
+            .and_then(|a| categories.resolve(&a.name).ok())
+            .is_some_and(|r| r.spec.until_close())
+    }
+
+    /// Whether the kernel must send every write of `ino` at once (not keep it in its page
+    /// cache): its writes must be durable before they return, or are dropped.
+    pub fn writes_through(&self, ino: Ino) -> bool {
+        let state = self.read_state();
+        match state.inode(ino) {
+            Ok(i) if i.durability() == Durability::BeforeReturn => true,
+            Ok(i) if i.durability() == Durability::Volatile => {
+                Engine::discards_writes(&state, &self.categories(), ino)
+            }
+            _ => false,
+        }
+    }
+
+    /// The virtual attributes `user.rampart.category` and `user.rampart.spec`, and the hidden
+    /// stored one; None for other names.
+    pub(crate) fn get_category_xattr(&self, ino: Ino, name: &[u8]) -> Option<FsResult<Vec<u8>>> {
+        if name == CATEGORY_XATTR {
+            return Some(Err(Errno::ENODATA));
+        }
+        if name != USER_CATEGORY_XATTR && name != USER_SPEC_XATTR {
+            return None;
+        }
+        Some(self.category(ino).and_then(|info| {
+            let kind = self.getattr(ino)?.kind;
+            if !has_category(kind) {
+                return Err(Errno::ENODATA);
+            }
+            Ok(if name == USER_CATEGORY_XATTR {
+                info.name.into_bytes()
+            } else {
+                info.spec.to_string().into_bytes()
+            })
+        }))
+    }
+
+    /// Sets or removes (`value` None) a category through its virtual attributes; None for
+    /// other names.
+    pub(crate) fn set_category_xattr(
+        &self,
+        ctx: &Ctx,
+        ino: Ino,
+        name: &[u8],
+        value: Option<&[u8]>,
+    ) -> Option<FsResult<()>> {
+        if name == CATEGORY_XATTR {
+            // Only through the virtual attributes, which check what is set.
+            return Some(Err(Errno::EPERM));
+        }
+        if name != USER_CATEGORY_XATTR && name != USER_SPEC_XATTR {
+            return None;
+        }
+        let text = match value.map(std::str::from_utf8) {
+            None => None,
+            Some(Ok(t)) => Some(t.trim_matches(|c: char| c.is_whitespace() || c == '\0')),
+            Some(Err(_)) => return Some(Err(Errno::EINVAL)),
+        };
+        if value.is_none() && assigned(&self.read_state(), ino).is_none() {
+            return Some(Err(Errno::ENODATA));
+        }
+        let name = text.map(|t| {
+            if name == USER_SPEC_XATTR {
+                format!("{RAW_SPEC_PREFIX}{t}")
+            } else {
+                t.to_string()
+            }
+        });
+        Some(
+            self.set_category(ctx, ino, name.as_deref(), Origin::Xattr)
+                .map_err(|e| {
+                    tracing::warn!("inode {ino}: {e}");
+                    e.errno()
+                }),
+        )
+    }
+}
