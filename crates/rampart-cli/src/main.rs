@@ -133,8 +133,10 @@ struct MountArgs {
     /// Cache writes in the kernel's page cache and send them in large batches.
     #[arg(long, value_parser = ["on", "off"], default_value = "on")]
     writeback_cache: String,
-    /// Skip FUSE OPEN/RELEASE round trips (the kernel opens files itself).
-    #[arg(long, value_parser = ["on", "off"], default_value = "on")]
+    /// Skip FUSE OPEN/RELEASE round trips (the kernel opens files itself). Off by default:
+    /// a SAFE or DISPOSABLE file opened again then goes through the page cache, and its
+    /// writes are no longer durable (or dropped) when write(2) returns (decision 0063).
+    #[arg(long, value_parser = ["on", "off"], default_value = "off")]
     no_open: String,
     /// Serve requests through FUSE over io_uring, one queue per CPU, when the kernel offers it
     /// (Linux 6.14+ with /sys/module/fuse/parameters/enable_uring set to Y); else /dev/fuse.

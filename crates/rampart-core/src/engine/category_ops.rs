@@ -251,6 +251,12 @@ impl Engine {
             .is_some_and(|r| r.spec.discard)
     }
 
+    /// Whether writes to `ino` are accepted and dropped (DISPOSABLE).
+    pub fn discards(&self, ino: Ino) -> bool {
+        let categories = self.categories();
+        Engine::discards_writes(&self.read_state(), &categories, ino)
+    }
+
     /// Whether closing `ino` must make it durable (`lm=until_close`, e.g. EDITED).
     pub fn durable_at_close(&self, ino: Ino) -> bool {
         let categories = self.categories();

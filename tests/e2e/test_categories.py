@@ -1,0 +1,236 @@
+"""Per-file persistence categories (docs/CATEGORIES.md, issue 14): the store's rampart.toml,
+filename rules, directory inheritance, user.rampart.category / user.rampart.spec, and each
+category's contract through the mount, checked with kill -9 and a remount.
+
+The mounts use a five-minute commit interval (the longest that GENERATED's five minutes
+allow), so nothing reaches the store by the clock during a test: what is there after kill -9
+is there because its category put it there."""
+
+import errno
+import os
+
+import pytest
+
+from e2e_helpers import Mount, read_file, run, run_as_nobody
+from test_persistence import (assert_fsck_clean_after_crash, assert_no_panic, crash, remount,
+                              unmount)
+
+pytestmark = pytest.mark.rampart_only("categories are rampart's")
+
+CONFIG = """\
+[categories]
+SCRATCH = "lm=never"
+
+[[rules]]
+glob = "*.safe"
+category = "SAFE"
+
+[[rules]]
+glob = "*.null"
+category = "DISPOSABLE"
+
+[[rules]]
+glob = "*.o"
+category = "GENERATED"
+"""
+
+MARKER = b"temporary-category-marker-51c2"
+LONG = ("--commit-interval", "300s")
+
+
+def configured(test_base, env, name, cleanup, config=CONFIG, opts=LONG):
+    m = Mount(test_base, name, opts=opts, env=env)
+    cleanup.append(m)
+    m.mkfs()
+    (m.store / "rampart.toml").write_text(config)
+    m.mount(mkfs=False)
+    assert m.pid
+    return m
+
+
+def category(path):
+    return os.getxattr(path, "user.rampart.category").decode()
+
+
+def store_holds(m, needle):
+    found = []
+    for root, _dirs, files in os.walk(m.store):
+        for name in files:
+            p = os.path.join(root, name)
+            if name != "rampart.log" and os.path.isfile(p) and needle in read_file(p):
+                found.append(p)
+    return found
+
+
+def test_a_config_that_is_wrong_refuses_the_mount_naming_the_line(test_base, rampart_env,
+                                                                   cleanup_mounts):
+    m = Mount(test_base, "bad-config", env=rampart_env)
+    cleanup_mounts.append(m)
+    m.mkfs()
+    m.path.mkdir(mode=0o755)
+    for config, line, why in [
+        ('[categories]\nX = "lm=5"\n', 2, "malformed spec"),
+        ('\n[[rules]]\nglob = "*.o"\ncategory = "FAST"\n', 4, 'unknown category "FAST"'),
+        ('default = "ROBUST"\n', 1, "needs a second copy (DA2), not built yet"),
+        ('[[rules]]\nglob = "*.o"\n', 1, "missing field"),
+        ("[categories\n", 1, ""),
+    ]:
+        (m.store / "rampart.toml").write_text(config)
+        r = m.cli("mount", m.store, m.path)
+        assert r.returncode != 0, f"mounted with {config!r}"
+        assert f"rampart.toml:{line}: " in r.stderr and why in r.stderr, r.stderr
+        assert not os.path.ismount(m.path)
+    (m.store / "rampart.toml").write_text(CONFIG)
+    m.mount(mkfs=False)
+    unmount(m)
+
+
+def test_rules_directories_and_attributes_give_the_category(test_base, rampart_env,
+                                                            cleanup_mounts):
+    m = configured(test_base, rampart_env, "where-from", cleanup_mounts)
+    p = m.path
+    (p / "a.c").write_bytes(b"int x;\n")
+    (p / "a.o").write_bytes(b"\x7fELF")
+    (p / "k.safe").write_bytes(b"safe")
+    assert [category(p / n) for n in ("a.c", "a.o", "k.safe")] == ["SOON", "GENERATED", "SAFE"]
+    assert os.getxattr(p / "k.safe", "user.rampart.spec") == b"lm=before_write"
+    # getfattr shows it; -d lists it only where it was set.
+    r = run(["getfattr", "-n", "user.rampart.category", "--only-values", str(p / "a.o")])
+    assert r.stdout == "GENERATED"
+    assert "user.rampart.category" not in os.listxattr(p / "a.c")
+    assert "user.rampart.category" in os.listxattr(p / "a.o")
+    # A directory's category goes to what is created in it, below rules.
+    os.mkdir(p / "scratch")
+    r = run(["setfattr", "-n", "user.rampart.category", "-v", "scratch", str(p / "scratch")])
+    assert r.returncode == 0, r.stderr
+    os.makedirs(p / "scratch" / "sub")
+    (p / "scratch" / "sub" / "t").write_bytes(b"t")
+    (p / "scratch" / "sub" / "x.safe").write_bytes(b"x")
+    assert category(p / "scratch" / "sub" / "t") == "SCRATCH"
+    assert category(p / "scratch" / "sub" / "x.safe") == "SAFE"
+    # The attribute wins over a rule; removing it gives the store default.
+    os.setxattr(p / "a.o", "user.rampart.spec", b"lm=10min")
+    assert category(p / "a.o") == "spec:lm=10min"
+    os.removexattr(p / "a.o", "user.rampart.spec")
+    assert category(p / "a.o") == "SOON"
+    # Bad names are refused and change nothing.
+    for bad in (b"FAST", b"ROBUST", b"PARANOID"):
+        with pytest.raises(OSError) as e:
+            os.setxattr(p / "k.safe", "user.rampart.category", bad)
+        assert e.value.errno == errno.EINVAL
+    with pytest.raises(OSError):
+        os.setxattr(p / "k.safe", "user.rampart.spec", b"lm=before_write,da1=5s")
+    assert category(p / "k.safe") == "SAFE"
+    with pytest.raises(OSError) as e:
+        os.setxattr(p / "k.safe", "trusted.rampart.category", b"api TEMPORARY")
+    assert e.value.errno == errno.EPERM
+    # Permission checks are those of user attributes: another user may not change it.
+    os.chmod(p / "a.c", 0o644)
+    r = run_as_nobody(["setfattr", "-n", "user.rampart.category", "-v", "TEMPORARY",
+                       str(p / "a.c")])
+    assert r.returncode != 0 and "Permission denied" in r.stderr, r.stderr
+    assert category(p / "a.c") == "SOON"
+    # Categories survive a remount.
+    unmount(m)
+    remount(m)
+    assert category(p / "scratch" / "sub") == "SCRATCH"
+    assert os.listdir(p / "scratch" / "sub") == ["x.safe"], "SCRATCH files are gone"
+    assert category(p / "k.safe") == "SAFE"
+    unmount(m)
+    assert_no_panic(m)
+
+
+@pytest.mark.parametrize("writeback", ["on", "off"], ids=["writeback-cache", "no-writeback-cache"])
+def test_a_safe_write_is_durable_when_write_returns(test_base, rampart_env, cleanup_mounts,
+                                                   writeback):
+    m = configured(test_base, rampart_env, f"safe-{writeback}", cleanup_mounts,
+                   opts=LONG + ("--writeback-cache", writeback))
+    p = m.path
+    # Created SAFE by a rule, and one made SAFE by its attribute and opened again.
+    created = os.open(p / "new.safe", os.O_WRONLY | os.O_CREAT, 0o644)
+    (p / "later").write_bytes(b"")
+    os.setxattr(p / "later", "user.rampart.category", b"SAFE")
+    reopened = os.open(p / "later", os.O_WRONLY)
+    os.write(created, b"written before the crash, never closed")
+    os.pwrite(reopened, b"also acknowledged", 0)
+    # A SOON file written after them: nothing commits it within five minutes.
+    (p / "soon").write_bytes(b"lost")
+    crash(m)  # both SAFE files still open
+    assert_fsck_clean_after_crash(m)
+    remount(m)
+    assert read_file(p / "new.safe") == b"written before the crash, never closed"
+    assert read_file(p / "later") == b"also acknowledged"
+    assert not (p / "soon").exists(), "a SOON file was durable without a sync"
+    unmount(m)
+    assert_no_panic(m)
+
+
+@pytest.mark.parametrize("writeback", ["on", "off"], ids=["writeback-cache", "no-writeback-cache"])
+def test_an_edited_file_is_durable_when_close_returns(test_base, rampart_env, cleanup_mounts,
+                                                     writeback):
+    m = configured(test_base, rampart_env, f"edited-{writeback}", cleanup_mounts,
+                   opts=LONG + ("--writeback-cache", writeback))
+    p = m.path
+    os.mkdir(p / "docs")
+    os.setxattr(p / "docs", "user.rampart.category", b"edited")
+    data = os.urandom(300_000)
+    with open(p / "docs" / "paper.tex", "wb") as f:
+        f.write(data)
+    assert category(p / "docs" / "paper.tex") == "EDITED"
+    crash(m)
+    assert_fsck_clean_after_crash(m)
+    remount(m)
+    assert read_file(p / "docs" / "paper.tex") == data
+    unmount(m)
+    assert_no_panic(m)
+
+
+@pytest.mark.parametrize("end", ["remount", "kill-9"])
+def test_temporary_files_leave_no_data_in_the_store_and_are_gone(test_base, rampart_env,
+                                                                  cleanup_mounts, end):
+    m = configured(test_base, rampart_env, f"temporary-{end}", cleanup_mounts)
+    p = m.path
+    os.mkdir(p / "tmp")
+    os.setxattr(p / "tmp", "user.rampart.category", b"TEMPORARY")
+    (p / "kept").write_bytes(b"kept")
+    os.sync()
+    journal_before = os.stat(m.store / "journal").st_size
+    for i in range(20):
+        fd = os.open(p / "tmp" / f"f{i}", os.O_WRONLY | os.O_CREAT, 0o644)
+        os.write(fd, MARKER * 3000)
+        os.fsync(fd)  # answered at once: nothing of it is kept (decision 0065)
+        os.close(fd)
+    assert category(p / "tmp" / "f0") == "TEMPORARY"
+    os.sync()
+    assert store_holds(m, MARKER) == []
+    # Only the files' names and attributes (a few records each, decision 0010), no data.
+    assert os.stat(m.store / "journal").st_size - journal_before < 20 * 4096
+    if end == "kill-9":
+        os.fsync(os.open(p / "kept", os.O_RDONLY))
+        crash(m)
+        assert_fsck_clean_after_crash(m)
+    else:
+        unmount(m)
+    assert store_holds(m, MARKER) == []
+    remount(m)
+    assert os.listdir(p / "tmp") == []
+    assert category(p / "tmp") == "TEMPORARY"
+    assert read_file(p / "kept") == b"kept"
+    unmount(m)
+    assert_no_panic(m)
+
+
+def test_disposable_files_hold_nothing(test_base, rampart_env, cleanup_mounts):
+    m = configured(test_base, rampart_env, "disposable", cleanup_mounts)
+    p = m.path
+    with open(p / "out.null", "wb") as f:
+        assert f.write(MARKER * 1000) == len(MARKER) * 1000
+    assert read_file(p / "out.null") == b""
+    r = run(["sh", "-c", f"echo hello > {p}/log.null && cat {p}/log.null"])
+    assert r.returncode == 0 and r.stdout == ""
+    unmount(m)
+    assert store_holds(m, MARKER) == []
+    remount(m)
+    assert not (p / "out.null").exists()
+    unmount(m)
+    assert_no_panic(m)
