@@ -242,3 +242,54 @@ fn safe_writes_survive_and_temporary_files_leave_nothing_at_every_sync_point() {
         }
     }
 }
+
+#[test]
+fn the_library_reads_the_stores_config_and_sets_categories() {
+    use rampart_core::fs::{Fs, OpenOptions};
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    rampart_core::store::mkfs(&store).unwrap();
+    std::fs::write(
+        store.join("rampart.toml"),
+        "[[rules]]\nglob = \"*.o\"\ncategory = \"NOPE\"\n",
+    )
+    .unwrap();
+    let e = Fs::open(&store).unwrap_err().to_string();
+    assert!(
+        e.contains("rampart.toml:3: ") && e.contains("unknown category"),
+        "{e}"
+    );
+    std::fs::write(store.join("rampart.toml"), CONFIG).unwrap();
+    let fs = Fs::open(&store).unwrap();
+    fs.write("a.safe", b"x").unwrap();
+    let info = fs.category("a.safe").unwrap();
+    assert_eq!((info.name.as_str(), info.origin), ("SAFE", Origin::Rule(1)));
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .category("edited")
+        .open(&fs, "notes.safe")
+        .unwrap();
+    f.write_all(b"kept at close").unwrap();
+    assert_eq!(
+        f.category().unwrap().origin,
+        Origin::Api,
+        "the API wins over rules"
+    );
+    drop(f);
+    fs.create_dir("scratch").unwrap();
+    fs.set_category("scratch", Some("TEMPORARY")).unwrap();
+    fs.write("scratch/t", b"gone").unwrap();
+    let e = fs.set_category("a.safe", Some("ROBUST")).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(e
+        .to_string()
+        .contains("needs a second copy (DA2), not built yet"));
+    fs.close().unwrap();
+    let fs = Fs::open(&store).unwrap();
+    assert_eq!(fs.read("notes.safe").unwrap(), b"kept at close");
+    assert_eq!(fs.category("notes.safe").unwrap().name, "EDITED");
+    assert!(!fs.exists("scratch/t").unwrap());
+    assert_eq!(fs.category("scratch").unwrap().name, "TEMPORARY");
+}
