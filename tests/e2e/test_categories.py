@@ -7,6 +7,7 @@ allow), so nothing reaches the store by the clock during a test: what is there a
 is there because its category put it there."""
 
 import errno
+import json
 import os
 
 import pytest
@@ -234,3 +235,86 @@ def test_disposable_files_hold_nothing(test_base, rampart_env, cleanup_mounts):
     assert not (p / "out.null").exists()
     unmount(m)
     assert_no_panic(m)
+
+
+BUILD_CONFIG = """\
+[[rules]]
+glob = "*.[ch]"
+category = "EDITED"
+
+[[rules]]
+glob = "*.o"
+category = "GENERATED"
+
+[[rules]]
+glob = "build/**"
+category = "GENERATED"
+"""
+
+MAKEFILE = """\
+build/hello: build/main.o build/util.o
+\tcc -o $@ $^
+build/%.o: src/%.c src/util.h
+\tmkdir -p build
+\tcc -c -o $@ $<
+"""
+
+
+def rampart_stat(m, *paths):
+    r = m.cli("stat", "--json", *paths)
+    assert r.returncode == 0, r.stderr
+    return {os.path.relpath(f["path"], m.path): f for f in json.loads(r.stdout)}
+
+
+def test_a_c_build_gets_generated_outputs_and_edited_sources(test_base, rampart_env,
+                                                             cleanup_mounts):
+    m = configured(test_base, rampart_env, "build", cleanup_mounts, config=BUILD_CONFIG)
+    p = m.path / "proj"
+    os.makedirs(p / "src")
+    (p / "src" / "util.h").write_text("int twice(int);\n")
+    (p / "src" / "util.c").write_text('#include "util.h"\nint twice(int x) { return 2 * x; }\n')
+    (p / "src" / "main.c").write_text(
+        '#include <stdio.h>\n#include "util.h"\nint main(void) { printf("%d\\n", twice(21)); }\n')
+    (p / "Makefile").write_text(MAKEFILE)
+    r = run(["make", "-C", str(p)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert run([str(p / "build" / "hello")]).stdout == "42\n"
+    files = ["proj/src/main.c", "proj/src/util.h", "proj/build/main.o", "proj/build/hello",
+             "proj/Makefile"]
+    stat = rampart_stat(m, *(str(m.path / f) for f in files))
+    got = {f: (stat[f]["category"], stat[f]["origin"]) for f in files}
+    assert got == {
+        "proj/src/main.c": ("EDITED", "rule1"),
+        "proj/src/util.h": ("EDITED", "rule1"),
+        "proj/build/main.o": ("GENERATED", "rule2"),
+        "proj/build/hello": ("GENERATED", "rule3"),
+        "proj/Makefile": ("SOON", "default"),
+    }
+    assert stat["proj/build/main.o"]["rule"]["pattern"] == "*.o"
+    assert stat["proj/build/main.o"]["rule"]["line"] == 6
+    assert stat["proj/src/main.c"]["spec"] == "lm=until_close"
+    # rampart rules says which rule a path matches, and why.
+    r = m.cli("rules", str(p / "src" / "new.c"), str(p / "build" / "hello"), str(p / "README"))
+    assert r.returncode == 0, r.stderr
+    assert "1. glob \"*.[ch]\" on the name → EDITED  (line 2)" in r.stdout, r.stdout
+    assert "a file created here would be EDITED (rule 1" in r.stdout, r.stdout
+    assert "rule 3 matches (glob \"build/**\") and gave it GENERATED" in r.stdout, r.stdout
+    assert "no rule matches" in r.stdout, r.stdout
+    # The sources were closed, so they are durable (EDITED); a kill -9 keeps them.
+    sources = {f: read_file(m.path / f) for f in files[:2]}
+    crash(m)
+    remount(m)
+    for f, data in sources.items():
+        assert read_file(m.path / f) == data
+    unmount(m)
+    assert_no_panic(m)
+
+
+def test_stat_and_rules_say_what_is_wrong(mnt):
+    r = mnt.cli("stat", "/proc/self")
+    assert r.returncode != 0 and "is not on a rampart mount" in r.stderr
+    r = mnt.cli("stat", str(mnt.path / "missing"))
+    assert r.returncode != 0 and "missing" in r.stderr and "No such file" in r.stderr
+    os.symlink("x", mnt.path / "link")
+    r = mnt.cli("stat", str(mnt.path / "link"))
+    assert r.returncode != 0 and "link" in r.stderr

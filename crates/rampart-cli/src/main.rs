@@ -11,6 +11,7 @@ macro_rules! outln {
 }
 
 mod bench;
+mod categories_cmd;
 mod control;
 mod daemon;
 mod fsck;
@@ -74,6 +75,23 @@ enum Cmd {
         /// How often --watch redraws: e.g. 1s, 500ms (100ms to 1h).
         #[arg(long, default_value = "1s", value_parser = watch::parse_interval)]
         interval: Duration,
+    },
+    /// Show the category of files on a mount: its name, where it came from (the API, an
+    /// attribute, rule N, the directory, the store default) and its spec per level.
+    Stat {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Print a JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the categories and filename rules in force on a mount (that of the first PATH,
+    /// or of the current directory), and for each PATH which rule matches it and why.
+    Rules {
+        paths: Vec<PathBuf>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
     },
     /// Run the papers' benchmarks on rampart and its peers and write a report (as root).
     Bench(bench::BenchArgs),
@@ -378,6 +396,8 @@ fn main() -> ExitCode {
         Cmd::Status {
             mountpoint, json, ..
         } => cmd_status(&mountpoint, json),
+        Cmd::Stat { paths, json } => categories_cmd::stat(&paths, json),
+        Cmd::Rules { paths, json } => categories_cmd::rules(&paths, json),
         Cmd::Bench(args) => return with_stdout_checked(bench::run(args)),
         Cmd::Fsck {
             store,

@@ -27,6 +27,9 @@ pub const CATEGORY_XATTR: &[u8] = b"trusted.rampart.category";
 pub const USER_CATEGORY_XATTR: &[u8] = b"user.rampart.category";
 /// The virtual attribute that holds a file's raw spec.
 pub const USER_SPEC_XATTR: &[u8] = b"user.rampart.spec";
+/// The read-only virtual attribute that says where a file's category came from (`api`,
+/// `xattr`, `ruleN`, `directory`, `default`), for `rampart stat`.
+pub const USER_ORIGIN_XATTR: &[u8] = b"user.rampart.origin";
 /// The name under which a raw spec is kept as a category: `spec:` and the spec.
 pub const RAW_SPEC_PREFIX: &str = "spec:";
 /// The longest category name.

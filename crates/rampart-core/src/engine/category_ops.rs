@@ -11,7 +11,7 @@ use super::{Ctx, Engine, Invalidation, Mutation};
 use crate::attr::{Durability, FileKind, Ino, ROOT_INO};
 use crate::category::{
     Assigned, Categories, CategoryError, Origin, Resolved, Spec, CATEGORY_XATTR, RAW_SPEC_PREFIX,
-    USER_CATEGORY_XATTR, USER_SPEC_XATTR,
+    USER_CATEGORY_XATTR, USER_ORIGIN_XATTR, USER_SPEC_XATTR,
 };
 use crate::error::{Errno, FsResult};
 use crate::op::Op;
@@ -285,7 +285,7 @@ impl Engine {
         if name == CATEGORY_XATTR {
             return Some(Err(Errno::ENODATA));
         }
-        if name != USER_CATEGORY_XATTR && name != USER_SPEC_XATTR {
+        if name != USER_CATEGORY_XATTR && name != USER_SPEC_XATTR && name != USER_ORIGIN_XATTR {
             return None;
         }
         Some(self.category(ino).and_then(|info| {
@@ -295,6 +295,8 @@ impl Engine {
             }
             Ok(if name == USER_CATEGORY_XATTR {
                 info.name.into_bytes()
+            } else if name == USER_ORIGIN_XATTR {
+                info.origin.to_string().into_bytes()
             } else {
                 info.spec.to_string().into_bytes()
             })
@@ -310,8 +312,9 @@ impl Engine {
         name: &[u8],
         value: Option<&[u8]>,
     ) -> Option<FsResult<()>> {
-        if name == CATEGORY_XATTR {
-            // Only through the virtual attributes, which check what is set.
+        if name == CATEGORY_XATTR || name == USER_ORIGIN_XATTR {
+            // Only through the virtual attributes, which check what is set; the origin is
+            // what setting them records.
             return Some(Err(Errno::EPERM));
         }
         if name != USER_CATEGORY_XATTR && name != USER_SPEC_XATTR {
