@@ -114,34 +114,42 @@ impl Mutation<'_> {
                 durability: durability.code(),
                 time_ns,
             })?;
-            let linked = self.state().inode(ino)?.nlink > 0;
-            if before == Durability::Volatile && durability != Durability::Volatile && linked {
-                self.materialize(
-                    ino,
-                    Route::store(Durability::default().stronger(durability)),
-                );
-            }
+        }
+        let inode = self.state().inode(ino)?;
+        let (linked, absent) = (inode.nlink > 0, inode.absent);
+        let route = Route::store(Durability::default().stronger(durability));
+        if absent && resolved.durability != Durability::Volatile && linked {
+            // Unknown to the store, and now needs it: created there as it is.
+            self.make_present(ino, route);
+        } else if before == Durability::Volatile && durability != Durability::Volatile && linked {
+            self.materialize(ino, route);
         }
         Ok(())
     }
 
-    /// Gives a file just created as `name` in `parent` the category a rule or its directory
-    /// gives it (nothing for the store default). A category that cannot be used any more (a
-    /// directory's, from an older configuration) leaves the default, with a warning.
-    pub(crate) fn categorize_new(
+    /// Before creating `ino` of `kind` as `name` in `parent`: the category a rule or the
+    /// directory gives it (None for the store default), and marks it unknown to the store
+    /// when it never reaches it: its category is `lm=never`, or it has none and its
+    /// directory is unknown to the store (decision 0066). A category that cannot be used any
+    /// more (a directory's, from an older configuration) leaves the default, with a warning.
+    pub(crate) fn plan_category(
         &mut self,
         categories: &Categories,
         parent: Ino,
         name: &[u8],
+        kind: FileKind,
         ino: Ino,
-        time_ns: TimeNs,
-    ) -> FsResult<()> {
-        if !has_category(self.state().inode(ino)?.kind()) {
-            return Ok(());
+    ) -> Option<(Assigned, Resolved)> {
+        let parent_absent = self.state().inode(parent).is_ok_and(|p| p.absent);
+        if !has_category(kind) {
+            if parent_absent {
+                self.create_absent(ino);
+            }
+            return None;
         }
         let from_parent = assigned(self.state(), parent);
         if from_parent.is_none() && categories.rules().is_empty() {
-            return Ok(());
+            return None;
         }
         let path = if categories.rules_need_path() {
             path_of(self.state(), parent).map(|mut p| {
@@ -152,17 +160,20 @@ impl Mutation<'_> {
         } else {
             None
         };
-        let Some(new) = categories.for_new(name, path.as_deref(), from_parent.as_ref()) else {
-            return Ok(());
-        };
+        let new = categories.for_new(name, path.as_deref(), from_parent.as_ref())?;
         match categories.resolve(&new.name) {
-            Ok(resolved) => self.assign_category(ino, Some(&new), resolved, time_ns),
+            Ok(resolved) => {
+                if resolved.durability == Durability::Volatile {
+                    self.create_absent(ino);
+                }
+                Some((new, resolved))
+            }
             Err(e) => {
                 tracing::warn!(
                     "{}: {e}; the file gets the store default",
                     String::from_utf8_lossy(name)
                 );
-                Ok(())
+                None
             }
         }
     }
@@ -249,6 +260,12 @@ impl Engine {
         assigned(state, ino)
             .and_then(|a| categories.resolve(&a.name).ok())
             .is_some_and(|r| r.spec.discard)
+    }
+
+    /// Whether the store knows `ino`: false for what was created with a category that never
+    /// reaches it, and what was created under such a directory (decision 0066).
+    pub fn known_to_store(&self, ino: Ino) -> FsResult<bool> {
+        Ok(!self.read_state().inode(ino)?.absent)
     }
 
     /// Whether writes to `ino` are accepted and dropped (DISPOSABLE).

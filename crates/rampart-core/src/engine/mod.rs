@@ -139,6 +139,8 @@ pub(crate) struct Mutation<'e> {
     route: Route,
     /// Changes the ops made that the kernel cannot know from its request and the reply.
     behind_kernel: Vec<Invalidation>,
+    /// The inode the next Create makes is unknown to the store (`Inode::absent`).
+    absent_create: Option<crate::attr::Ino>,
     _rank: lock_order::Held,
 }
 
@@ -153,6 +155,7 @@ impl Mutation<'_> {
         let privileges = |state: &State, ino| state.inode(ino).ok().map(privileges_of);
         let watched = attributes_not_in_reply(op);
         let before = watched.and_then(|ino| privileges(&self.state, ino));
+        let seen = policy::before(&self.state, op);
         self.state.apply(op)?;
         if matches!(op, Op::Rename { .. } | Op::Rmdir { .. }) {
             self.engine.namespace_epoch.fetch_add(1, Ordering::Release);
@@ -162,10 +165,48 @@ impl Mutation<'_> {
                 self.behind_kernel.push(Invalidation::Attributes { ino });
             }
         }
-        let route = policy::route(&self.state, op);
-        self.engine.levels.read().applied(op, &route);
+        if let Op::Create { ino, .. } = *op {
+            if self.absent_create.take() == Some(ino) {
+                self.state.table.get_mut(ino)?.absent = true;
+            }
+        }
+        let (presence, needed) = policy::presence(&self.state, op, &seen);
+        let told = match presence {
+            policy::Presence::Skip => return Ok(()),
+            policy::Presence::Tell => *op,
+            policy::Presence::Instead(instead) => instead,
+        };
+        let route = policy::route(&self.state, &told);
+        if let Some(dir) = needed {
+            self.make_present(dir, route);
+        }
+        self.engine.levels.read().applied(&told, &route);
         self.route = self.route.stronger(route);
         Ok(())
+    }
+
+    /// Marks the inode the next Create makes as unknown to the store (decision 0066).
+    pub(crate) fn create_absent(&mut self, ino: crate::attr::Ino) {
+        self.absent_create = Some(ino);
+    }
+
+    /// Makes `ino`, if unknown to the store, known to it (and the directories above it):
+    /// hands the levels the ops that create it as it is, with `route` (at least the store
+    /// default). A no-op for an inode the store knows.
+    pub(crate) fn make_present(&mut self, ino: crate::attr::Ino, route: Route) {
+        if !self.state.inode(ino).is_ok_and(|i| i.absent) {
+            return;
+        }
+        let route = route.stronger(Route::store(Durability::default()));
+        let levels = self.engine.levels.read();
+        let made = policy::make_present(&self.state, ino, |op| levels.applied(op, &route));
+        drop(levels);
+        for made in made {
+            if let Ok(inode) = self.state.table.get_mut(made) {
+                inode.absent = false;
+            }
+        }
+        self.route = self.route.stronger(route);
     }
 
     /// Hands the levels the ops that rebuild `ino`'s current contents (a volatile file made
@@ -197,6 +238,8 @@ impl Mutation<'_> {
             return Err(Errno::EINVAL);
         };
         self.state.apply(link)?;
+        // Named in a directory the store does not know: it must know the directory first.
+        self.make_present(parent, Route::store(Durability::default()));
         let levels = self.engine.levels.read();
         let mut route = None;
         policy::materialize_linked(&self.state, ino, parent, name, time_ns, |op| {
@@ -341,6 +384,7 @@ impl Engine {
             state: self.state.write(),
             route: Route::VOLATILE,
             behind_kernel: Vec::new(),
+            absent_create: None,
             _rank: rank,
         };
         let out = body(&mut mutation, time_ns);
@@ -394,12 +438,16 @@ impl Engine {
                     time_ns,
                 })?;
                 // An inode with no links (unlinked, or unnamed) stays unknown to the levels.
-                let linked = m.state().inode(ino)?.nlink > 0;
-                if before == Durability::Volatile && durability != Durability::Volatile && linked {
-                    m.materialize(
-                        ino,
-                        Route::store(Durability::default().stronger(durability)),
-                    );
+                let inode = m.state().inode(ino)?;
+                let (linked, absent) = (inode.nlink > 0, inode.absent);
+                let route = Route::store(Durability::default().stronger(durability));
+                if absent && durability != Durability::Volatile && linked {
+                    m.make_present(ino, route);
+                } else if before == Durability::Volatile
+                    && durability != Durability::Volatile
+                    && linked
+                {
+                    m.materialize(ino, route);
                 }
                 Ok(())
             },

@@ -135,6 +135,8 @@ impl Engine {
                     }
                 }
                 let (ino, generation) = m.state().table.next_allocation()?;
+                let kind = FileKind::from_mode(mode).ok_or(Errno::EINVAL)?;
+                let category = m.plan_category(&categories, parent, name, kind, ino);
                 m.apply(&Op::Create {
                     parent,
                     name,
@@ -147,7 +149,9 @@ impl Engine {
                     target,
                     time_ns,
                 })?;
-                m.categorize_new(&categories, parent, name, ino, time_ns)?;
+                if let Some((assigned, resolved)) = category {
+                    m.assign_category(ino, Some(&assigned), resolved, time_ns)?;
+                }
                 looked_up(m, ctx, ino)
             },
             |_| {
