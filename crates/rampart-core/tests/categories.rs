@@ -554,3 +554,30 @@ fn random_ops_across_temporary_trees_recover_consistently_at_every_sync_point() 
         }
     }
 }
+
+#[test]
+fn removing_or_moving_a_safe_file_is_durable_when_it_returns() {
+    let (device, e, _p) = setup(13);
+    let c = Ctx::library(0, 0);
+    let a = e.mknod(&c, ROOT_INO, b"a.safe", FILE, 0).unwrap().ino;
+    e.write(&c, a, 0, b"a", false).unwrap();
+    let b = e.mknod(&c, ROOT_INO, b"b.safe", FILE, 0).unwrap().ino;
+    e.write(&c, b, 0, b"b", false).unwrap();
+    let plain = e.mknod(&c, ROOT_INO, b"plain", FILE, 0).unwrap().ino;
+    e.write(&c, plain, 0, b"p", false).unwrap();
+    e.sync().unwrap();
+    e.unlink(&c, ROOT_INO, b"a.safe").unwrap();
+    let r = recovered(&device);
+    assert!(
+        r.lookup_path(b"/a.safe").is_err(),
+        "the unlink of a SAFE file was not durable"
+    );
+    e.rename(&c, ROOT_INO, b"b.safe", ROOT_INO, b"moved", 0)
+        .unwrap();
+    let r = recovered(&device);
+    assert_eq!(content(&r, b"/moved"), b"b");
+    // A SOON file's unlink waits for the commit interval.
+    e.unlink(&c, ROOT_INO, b"plain").unwrap();
+    let r = recovered(&device);
+    assert!(r.lookup_path(b"/plain").is_ok());
+}

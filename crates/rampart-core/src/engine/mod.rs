@@ -176,7 +176,11 @@ impl Mutation<'_> {
             policy::Presence::Tell => *op,
             policy::Presence::Instead(instead) => instead,
         };
-        let route = policy::route(&self.state, &told);
+        let mut route = policy::route(&self.state, &told);
+        if let Some(moved) = seen.moved {
+            // Removing or moving a SAFE file is as strong as creating one (MBFS §5.4).
+            route = route.stronger(Route::store(moved));
+        }
         if let Some(dir) = needed {
             self.make_present(dir, route);
         }

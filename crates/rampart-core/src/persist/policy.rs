@@ -193,6 +193,9 @@ pub enum Presence<'a> {
 /// unknown to the store, and the inode at its target name with the same question.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Before {
+    /// The strongest durability among the inodes it removes or moves: a directory's change
+    /// is as strong as the strongest file deleted or moved in it (MBFS §5.4).
+    pub moved: Option<Durability>,
     source_absent: bool,
     /// The inode at the target name: unknown to the store, a directory.
     target: Option<(Ino, bool, bool)>,
@@ -211,21 +214,35 @@ fn named_absent(state: &State, parent: Ino, name: &[u8]) -> Option<(Ino, bool, b
 
 /// Call before applying `op`.
 pub fn before(state: &State, op: &Op<'_>) -> Before {
+    let durability = |found: Option<(Ino, bool, bool)>| found.map(|(ino, _, _)| of(state, ino));
     match *op {
-        Op::Unlink { parent, name, .. } | Op::Rmdir { parent, name, .. } => Before {
-            source_absent: named_absent(state, parent, name).is_some_and(|(_, a, _)| a),
-            target: None,
-        },
+        Op::Unlink { parent, name, .. } | Op::Rmdir { parent, name, .. } => {
+            let source = named_absent(state, parent, name);
+            Before {
+                moved: durability(source),
+                source_absent: source.is_some_and(|(_, a, _)| a),
+                target: None,
+            }
+        }
         Op::Rename {
             parent,
             name,
             new_parent,
             new_name,
             ..
-        } => Before {
-            source_absent: named_absent(state, parent, name).is_some_and(|(_, a, _)| a),
-            target: named_absent(state, new_parent, new_name),
-        },
+        } => {
+            let source = named_absent(state, parent, name);
+            let target = named_absent(state, new_parent, new_name);
+            let moved = match (durability(source), durability(target)) {
+                (Some(a), Some(b)) => Some(a.stronger(b)),
+                (a, b) => a.or(b),
+            };
+            Before {
+                moved,
+                source_absent: source.is_some_and(|(_, a, _)| a),
+                target,
+            }
+        }
         _ => Before::default(),
     }
 }
