@@ -581,3 +581,28 @@ fn removing_or_moving_a_safe_file_is_durable_when_it_returns() {
     let r = recovered(&device);
     assert!(r.lookup_path(b"/plain").is_ok());
 }
+
+#[test]
+fn path_rules_see_the_path_after_a_rename() {
+    let (_device, e, _p) = setup(14);
+    e.set_categories(Arc::new(
+        Categories::from_toml(
+            "[[rules]]\nregex = '^/b/'\ncategory = \"SOMETIME\"\n",
+            "rampart.toml",
+            COMMIT,
+        )
+        .unwrap(),
+    ));
+    let c = Ctx::library(0, 0);
+    let a = e.mkdir(&c, ROOT_INO, b"a", 0o755).unwrap().ino;
+    let sub = e.mkdir(&c, a, b"sub", 0o755).unwrap().ino;
+    let before = e.mknod(&c, sub, b"x", FILE, 0).unwrap().ino;
+    assert_eq!(e.category(before).unwrap().origin, Origin::Default);
+    e.rename(&c, ROOT_INO, b"a", ROOT_INO, b"b", 0).unwrap();
+    let after = e.mknod(&c, sub, b"y", FILE, 0).unwrap().ino;
+    assert_eq!(e.category(after).unwrap().origin, Origin::Rule(1));
+    let deeper = e.mkdir(&c, sub, b"d", 0o755).unwrap().ino;
+    assert_eq!(e.category(deeper).unwrap().name, "SOMETIME");
+    let z = e.mknod(&c, deeper, b"z", FILE, 0).unwrap().ino;
+    assert_eq!(e.category(z).unwrap().origin, Origin::Rule(1));
+}

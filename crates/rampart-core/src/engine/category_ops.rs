@@ -70,7 +70,62 @@ fn path_of(state: &State, mut dir: Ino) -> Option<Vec<u8>> {
     Some(path)
 }
 
+/// The paths of directories that filename rules matched against lately: finding a
+/// directory's name means scanning its parent's entries, so a create in a directory of a
+/// large one would otherwise scan it every time. Forgotten whenever a rename or rmdir may
+/// have changed a path (`Engine::namespace_epoch`); bounded by `RULE_DIR_PATHS_MAX`.
+#[derive(Debug, Default)]
+pub(crate) struct DirPaths {
+    epoch: u64,
+    paths: std::collections::HashMap<Ino, Vec<u8>>,
+}
+
 impl Mutation<'_> {
+    /// The path of directory `dir` from the root (with a leading `/`), remembered.
+    fn dir_path(&mut self, dir: Ino) -> Option<Vec<u8>> {
+        let epoch = self.engine.namespace_epoch();
+        {
+            let mut cache = self.engine.dir_paths.lock();
+            if cache.epoch != epoch {
+                cache.paths.clear();
+                cache.epoch = epoch;
+            }
+            if let Some(p) = cache.paths.get(&dir) {
+                return Some(p.clone());
+            }
+        }
+        let path = path_of(self.state(), dir)?;
+        self.remember_dir_path(dir, &path);
+        Some(path)
+    }
+
+    /// Remembers the path of directory `ino`, just created as `name` in `parent`, so that
+    /// what is created in it needs no scan (a build making many directories in a large one).
+    pub(crate) fn remember_new_dir(&mut self, parent: Ino, name: &[u8], ino: Ino) {
+        let epoch = self.engine.namespace_epoch();
+        let cached = {
+            let cache = self.engine.dir_paths.lock();
+            (cache.epoch == epoch)
+                .then(|| cache.paths.get(&parent).cloned())
+                .flatten()
+        };
+        if let Some(mut path) = cached {
+            path.push(b'/');
+            path.extend_from_slice(name);
+            self.remember_dir_path(ino, &path);
+        }
+    }
+
+    fn remember_dir_path(&mut self, dir: Ino, path: &[u8]) {
+        let epoch = self.engine.namespace_epoch();
+        let mut cache = self.engine.dir_paths.lock();
+        if cache.epoch != epoch || cache.paths.len() >= crate::limits::RULE_DIR_PATHS_MAX {
+            cache.paths.clear();
+            cache.epoch = epoch;
+        }
+        cache.paths.insert(dir, path.to_vec());
+    }
+
     /// Gives `ino` the category `assigned` (None: back to the store default): stores it and
     /// sets the durability its spec asks. A volatile file made durable has its content handed
     /// to the levels (as `Engine::set_durability`).
@@ -152,7 +207,7 @@ impl Mutation<'_> {
             return None;
         }
         let path = if categories.rules_need_path() {
-            path_of(self.state(), parent).map(|mut p| {
+            self.dir_path(parent).map(|mut p| {
                 p.push(b'/');
                 p.extend_from_slice(name);
                 p
@@ -249,14 +304,16 @@ impl Engine {
         })
     }
 
-    /// Whether writes to `ino` are dropped (DISPOSABLE): only volatile files can be.
-    pub(crate) fn discards_writes(state: &State, categories: &Categories, ino: Ino) -> bool {
+    /// Whether writes to `ino` are dropped (DISPOSABLE): only volatile files can be, so only
+    /// they pay for looking their category up.
+    pub(crate) fn discards_writes(&self, state: &State, ino: Ino) -> bool {
         let Ok(inode) = state.inode(ino) else {
             return false;
         };
         if inode.durability() != Durability::Volatile {
             return false;
         }
+        let categories = self.categories();
         assigned(state, ino)
             .and_then(|a| categories.resolve(&a.name).ok())
             .is_some_and(|r| r.spec.discard)
@@ -270,8 +327,7 @@ impl Engine {
 
     /// Whether writes to `ino` are accepted and dropped (DISPOSABLE).
     pub fn discards(&self, ino: Ino) -> bool {
-        let categories = self.categories();
-        Engine::discards_writes(&self.read_state(), &categories, ino)
+        self.discards_writes(&self.read_state(), ino)
     }
 
     /// Whether closing `ino` must make it durable (`lm=until_close`, e.g. EDITED).
@@ -289,9 +345,7 @@ impl Engine {
         let state = self.read_state();
         match state.inode(ino) {
             Ok(i) if i.durability() == Durability::BeforeReturn => true,
-            Ok(i) if i.durability() == Durability::Volatile => {
-                Engine::discards_writes(&state, &self.categories(), ino)
-            }
+            Ok(i) if i.durability() == Durability::Volatile => self.discards_writes(&state, ino),
             _ => false,
         }
     }

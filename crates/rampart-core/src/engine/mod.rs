@@ -124,6 +124,9 @@ pub struct Engine {
     namespace_epoch: AtomicU64,
     /// The categories and filename rules in force (`category`); replaced whole at mount.
     categories: RwLock<Arc<crate::category::Categories>>,
+    /// Directory paths for filename rules (`category_ops::DirPaths`); taken under the state
+    /// lock, nothing is locked under it.
+    dir_paths: parking_lot::Mutex<category_ops::DirPaths>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -293,6 +296,7 @@ impl Engine {
             categories: RwLock::new(Arc::new(crate::category::Categories::builtin(
                 crate::persist::persister::PersistConfig::default().commit_interval,
             ))),
+            dir_paths: parking_lot::Mutex::new(category_ops::DirPaths::default()),
         }
     }
 

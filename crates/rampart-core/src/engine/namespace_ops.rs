@@ -152,6 +152,9 @@ impl Engine {
                 if let Some((assigned, resolved)) = category {
                     m.assign_category(ino, Some(&assigned), resolved, time_ns)?;
                 }
+                if kind == FileKind::Directory && categories.rules_need_path() {
+                    m.remember_new_dir(parent, name, ino);
+                }
                 looked_up(m, ctx, ino)
             },
             |_| {
