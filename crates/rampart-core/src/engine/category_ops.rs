@@ -3,7 +3,9 @@
 //! A file's category is stored on the inode as the hidden attribute `CATEGORY_XATTR`
 //! (`ORIGIN NAME`), journaled like any attribute, and its spec sets the inode's durability in
 //! the same mutation. Programs read and set it as `user.rampart.category` (a name) and
-//! `user.rampart.spec` (a raw spec); the library API sets it with origin `api`.
+//! `user.rampart.spec` (a raw spec); the library API sets it with origin `api`. A file is
+//! given its category before it is created (`plan_category`), so that one that never reaches
+//! the store is unknown to it from the start (decision 0066).
 
 use std::sync::Arc;
 
@@ -19,8 +21,7 @@ use crate::persist::level::Route;
 use crate::state::State;
 use crate::time::TimeNs;
 
-/// The deepest path a filename rule is matched against; deeper files match name rules only.
-const RULE_PATH_DEPTH_MAX: usize = 256;
+use crate::limits::RULE_PATH_DEPTH_MAX;
 
 /// A file's category as `rampart stat` shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
