@@ -165,10 +165,6 @@ impl RampartFs {
         }
     }
 
-    /// Answers once everything is durable (ENOSPC if the store is full, EIO if it could not be
-    /// written), without
-    /// holding this worker thread: the persister answers after the disk sync that covers it,
-    /// and every fsync that arrives meanwhile shares that sync.
     /// How a regular file is opened: through the page cache, kept across opens (every change
     /// comes through this kernel or is invalidated), unless its category needs every write
     /// sent at once: SAFE (durable before write(2) returns) and DISPOSABLE (nothing kept to
@@ -187,6 +183,10 @@ impl RampartFs {
         flags
     }
 
+    /// Answers once everything is durable (ENOSPC if the store is full, EIO if it could not be
+    /// written), without
+    /// holding this worker thread: the persister answers after the disk sync that covers it,
+    /// and every fsync that arrives meanwhile shares that sync.
     fn reply_synced(&self, reply: ReplyEmpty, request: PendingRequest) {
         let counters = self.counters.clone();
         self.engine.sync_async(Box::new(move |result| {
