@@ -141,11 +141,14 @@ pub fn encode_body(state: &State, created_ns: TimeNs, image: &mut Vec<u8>) {
     let mut owners: HashMap<(u32, u32, u32, u8), u64> = HashMap::new();
     let mut owner_list = Vec::new();
     // Inodes unknown to the store (decision 0066) are left out, with the entries naming them.
+    let mut any_absent = false;
     let durable: Vec<(Ino, &Inode)> = state
         .inodes()
-        .filter(|(_, i)| i.nlink > 0 && !i.absent)
+        .filter(|(_, i)| {
+            any_absent |= i.absent;
+            i.nlink > 0 && !i.absent
+        })
         .collect();
-    let any_absent = state.inodes().any(|(_, i)| i.absent);
     let known = |ino: Ino| !any_absent || state.inode(ino).is_ok_and(|i| !i.absent);
     for (_, inode) in &durable {
         let key = (inode.mode, inode.uid, inode.gid, inode.durability);
