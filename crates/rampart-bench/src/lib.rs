@@ -4,6 +4,7 @@
 //!
 //! The pieces, each one idea:
 //! - [`profile`]: how big and how often (tiny, quick, full);
+//! - [`floor`]: the FUSE floor, a server whose handlers do nothing useful;
 //! - [`peer`]: setting up, remounting and tearing down one file system under test;
 //! - [`cleanup`]: the undo stack and the Ctrl-C/SIGTERM handling that guarantee teardown;
 //! - [`workload`]: the workloads, each named after its paper;
@@ -15,6 +16,7 @@
 pub mod cleanup;
 pub mod cmd;
 pub mod error;
+pub mod floor;
 pub mod machine;
 pub mod peer;
 pub mod profile;

@@ -244,6 +244,9 @@ fn runnable_cells(
             if let Err(e) = &tools {
                 cell.status = CellStatus::Failed(e.to_string());
                 runnable[wi][pi] = false;
+            } else if peer == PeerKind::Floor && !w.runs_on_floor() {
+                cell.status = CellStatus::Unsupported(crate::workload::floor_keeps_no_data());
+                runnable[wi][pi] = false;
             } else if let Some(reason) = w.unsupported_on(peer) {
                 cell.status = CellStatus::Unsupported(reason);
                 runnable[wi][pi] = false;

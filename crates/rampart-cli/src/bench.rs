@@ -21,7 +21,8 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Only these peers (comma-separated): rampart, tmpfs, ext4-ram, xfs-ram, btrfs-ram,
-    /// ext4-disk, host (the file system under --disk-dir, used directly), fuse-overlayfs.
+    /// ext4-disk, host (the file system under --disk-dir, used directly), fuse-overlayfs, floor
+    /// (a FUSE server that does nothing useful: the FUSE floor), juicefs.
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,
     /// Where the report goes [default: ./rampart-bench-report-<unix time>].

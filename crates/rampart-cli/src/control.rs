@@ -109,6 +109,9 @@ pub struct Status {
     pub persistence: Persistence,
     /// How requests reach the daemon: "io_uring" (a queue per CPU) or "/dev/fuse".
     pub fuse_transport: String,
+    /// Opens answered with FUSE passthrough since the mount.
+    #[serde(default)]
+    pub fuse_passthrough_opens: u64,
     /// FUSE requests served since the mount, by kind (round trips with the kernel).
     pub fuse_requests: BTreeMap<String, u64>,
     /// Their latencies, by kind (only kinds answered at least once).
@@ -120,6 +123,26 @@ pub struct Status {
     /// Errors answered to programs, by operation, then by errno name (`ENOENT`).
     #[serde(default)]
     pub fuse_errors: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Regular files and their bytes per tier.
+    #[serde(default)]
+    pub tiers: Tiers,
+    /// How reads and writes of open disk-tier files travel: "passthrough" or "daemon".
+    #[serde(default)]
+    pub data_path: String,
+}
+
+/// Files and bytes on one tier.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct TierFigures {
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// The two tiers of `rampart status`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Tiers {
+    pub memory: TierFigures,
+    pub disk: TierFigures,
 }
 
 /// What a daemon reports on: its engine, persister and FUSE counters, and where it serves.
@@ -154,6 +177,17 @@ pub fn status_of(sources: &Sources) -> Status {
         other: s.other,
         inodes: s.inodes(),
         data_bytes: s.data_bytes,
+        tiers: Tiers {
+            memory: TierFigures {
+                files: s.memory_files(),
+                bytes: s.memory_data_bytes(),
+            },
+            disk: TierFigures {
+                files: s.disk_files,
+                bytes: s.disk_data_bytes,
+            },
+        },
+        data_path: engine.data_path().to_string(),
         memory_used_bytes: s.memory_used_bytes,
         memory_cap_bytes: s.memory_cap_bytes,
         persistence: {
@@ -179,6 +213,7 @@ pub fn status_of(sources: &Sources) -> Status {
             }
         },
         fuse_transport: fuse_transport.to_string(),
+        fuse_passthrough_opens: counters.passthrough_opens(),
         fuse_requests: counters
             .snapshot()
             .into_iter()

@@ -28,11 +28,17 @@ pub struct ServeConfig {
     pub no_open: bool,
     /// FUSE over io_uring when the kernel offers it.
     pub io_uring: bool,
+    /// FUSE passthrough for disk-tier files.
+    pub passthrough: rampart_fuse::PassthroughMode,
     pub commit_interval: std::time::Duration,
     /// A checkpoint is taken each time the journal has grown by this much.
     pub checkpoint_after_bytes: u64,
     /// And also each time it has grown by the last checkpoint's size (`--checkpoint-after auto`).
     pub checkpoint_scales_with_image: bool,
+    /// `--large-file-threshold`: None for the store's own.
+    pub large_file_threshold_bytes: Option<u64>,
+    /// `--evict-min-size`.
+    pub evict_min_size_bytes: u64,
     /// Where to serve Prometheus metrics, if anywhere.
     pub metrics: crate::metrics::MetricsConfig,
     /// Generic mount flags for the kernel (`ro`, `noexec`, ...), from `-o`.
@@ -172,6 +178,7 @@ fn mount_options(config: &ServeConfig, store_path: &Path) -> MountOptions {
             ..CachePolicy::default()
         },
         io_uring: config.io_uring,
+        passthrough: config.passthrough,
         kernel_flags: config.kernel_flags.clone(),
     }
 }
@@ -184,6 +191,8 @@ fn open_options(config: &ServeConfig) -> rampart_core::rampart::Options {
             root_uid: nix::unistd::getuid().as_raw(),
             root_gid: nix::unistd::getgid().as_raw(),
             root_mode: 0o755,
+            large_file_threshold_bytes: config.large_file_threshold_bytes,
+            evict_min_size_bytes: config.evict_min_size_bytes,
             ..EngineConfig::default()
         },
         persist: PersistConfig {
@@ -238,7 +247,8 @@ fn start_page_flusher(
     mounted: &rampart_fuse::Mounted,
     engine: &Arc<Engine>,
 ) -> Option<crate::page_flusher::PageFlusher> {
-    match (own_mount, config.writeback_cache) {
+    // What INIT settled: FUSE passthrough turns the writeback cache off.
+    match (own_mount, mounted.negotiated().writeback_cache()) {
         (Some(own), true) => crate::page_flusher::start(
             mountpoint.to_path_buf(),
             own.device.clone(),

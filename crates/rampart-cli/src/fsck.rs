@@ -168,6 +168,21 @@ pub fn render(r: &Report, repair: bool) -> String {
         lines.push(("journal", journal_text(r)));
         lines.push(("replay", replay_text(r)));
         lines.push(("invariants", invariants_text(r)));
+        if r.data.checked {
+            let d = &r.data;
+            let mut text = format!("{} large files, {} bytes", d.files, d.bytes);
+            for (n, what) in [
+                (d.missing.len(), "missing"),
+                (d.short.len(), "short"),
+                (d.orphans.len(), "unused (removed at the next mount)"),
+                (d.long.len(), "too long (trimmed at the next mount)"),
+            ] {
+                if n > 0 {
+                    text.push_str(&format!("; {n} host files {what}"));
+                }
+            }
+            lines.push(("data", text));
+        }
         if let Some(fs) = &r.filesystem {
             let partial = if r.journal.present && !r.replay.done && !r.repaired {
                 " (without the journal's changes)"

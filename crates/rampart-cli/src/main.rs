@@ -52,6 +52,11 @@ enum Cmd {
     Mkfs {
         /// Path of the store folder to create (must not exist, or be empty).
         store: PathBuf,
+        /// Files larger than this live on the disk tier, one host file each in the store's
+        /// data/ folder: a size (4096, 64K, 1M, 1G; at least 4K) or `off` [default: 1M]. A
+        /// mount can override it.
+        #[arg(long, value_name = "SIZE|off", value_parser = parse_threshold)]
+        large_file_threshold: Option<u64>,
     },
     /// Mount a store (by default as a background daemon).
     #[command(after_long_help = MOUNT_LONG_HELP)]
@@ -110,6 +115,22 @@ enum Cmd {
     /// Write the manual pages (man1/*.1) and shell completions (bash, zsh, fish) into DIR.
     #[command(hide = true)]
     GenerateManuals { dir: PathBuf },
+    /// Serve the FUSE floor at MOUNTPOINT until it is unmounted: a FUSE server whose handlers
+    /// do nothing useful, mounted with rampart's FUSE settings (`rampart bench`'s `floor` peer;
+    /// docs/decisions/0070).
+    #[command(hide = true)]
+    BenchFloor {
+        mountpoint: PathBuf,
+        /// FUSE worker threads [default: rampart's].
+        #[arg(long, value_parser = parse_threads)]
+        threads: Option<usize>,
+        #[arg(long, value_parser = ["on", "off"], default_value = "on")]
+        fuse_io_uring: String,
+        #[arg(long, value_parser = ["on", "off"], default_value = "on")]
+        writeback_cache: String,
+        #[arg(long, value_parser = ["on", "off"], default_value = "on")]
+        no_open: String,
+    },
 }
 
 #[derive(clap::Args, Clone)]
@@ -160,6 +181,13 @@ struct MountArgs {
     /// (Linux 6.14+ with /sys/module/fuse/parameters/enable_uring set to Y); else /dev/fuse.
     #[arg(long, value_parser = ["on", "off"], default_value = "on")]
     fuse_io_uring: String,
+    /// Disk-tier files read, written and mapped by the kernel itself (FUSE passthrough: no
+    /// daemon round trip per request; needs CAP_SYS_ADMIN; turns the writeback cache and
+    /// no-open off, which slows small files), or by the daemon. `auto`: passthrough only where
+    /// that costs nothing (with --writeback-cache off --no-open off). `on`: passthrough, or the
+    /// mount fails saying why.
+    #[arg(long, value_parser = ["on", "off", "auto"], default_value = "auto")]
+    passthrough: String,
     /// Longest time a change waits before it is durable (group commit): e.g. 5s, 500ms, 1m.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     commit_interval: std::time::Duration,
@@ -169,6 +197,15 @@ struct MountArgs {
     /// write more than the journal does.
     #[arg(long, default_value = "auto", value_parser = parse_checkpoint_after)]
     checkpoint_after: (u64, bool),
+    /// Files larger than this live on the disk tier (a host file each in the store's data/
+    /// folder): a size (4096, 64K, 1M, 1G; at least 4K) or `off` (no new file moves there)
+    /// [default: the store's, set by `rampart mkfs` (1M)].
+    #[arg(long, value_name = "SIZE|off", value_parser = parse_threshold)]
+    large_file_threshold: Option<u64>,
+    /// The smallest file that memory pressure moves to the disk tier before a write would
+    /// fail with ENOSPC.
+    #[arg(long, value_name = "SIZE", default_value = "64K", value_parser = parse_evict_min_size)]
+    evict_min_size: u64,
     /// Serve Prometheus metrics (GET /metrics) on this Unix socket (mode 0600).
     #[arg(long, value_name = "PATH")]
     metrics_socket: Option<PathBuf>,
@@ -204,6 +241,11 @@ impl MountArgs {
                         "writeback_cache" => self.writeback_cache = on_off(name, v)?,
                         "no_open" => self.no_open = on_off(name, v)?,
                         "fuse_io_uring" => self.fuse_io_uring = on_off(name, v)?,
+                        "passthrough" => {
+                            v.parse::<rampart_fuse::PassthroughMode>()
+                                .map_err(|e| format!("mount option {name}={v}: {e}"))?;
+                            self.passthrough = value.clone();
+                        }
                         "commit_interval" => {
                             self.commit_interval = parse_duration(v).map_err(bad)?
                         }
@@ -215,6 +257,12 @@ impl MountArgs {
                                 return Err(bad("give error, warn, info, debug or trace".into()));
                             }
                             self.log_level = value.clone();
+                        }
+                        "large_file_threshold" => {
+                            self.large_file_threshold = Some(parse_threshold(v).map_err(bad)?)
+                        }
+                        "evict_min_size" => {
+                            self.evict_min_size = parse_evict_min_size(v).map_err(bad)?
                         }
                         "metrics_socket" => self.metrics_socket = Some(PathBuf::from(v)),
                         "metrics_listen" => {
@@ -258,6 +306,34 @@ const THREADS_MAX: usize = 256;
 /// `--memory-cap`: a size, or a share of this machine's RAM.
 fn parse_memory_cap(text: &str) -> Result<u64, String> {
     size::parse_size(text, physical_memory_bytes())
+}
+
+/// `--large-file-threshold`: a size of at least 4 KiB (no percentage), or `off`.
+fn parse_threshold(text: &str) -> Result<u64, String> {
+    if text.trim() == "off" {
+        return Ok(rampart_core::store::superblock::THRESHOLD_OFF);
+    }
+    if text.trim().ends_with('%') {
+        return Err(format!(
+            "invalid size {text:?}: give bytes or K/M/G/T, or off"
+        ));
+    }
+    let bytes = size::parse_size(text, 0)?;
+    let min = rampart_core::limits::LARGE_FILE_THRESHOLD_BYTES_MIN;
+    if bytes < min || bytes == u64::MAX {
+        return Err(format!(
+            "the large-file threshold must be at least {min} bytes (4K), or off"
+        ));
+    }
+    Ok(bytes)
+}
+
+/// `--evict-min-size`: a size (no percentage).
+fn parse_evict_min_size(text: &str) -> Result<u64, String> {
+    if text.trim().ends_with('%') {
+        return Err(format!("invalid size {text:?}: give bytes or K/M/G/T"));
+    }
+    size::parse_size(text, 0)
 }
 
 /// `--threads`: 1 to [`THREADS_MAX`].
@@ -378,7 +454,10 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     let result = match cli.command {
-        Cmd::Mkfs { store } => cmd_mkfs(&store),
+        Cmd::Mkfs {
+            store,
+            large_file_threshold,
+        } => cmd_mkfs(&store, large_file_threshold),
         Cmd::Mount(mut args) => match args.apply_options() {
             Ok(()) => cmd_mount(args),
             Err(e) => {
@@ -405,6 +484,27 @@ fn main() -> ExitCode {
             json,
         } => return with_stdout_checked(fsck::run(&store, repair, json)),
         Cmd::GenerateManuals { dir } => manuals::generate(&dir),
+        Cmd::BenchFloor {
+            mountpoint,
+            threads,
+            fuse_io_uring,
+            writeback_cache,
+            no_open,
+        } => {
+            let defaults = rampart_bench::floor::FloorOptions::default();
+            let options = rampart_bench::floor::FloorOptions {
+                threads: threads.unwrap_or(defaults.threads),
+                io_uring: fuse_io_uring == "on",
+                writeback_cache: writeback_cache == "on",
+                no_open: no_open == "on",
+                ..defaults
+            };
+            rampart_bench::floor::serve(&mountpoint, &options, |uring| {
+                let transport = if uring { "io_uring" } else { "/dev/fuse" };
+                println!("ready: {} threads, transport {transport}", options.threads);
+            })
+            .map_err(|e| format!("the floor at {}: {e}", mountpoint.display()))
+        }
     };
     with_stdout_checked(match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -424,8 +524,11 @@ fn with_stdout_checked(code: ExitCode) -> ExitCode {
     }
 }
 
-fn cmd_mkfs(store: &Path) -> Result<(), String> {
-    rampart_core::store::mkfs(store).map_err(|e| e.to_string())?;
+fn cmd_mkfs(store: &Path, large_file_threshold: Option<u64>) -> Result<(), String> {
+    let options = rampart_core::store::MkfsOptions {
+        large_file_threshold_bytes: large_file_threshold.unwrap_or(0),
+    };
+    rampart_core::store::mkfs_with(store, &options).map_err(|e| e.to_string())?;
     outln!("created rampart store {}", store.display());
     Ok(())
 }
@@ -455,9 +558,15 @@ fn cmd_mount(args: MountArgs) -> Result<(), String> {
         writeback_cache: args.writeback_cache == "on",
         no_open: args.no_open == "on",
         io_uring: args.fuse_io_uring == "on",
+        passthrough: args
+            .passthrough
+            .parse()
+            .map_err(|e: String| format!("--passthrough: {e}"))?,
         commit_interval: args.commit_interval,
         checkpoint_after_bytes,
         checkpoint_scales_with_image,
+        large_file_threshold_bytes: args.large_file_threshold,
+        evict_min_size_bytes: args.evict_min_size,
         metrics: metrics_config(&args)?,
     };
 
@@ -545,6 +654,8 @@ fn daemon_child_args(args: &MountArgs, config: &daemon::ServeConfig) -> Vec<OsSt
         args.no_open.clone().into(),
         "--fuse-io-uring".into(),
         args.fuse_io_uring.clone().into(),
+        "--passthrough".into(),
+        args.passthrough.clone().into(),
         "--log-level".into(),
         args.log_level.clone().into(),
         "--commit-interval".into(),
@@ -556,6 +667,20 @@ fn daemon_child_args(args: &MountArgs, config: &daemon::ServeConfig) -> Vec<OsSt
             config.checkpoint_after_bytes.to_string().into()
         },
     ];
+    if let Some(threshold) = config.large_file_threshold_bytes {
+        child_args.push("--large-file-threshold".into());
+        child_args.push(
+            if threshold == rampart_core::store::superblock::THRESHOLD_OFF {
+                "off".into()
+            } else {
+                threshold.to_string().into()
+            },
+        );
+    }
+    child_args.extend([
+        "--evict-min-size".into(),
+        config.evict_min_size_bytes.to_string().into(),
+    ]);
     if args.private {
         child_args.push("--private".into());
     }
@@ -706,6 +831,14 @@ fn cmd_status(mountpoint: &Path, json: bool) -> Result<(), String> {
     outln!("other: {}", status.other);
     outln!("inodes: {}", status.inodes);
     outln!("data_bytes: {}", status.data_bytes);
+    outln!(
+        "tiers: memory {} files, {} bytes; disk {} files, {} bytes",
+        status.tiers.memory.files,
+        status.tiers.memory.bytes,
+        status.tiers.disk.files,
+        status.tiers.disk.bytes
+    );
+    outln!("data_path: {}", status.data_path);
     outln!("memory_used_bytes: {}", status.memory_used_bytes);
     outln!("memory_cap_bytes: {}", status.memory_cap_bytes);
     outln!("memory_used: {pct:.1}% of the cap");

@@ -412,6 +412,13 @@ fn render_fuse(out: &mut String, sources: &Sources) {
         "fsync and fsyncdir requests answered EIO because the store could not be written.",
         counters.sync_failures(),
     );
+    single(
+        out,
+        "rampart_fuse_passthrough_opens_total",
+        "counter",
+        "Opens answered with FUSE passthrough (the kernel then reads and writes the host file).",
+        counters.passthrough_opens(),
+    );
     family(
         out,
         "rampart_fuse_errors_total",
@@ -430,13 +437,15 @@ fn render_fuse(out: &mut String, sources: &Sources) {
         out,
         "rampart_info",
         "gauge",
-        "Always 1: the daemon's version and how FUSE requests reach it.",
+        "Always 1: the daemon's version, how FUSE requests reach it and how the bytes of \
+         disk-tier files move (passthrough or daemon).",
     );
     let _ = writeln!(
         out,
-        "rampart_info{{version=\"{}\",fuse_transport=\"{}\"}} 1",
+        "rampart_info{{version=\"{}\",fuse_transport=\"{}\",data_path=\"{}\"}} 1",
         env!("CARGO_PKG_VERSION"),
-        sources.fuse_transport
+        sources.fuse_transport,
+        sources.engine.data_path()
     );
 }
 
@@ -567,7 +576,12 @@ fn render_contents(out: &mut String, sources: &Sources) {
     let _ = writeln!(
         out,
         "rampart_data_bytes{{tier=\"memory\"}} {}",
-        s.data_bytes
+        s.memory_data_bytes()
+    );
+    let _ = writeln!(
+        out,
+        "rampart_data_bytes{{tier=\"disk\"}} {}",
+        s.disk_data_bytes
     );
     single(
         out,

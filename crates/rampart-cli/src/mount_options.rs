@@ -49,17 +49,20 @@ const IGNORED: [&str; 24] = [
 ];
 
 /// `rampart mount` options that take a value, by their `-o` name (also spelled with `-`).
-pub const VALUE_OPTIONS: [&str; 10] = [
+pub const VALUE_OPTIONS: [&str; 13] = [
     "memory_cap",
     "threads",
     "writeback_cache",
     "no_open",
     "fuse_io_uring",
+    "passthrough",
     "commit_interval",
     "checkpoint_after",
     "log_level",
     "metrics_socket",
     "metrics_listen",
+    "large_file_threshold",
+    "evict_min_size",
 ];
 
 /// `rampart mount` switches, by their `-o` name. `owner_only` is `--private`: mount(8) takes

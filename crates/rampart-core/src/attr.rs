@@ -172,15 +172,28 @@ pub struct Stats {
     pub symlinks: u64,
     /// FIFOs, sockets and device nodes.
     pub other: u64,
-    /// Bytes of file contents held in memory.
+    /// Bytes of file contents held, on both tiers (holes left out in memory; a disk-tier
+    /// file counts up to the end of what was written to it).
     pub data_bytes: u64,
     pub memory_used_bytes: u64,
     pub memory_cap_bytes: u64,
+    /// Regular files on the disk tier, and their bytes (counted in `files` and `data_bytes`).
+    pub disk_files: u64,
+    pub disk_data_bytes: u64,
 }
 
 impl Stats {
     /// All live inodes, including the root.
     pub fn inodes(&self) -> u64 {
         self.files + self.directories + self.symlinks + self.other
+    }
+
+    /// Regular files in memory, and their bytes.
+    pub fn memory_files(&self) -> u64 {
+        self.files - self.disk_files
+    }
+
+    pub fn memory_data_bytes(&self) -> u64 {
+        self.data_bytes - self.disk_data_bytes
     }
 }

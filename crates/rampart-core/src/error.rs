@@ -118,6 +118,8 @@ pub enum StartError {
     Journal(PersistError),
     /// Recovery changed the state beyond the journal and the checkpoint recording it failed.
     Checkpoint(PersistError),
+    /// The data folder of the disk tier (`data/`) cannot be made or written.
+    DataFolder(std::io::Error),
 }
 
 impl fmt::Display for StartError {
@@ -128,6 +130,11 @@ impl fmt::Display for StartError {
             StartError::Checkpoint(e) => {
                 write!(f, "cannot write a checkpoint after recovery: {e}")
             }
+            StartError::DataFolder(e) => write!(
+                f,
+                "the data folder of large files (data/ in the store) is not writable: {e}; \
+                 give the daemon's user write access to it (mode 0700, owned by that user)"
+            ),
         }
     }
 }

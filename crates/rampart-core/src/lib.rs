@@ -17,7 +17,8 @@
 mod attr;
 pub mod category;
 pub mod clock;
-mod contents;
+pub mod contents;
+pub mod disk;
 mod engine;
 pub mod error;
 pub mod fs;

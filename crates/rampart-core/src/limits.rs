@@ -92,6 +92,24 @@ pub const VARINT_BYTES_MAX: usize = 10;
 /// The longest file name a device accepts, in bytes (NAME_MAX of Linux file systems).
 pub const DEVICE_NAME_BYTES_MAX: usize = 255;
 
+/// The default large-file threshold (Conquest's 1 MiB): a regular file larger than this moves
+/// to the disk tier (docs/decisions/0060).
+pub const LARGE_FILE_THRESHOLD_BYTES_DEFAULT: u64 = 1 << 20;
+/// The smallest threshold that can be set.
+pub const LARGE_FILE_THRESHOLD_BYTES_MIN: u64 = 4096;
+/// The smallest file memory pressure moves to the disk tier, by default.
+pub const EVICT_MIN_SIZE_BYTES_DEFAULT: u64 = 64 << 10;
+/// Files memory pressure considers moving to the disk tier at once, coldest first.
+pub const EVICT_CANDIDATES_MAX: usize = 4096;
+/// Memory freed by memory pressure beyond what the change that met the cap needs.
+pub const EVICT_SLACK_BYTES: u64 = 4 << 20;
+/// Host files removed after a commit at most at once (the rest wait for the next).
+pub const HOST_REMOVALS_PENDING_MAX: usize = 4096;
+/// Stripes of the per-inode host-file locks (writes and trims of one disk-tier file).
+pub const HOST_FILE_LOCK_STRIPES: usize = 64;
+/// Bytes copied per read or write while a file migrates between tiers.
+pub const MIGRATION_PIECE_BYTES: usize = 1 << 20;
+
 /// How many open files `persist::device::DirDevice` keeps cached at most.
 pub const CACHED_FILES_MAX: usize = 16;
 

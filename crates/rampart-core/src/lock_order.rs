@@ -3,6 +3,9 @@
 //! Locks are taken in increasing [`Rank`]; a thread that holds a lock may take only locks of a
 //! higher rank. The order (docs/ARCHITECTURE.md, "Threads and locks"):
 //!
+//! 0. `HostFile` — a disk-tier file's host-file lock (a stripe of `disk::HostLocks`): held
+//!    across a write to the host file and the op that follows it, and across a trim and the
+//!    sync that must come before it (so the persister's locks come after it).
 //! 1. `PersisterWriting` — the persister's writing lock (one writer of the journal at a time;
 //!    a checkpoint holds it while it swaps files).
 //! 2. `EngineState` — the engine's state lock (shared for reads, exclusive for ops).
@@ -17,6 +20,7 @@
 /// A lock's place in the order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Rank {
+    HostFile = 0,
     PersisterWriting = 1,
     EngineState = 2,
     PersisterPending = 3,

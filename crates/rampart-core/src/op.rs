@@ -106,6 +106,26 @@ pub enum Op<'a> {
         durability: u8,
         time_ns: TimeNs,
     },
+    /// Bytes `[offset, offset + len)` of a disk-tier file were written to its host file (the
+    /// bytes are there, not here): the size grows to cover them, the times are `time_ns`.
+    /// `kill_suidgid` as for `Write`. Replay changes the size and times only.
+    WriteExtent {
+        ino: Ino,
+        offset: u64,
+        len: u64,
+        time_ns: TimeNs,
+        kill_suidgid: bool,
+    },
+    /// Moves a regular file's contents to `tier`. To the disk: its host file already holds
+    /// the bytes (copied before the op; synced before the op's record is written), and the
+    /// memory copy is dropped. To memory: the file becomes empty in memory and the ops after
+    /// it (writes) carry its bytes back; the host file is removed once this is durable. The
+    /// file's times do not change (`time_ns` is only the op's time).
+    Migrate {
+        ino: Ino,
+        tier: crate::contents::Tier,
+        time_ns: TimeNs,
+    },
 }
 
 impl Op<'_> {
@@ -121,7 +141,9 @@ impl Op<'_> {
             | Op::Fallocate { time_ns, .. }
             | Op::SetXattr { time_ns, .. }
             | Op::RemoveXattr { time_ns, .. }
-            | Op::SetDurability { time_ns, .. } => time_ns,
+            | Op::SetDurability { time_ns, .. }
+            | Op::WriteExtent { time_ns, .. }
+            | Op::Migrate { time_ns, .. } => time_ns,
             Op::SetAttr { ctime_ns, .. } => ctime_ns,
         }
     }

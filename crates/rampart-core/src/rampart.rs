@@ -54,16 +54,20 @@ impl Rampart {
         let store_id = store.superblock().store_id;
         let device = Arc::new(DirDevice::open(path.clone()).map_err(folder_error)?);
         let as_device: Arc<dyn Device> = device.clone();
-        let (engine, persister, recovery) = crate::persist::open(
-            as_device,
-            store_id,
-            &options.engine,
-            options.persist.clone(),
-        )
-        .map_err(|error| OpenError::Start {
-            path: path.clone(),
-            error,
-        })?;
+        let mut engine_config = options.engine.clone();
+        // The mount's threshold, else the store's (its superblock's: 0 is the default).
+        engine_config.large_file_threshold_bytes =
+            Some(engine_config.large_file_threshold_bytes.unwrap_or_else(|| {
+                crate::disk::DiskConfig::threshold_from_superblock(
+                    store.superblock().large_file_threshold_bytes,
+                )
+            }));
+        let (engine, persister, recovery) =
+            crate::persist::open(as_device, store_id, &engine_config, options.persist.clone())
+                .map_err(|error| OpenError::Start {
+                    path: path.clone(),
+                    error,
+                })?;
         engine.set_categories(Arc::new(categories));
         Ok(Rampart {
             path,

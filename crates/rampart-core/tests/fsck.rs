@@ -52,10 +52,18 @@ fn files_of(path: &Path) -> Vec<(String, Vec<u8>)> {
         .unwrap()
         .map(|e| {
             let e = e.unwrap();
-            (
-                e.file_name().to_string_lossy().into_owned(),
-                std::fs::read(e.path()).unwrap(),
-            )
+            // A folder (data/) stands for its listing.
+            let content = if e.file_type().unwrap().is_dir() {
+                let mut names: Vec<_> = std::fs::read_dir(e.path())
+                    .unwrap()
+                    .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect();
+                names.sort();
+                names.join("\n").into_bytes()
+            } else {
+                std::fs::read(e.path()).unwrap()
+            };
+            (e.file_name().to_string_lossy().into_owned(), content)
         })
         .collect();
     out.sort();
@@ -198,4 +206,91 @@ fn a_missing_journal_is_accepted_by_a_repair() {
     assert!(r.repaired, "{r:?}");
     let fs = Rampart::open(&path, &Options::default()).unwrap();
     assert!(fs.engine().lookup_path(b"c").is_ok());
+}
+
+#[test]
+fn host_files_missing_or_short_are_problems_and_a_repair_truncates_and_says_what_was_lost() {
+    let (_dir, path) = temp_store();
+    let options = Options {
+        engine: rampart_core::EngineConfig {
+            large_file_threshold_bytes: Some(8 << 10),
+            ..rampart_core::EngineConfig::default()
+        },
+        ..Options::default()
+    };
+    let fs = Rampart::open(&path, &options).unwrap();
+    let c = Ctx::library(0, 0);
+    let mut inos = Vec::new();
+    for name in [&b"gone"[..], b"short", b"fine"] {
+        let f = fs
+            .engine()
+            .mknod(&c, ROOT_INO, name, libc::S_IFREG | 0o644, 0)
+            .unwrap()
+            .ino;
+        fs.engine().write(&c, f, 0, &[7u8; 50_000], false).unwrap();
+        inos.push(f);
+    }
+    let host = |ino: u64| {
+        let generation = fs.engine().getattr(ino).unwrap().generation;
+        path.join(format!("data/{ino:016x}-{generation:08x}"))
+    };
+    let (gone, short) = (host(inos[0]), host(inos[1]));
+    fs.close().unwrap();
+    // Behind rampart's back: one host file deleted, one cut, a stranger added.
+    std::fs::remove_file(&gone).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&short)
+        .unwrap()
+        .set_len(20_000)
+        .unwrap();
+    std::fs::write(path.join("data/stranger"), b"x").unwrap();
+
+    let before = files_of(&path);
+    let r = fsck::check(&path, &NoProgress).unwrap();
+    assert!(!r.clean);
+    assert!(r.data.checked);
+    assert_eq!(
+        (r.data.files, r.data.missing.len(), r.data.short.len()),
+        (3, 1, 1)
+    );
+    assert_eq!(r.data.orphans, vec!["data/stranger".to_string()]);
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.contains("is missing: its 50000 bytes are lost")),
+        "{:?}",
+        r.problems
+    );
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.contains("bytes 20000 to 50000 are lost")),
+        "{:?}",
+        r.problems
+    );
+    assert_eq!(files_of(&path), before, "a check writes nothing");
+
+    let r = fsck::repair(&path, &NoProgress).unwrap();
+    assert!(r.clean && r.repaired, "{:?}", r.problems);
+    let said = r.repairs.join("\n");
+    assert!(said.contains("from 50000 to 20000 bytes"), "{said}");
+    assert!(said.contains("its 50000 bytes are lost"), "{said}");
+    assert!(said.contains("removed 1 host files"), "{said}");
+    assert!(fsck::check(&path, &NoProgress).unwrap().clean);
+
+    let fs = Rampart::open(&path, &options).unwrap();
+    let e = fs.engine();
+    let size = |name: &[u8]| e.lookup_path(name).unwrap().size_bytes;
+    assert_eq!(
+        (size(b"/gone"), size(b"/short"), size(b"/fine")),
+        (0, 20_000, 50_000)
+    );
+    let mut out = Vec::new();
+    e.read(inos[1], 0, 30_000, &mut out).unwrap();
+    assert_eq!(out, vec![7u8; 20_000]);
+    // The emptied file takes writes again.
+    e.write(&c, inos[0], 0, b"again", false).unwrap();
+    e.read(inos[0], 0, 100, &mut out).unwrap();
+    assert_eq!(out, b"again");
 }

@@ -1,11 +1,14 @@
-//! Golden bytes: the encodings of format version 1 as the release that introduced them wrote
-//! them, pinned. A store written by that release must still decode, and this build must still
-//! write the same bytes; a change here is a format change (docs/FORMAT.md), never a test fix.
+//! Golden bytes: the encodings of each format version as the release that introduced them
+//! wrote them, pinned. A store written by any of them must still decode, and this build must
+//! still write the current version's bytes; a change here is a format change (docs/FORMAT.md),
+//! never a test fix. Version 2 of the journal and the checkpoint (the disk tier) added the
+//! ops `WriteExtent` and `Migrate` and a tier byte per regular file; version 1's bytes stay
+//! pinned below and still decode.
 
 use rampart_core::op::Op;
 use rampart_core::persist::{checkpoint, journal};
 use rampart_core::store::superblock::Superblock;
-use rampart_core::{Durability, Engine, EngineConfig, FileKind};
+use rampart_core::{Durability, Engine, EngineConfig, FileKind, Tier};
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -22,12 +25,13 @@ fn unhex(text: &str) -> Vec<u8> {
 const STORE_ID: [u8; 16] = *b"rampart-golden!!";
 const CREATED_NS: i64 = 1_700_000_000_123_456_789;
 
-/// Format version 1's superblock of [`STORE_ID`], made at [`CREATED_NS`].
+/// Format version 1's superblock of [`STORE_ID`], made at [`CREATED_NS`] (a store made before
+/// the disk tier: the threshold's bytes are zero, the default).
 const SUPERBLOCK: &str = "
     52414d50 41525400 01000000 00000000 72616d70 6172742d 676f6c64 656e2121
     15cd853d fe9c9717 00000000 00000000 00000000 00000000 00000000 b152b441";
 
-/// A journal header of [`STORE_ID`] whose first op is 0x0102_0304_0506.
+/// A journal header of version 1 of [`STORE_ID`] whose first op is 0x0102_0304_0506.
 const JOURNAL_HEADER: &str = "
     52504a4f 55524e00 01000000 00000000 72616d70 6172742d 676f6c64 656e2121
     06050403 02010000 15cd853d fe9c9717 00000000 00000000 00000000 d7263382";
@@ -150,6 +154,11 @@ fn every_op() -> Vec<Op<'static>> {
     ]
 }
 
+/// The superblock of a store made with a large-file threshold of 64 KiB.
+const SUPERBLOCK_THRESHOLD: &str = "
+    52414d50 41525400 01000000 00000000 72616d70 6172742d 676f6c64 656e2121
+    15cd853d fe9c9717 00000100 00000000 00000000 00000000 00000000 9a50dd4e";
+
 #[test]
 fn superblock_bytes_are_pinned() {
     let sb = Superblock {
@@ -157,13 +166,31 @@ fn superblock_bytes_are_pinned() {
         flags: 0,
         store_id: STORE_ID,
         created_ns: CREATED_NS,
+        large_file_threshold_bytes: 0,
     };
     assert_eq!(hex(&sb.encode()), hex(&unhex(SUPERBLOCK)));
     assert_eq!(
         Superblock::decode(&unhex(SUPERBLOCK), "golden").unwrap(),
         sb
     );
+    let with_threshold = Superblock {
+        large_file_threshold_bytes: 64 << 10,
+        ..sb
+    };
+    assert_eq!(
+        hex(&with_threshold.encode()),
+        hex(&unhex(SUPERBLOCK_THRESHOLD))
+    );
+    assert_eq!(
+        Superblock::decode(&unhex(SUPERBLOCK_THRESHOLD), "golden").unwrap(),
+        with_threshold
+    );
 }
+
+/// The same journal header in version 2, as this build writes it.
+const JOURNAL_HEADER_V2: &str = "
+    52504a4f 55524e00 02000000 00000000 72616d70 6172742d 676f6c64 656e2121
+    06050403 02010000 15cd853d fe9c9717 00000000 00000000 00000000 d84d6c6b";
 
 #[test]
 fn journal_header_bytes_are_pinned() {
@@ -172,8 +199,79 @@ fn journal_header_bytes_are_pinned() {
         base_seq: 0x0102_0304_0506,
         created_ns: CREATED_NS,
     };
-    assert_eq!(hex(&header.encode()), hex(&unhex(JOURNAL_HEADER)));
+    assert_eq!(hex(&header.encode()), hex(&unhex(JOURNAL_HEADER_V2)));
+    assert_eq!(
+        journal::Header::decode(&unhex(JOURNAL_HEADER_V2)),
+        Ok(header)
+    );
+    // Version 1 still reads.
     assert_eq!(journal::Header::decode(&unhex(JOURNAL_HEADER)), Ok(header));
+}
+
+/// The ops of the disk tier (journal version 2), times around [`CREATED_NS`].
+fn disk_tier_ops() -> Vec<Op<'static>> {
+    let t = CREATED_NS;
+    vec![
+        Op::Migrate {
+            ino: 2,
+            tier: Tier::Disk,
+            time_ns: t + 14,
+        },
+        Op::WriteExtent {
+            ino: 2,
+            offset: 1 << 20,
+            len: 65_536,
+            time_ns: t + 15,
+            kill_suidgid: true,
+        },
+        Op::WriteExtent {
+            ino: 2,
+            offset: 0,
+            len: 0,
+            time_ns: t - 16,
+            kill_suidgid: false,
+        },
+        Op::Migrate {
+            ino: 2,
+            tier: Tier::Memory,
+            time_ns: t + 17,
+        },
+    ]
+}
+
+/// The batch of [`disk_tier_ops`], starting at op 7, base time [`CREATED_NS`].
+const JOURNAL_BATCH_DISK: &str = "
+    52504a42 18000000 52a14910 07000000 00000000 04000000 15cd853d fe9c9717
+    0d02011c 0c028080 40808004 011e0c02 0000001f 0d020022";
+
+#[test]
+fn journal_batch_of_the_disk_tier_ops_is_pinned() {
+    let mut builder = journal::BatchBuilder::new(7);
+    for op in disk_tier_ops() {
+        builder.add(&op, CREATED_NS);
+    }
+    let batch = builder.take_batch().unwrap();
+    assert_eq!(hex(&batch), hex(&unhex(JOURNAL_BATCH_DISK)));
+    let mut bytes = journal::Header {
+        store_id: STORE_ID,
+        base_seq: 7,
+        created_ns: CREATED_NS,
+    }
+    .encode_zeros_ahead()
+    .to_vec();
+    bytes.extend(unhex(JOURNAL_BATCH_DISK));
+    bytes.resize(bytes.len() + 4096, 0);
+    let scan = journal::scan(&bytes).unwrap();
+    let mut ops = Vec::new();
+    for batch in &scan.batches {
+        batch
+            .for_each_op(|_, op| {
+                ops.push(op);
+                Ok(())
+            })
+            .unwrap();
+    }
+    assert_eq!(ops, disk_tier_ops());
 }
 
 #[test]
@@ -213,6 +311,45 @@ fn journal_batch_of_every_op_is_pinned() {
 /// file with two chunks and a hard link, a symlink, character and block devices, a fifo, a
 /// socket, xattrs, a before-return file and a volatile one (its data never stored).
 const CHECKPOINT_V1: &[u8] = include_bytes!("fixtures/checkpoint-v1.bin");
+/// [`CHECKPOINT_V1`]'s file system as version 2 writes it.
+const CHECKPOINT_V2: &[u8] = include_bytes!("fixtures/checkpoint-v2.bin");
+/// [`CHECKPOINT_V2`] after `/dir/file` migrated to the disk tier (size only, no bytes).
+const CHECKPOINT_V2_DISK: &[u8] = include_bytes!("fixtures/checkpoint-v2-disk.bin");
+
+#[test]
+fn checkpoint_with_a_disk_tier_file_is_pinned() {
+    let (mut state, header) = checkpoint::decode(CHECKPOINT_V2, &EngineConfig::default()).unwrap();
+    let e = Engine::from_state(
+        checkpoint::decode(CHECKPOINT_V2, &EngineConfig::default())
+            .unwrap()
+            .0,
+    );
+    let file = e.lookup_path(b"/dir/file").unwrap().ino;
+    state
+        .apply(&Op::Migrate {
+            ino: file,
+            tier: Tier::Disk,
+            time_ns: CREATED_NS,
+        })
+        .unwrap();
+    let image = checkpoint::encode(&state, header.store_id, header.seq, header.created_ns);
+    assert_eq!(hex(&image), hex(CHECKPOINT_V2_DISK));
+    // The file's bytes ("hello" and "far") are no longer in the image.
+    assert!(
+        image.len() + 8 <= CHECKPOINT_V2.len(),
+        "no file bytes in the image"
+    );
+    let (state, _) = checkpoint::decode(CHECKPOINT_V2_DISK, &EngineConfig::default()).unwrap();
+    let e = Engine::from_state(state);
+    assert!(e.check().is_empty(), "{:?}", e.check());
+    assert_eq!(e.tier(file), Ok(Tier::Disk));
+    let attr = e.lookup_path(b"/dir/file").unwrap();
+    assert_eq!(attr.size_bytes, 3 * 65536 + 13);
+    assert_eq!(
+        e.tier(e.lookup_path(b"/sure").unwrap().ino),
+        Ok(Tier::Memory)
+    );
+}
 
 #[test]
 fn checkpoint_of_every_inode_kind_is_pinned() {
@@ -225,9 +362,13 @@ fn checkpoint_of_every_inode_kind_is_pinned() {
         checkpoint::Header::decode(CHECKPOINT_V1).unwrap().body_len,
         CHECKPOINT_V1.len() as u64 - 64 - 4
     );
-    // Encoding the decoded state again gives back exactly the same bytes.
+    assert_eq!(header.version, 1);
+    // Encoding the decoded state again gives version 2's bytes (a tier byte per file), which
+    // are pinned too (`fixtures/checkpoint-v2.bin`) and decode to the same state.
     let again = checkpoint::encode(&state, header.store_id, header.seq, header.created_ns);
-    assert_eq!(hex(&again), hex(CHECKPOINT_V1));
+    assert_eq!(hex(&again), hex(CHECKPOINT_V2));
+    let (state, header) = checkpoint::decode(CHECKPOINT_V2, &EngineConfig::default()).unwrap();
+    assert_eq!((header.version, header.seq), (2, 42));
 
     let e = Engine::from_state(state);
     assert!(e.check().is_empty(), "{:?}", e.check());

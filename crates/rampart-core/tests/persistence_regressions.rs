@@ -206,6 +206,8 @@ fn big_file_on_a_slow_journal(
     let device = Arc::new(slow_journal(seed));
     let ec = EngineConfig {
         memory_cap_bytes: 1 << 30,
+        // Large files of the memory tier, journaled: no disk tier.
+        large_file_threshold_bytes: Some(u64::MAX),
         ..EngineConfig::default()
     };
     let (e, p) = mount(device.clone(), &ec).unwrap();

@@ -22,7 +22,10 @@ use rampart_core::time::{to_ns, to_system_time};
 use rampart_core::{Attr, Ctx, Engine, FileKind, SetAttr, SetTime, WriteTimes};
 
 use crate::counters::{PendingRequest, RequestCounters, RequestKind};
+use crate::direct_io::{self, DirectIo};
+use crate::open_files::{Negotiated, OpenFiles, Opened, FH_PASSTHROUGH};
 use crate::refusals::Refusals;
+use crate::PassthroughMode;
 
 /// Kernel-cache settings of a mount.
 #[derive(Clone, Copy, Debug)]
@@ -38,7 +41,8 @@ pub struct CachePolicy {
     pub writeback_cache: bool,
     /// Answer OPEN and OPENDIR with ENOSYS, after which the kernel sends no OPEN, OPENDIR,
     /// RELEASE or RELEASEDIR at all (two round trips saved per open file). Possible while the
-    /// engine keeps no per-open state.
+    /// engine keeps no per-open state. FUSE passthrough needs OPEN (it is set up there): when
+    /// it is in use, OPEN of files is answered whatever this says (decision 0058).
     pub no_open: bool,
 }
 
@@ -62,10 +66,19 @@ pub(crate) struct RampartFs {
     counters: Arc<RequestCounters>,
     /// Where refused writes go to have the kernel's view corrected (writeback cache only).
     refusals: Refusals,
+    /// Whether to ask the kernel for FUSE passthrough at INIT.
+    passthrough_mode: PassthroughMode,
+    /// The kernel accepted FUSE passthrough: OPEN is answered per file (set at INIT).
+    passthrough: bool,
+    /// The opens of files, by kind (used once passthrough is in use).
+    files: OpenFiles,
+    negotiated: Arc<Negotiated>,
+    /// O_DIRECT requests of disk-tier files served by the daemon.
+    direct: DirectIo,
 }
 
 /// The answer for an engine error, counted for the request this thread serves.
-fn errno(e: rampart_core::Errno) -> Errno {
+pub(crate) fn errno(e: rampart_core::Errno) -> Errno {
     crate::counters::count_error(e.code());
     Errno::from_i32(e.code())
 }
@@ -156,12 +169,82 @@ impl RampartFs {
         cache: CachePolicy,
         counters: Arc<RequestCounters>,
         refusals: Refusals,
+        passthrough_mode: PassthroughMode,
+        negotiated: Arc<Negotiated>,
+        notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
     ) -> RampartFs {
         RampartFs {
             engine,
             cache,
             counters,
             refusals,
+            passthrough_mode,
+            passthrough: false,
+            files: OpenFiles::new(negotiated.clone(), notifier),
+            negotiated,
+            direct: DirectIo::default(),
+        }
+    }
+
+    /// Asks the kernel for FUSE passthrough as the mode says. It excludes the writeback cache
+    /// (the kernel drops passthrough when both are asked for) and needs OPEN of every file
+    /// (there is no per-file no-open): when asked for, passthrough wins over both. `auto` asks
+    /// only when neither is in use, so that it costs small files nothing (decision 0058).
+    fn negotiate_passthrough(&mut self, config: &mut KernelConfig) -> std::io::Result<()> {
+        let forced = match self.passthrough_mode {
+            PassthroughMode::Off => return Ok(()),
+            PassthroughMode::On => true,
+            PassthroughMode::Auto if self.cache.writeback_cache || self.cache.no_open => {
+                tracing::info!(
+                    "no FUSE passthrough: it would turn off the writeback cache and no-open,                      which small files need (--passthrough on to have it anyway; decision 0058);                      the daemon serves disk-tier files"
+                );
+                return Ok(());
+            }
+            PassthroughMode::Auto => false,
+        };
+        let refuse = |why: &str| {
+            if forced {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::Unsupported,
+                    format!("--passthrough on: {why}"),
+                ))
+            } else {
+                tracing::info!("no FUSE passthrough ({why}); the daemon serves disk-tier files");
+                Ok(())
+            }
+        };
+        if !crate::open_files::may_register_backing_files() {
+            return refuse("registering backing files needs CAP_SYS_ADMIN");
+        }
+        if config
+            .add_capabilities(InitFlags::FUSE_PASSTHROUGH)
+            .is_err()
+        {
+            return refuse(
+                "the kernel does not offer it (Linux 6.9+ with CONFIG_FUSE_PASSTHROUGH)",
+            );
+        }
+        // 1: backing files on an ordinary file system, and this mount may itself be stacked
+        // under one more (overlayfs). A store on overlayfs gets ELOOP per file, served by the
+        // daemon.
+        if config.set_max_stack_depth(1).is_err() {
+            return refuse("the kernel refuses a stacking depth of 1");
+        }
+        if self.cache.writeback_cache {
+            tracing::info!("FUSE passthrough in use: the writeback cache is off (the kernel allows one of them)");
+            self.cache.writeback_cache = false;
+        }
+        self.passthrough = true;
+        Ok(())
+    }
+
+    /// The kernel may have written `ino`'s host file behind the engine: have the engine take
+    /// its size and mtime before it answers about it or changes it.
+    fn catch_up_with_host(&self, ino: u64) {
+        if self.files.is_passthrough(ino) {
+            if let Err(e) = self.engine.host_file_changed(ino) {
+                tracing::warn!("inode {ino}: cannot take the host file's size: {e}");
+            }
         }
     }
 
@@ -218,6 +301,21 @@ impl RampartFs {
     }
 }
 
+impl RampartFs {
+    /// fsync of a passthrough-open file: the engine logs what the kernel did to the host
+    /// file, whose pages are written out now (data=ordered: before the commit covering it).
+    fn sync_host_file(&self, ino: u64) -> rampart_core::FsResult<()> {
+        self.engine.host_file_changed(ino)?;
+        if let Some(host) = self.engine.host_file(ino)? {
+            host.sync_data().map_err(|e| {
+                tracing::error!("inode {ino}: fdatasync of its host file: {e}");
+                rampart_core::Errno::EIO
+            })?;
+        }
+        Ok(())
+    }
+}
+
 fn reply_empty(reply: ReplyEmpty, result: rampart_core::FsResult<()>) {
     match result {
         Ok(()) => reply.ok(),
@@ -256,6 +354,9 @@ impl Filesystem for RampartFs {
                 tracing::debug!("kernel lacks {flag:?}");
             }
         }
+        self.negotiate_passthrough(config)?;
+        self.negotiated
+            .set(self.passthrough, self.cache.writeback_cache);
         if self.cache.writeback_cache
             && config
                 .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
@@ -263,6 +364,7 @@ impl Filesystem for RampartFs {
         {
             tracing::warn!("kernel has no writeback cache for FUSE; writing through");
             self.cache.writeback_cache = false;
+            self.negotiated.set(self.passthrough, false);
         }
         if self.cache.no_open && self.cache.writeback_cache {
             tracing::warn!(
@@ -304,9 +406,12 @@ impl Filesystem for RampartFs {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let _timer = self.counters.start(RequestKind::getattr);
-        guarded("getattr", || match self.engine.getattr(ino.0) {
-            Ok(a) => reply.attr(&self.cache.attr_ttl, &file_attr(&a)),
-            Err(e) => reply.error(errno(e)),
+        guarded("getattr", || {
+            self.catch_up_with_host(ino.0);
+            match self.engine.getattr(ino.0) {
+                Ok(a) => reply.attr(&self.cache.attr_ttl, &file_attr(&a)),
+                Err(e) => reply.error(errno(e)),
+            }
         });
     }
 
@@ -343,8 +448,16 @@ impl Filesystem for RampartFs {
                 ctime_ns: ctime.map(to_ns),
                 kill_suidgid: size.is_some() && req.uid() != 0,
             };
+            if size.is_some() {
+                self.catch_up_with_host(ino.0);
+            }
             match self.engine.setattr(&ctx(req), ino.0, &set) {
-                Ok(a) => reply.attr(&self.cache.attr_ttl, &file_attr(&a)),
+                Ok(a) => {
+                    if mtime.is_some() && self.passthrough {
+                        self.files.times_set(&self.engine, ino.0, a.mtime_ns);
+                    }
+                    reply.attr(&self.cache.attr_ttl, &file_attr(&a))
+                }
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -479,12 +592,22 @@ impl Filesystem for RampartFs {
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let _timer = self.counters.start(RequestKind::open);
+        if self.passthrough {
+            // O_DIRECT opens too: the kernel opens the backing file with the program's flags
+            // (fs/fuse/passthrough.c), so O_DIRECT reaches the host file without a page cache.
+            return guarded("open", || {
+                let opened = self.files.open(&self.engine, ino.0, reply);
+                if opened == Opened::Passthrough {
+                    self.counters.count_passthrough_open();
+                }
+            });
+        }
         if self.cache.no_open {
             // The kernel then opens files itself, with FOPEN_KEEP_CACHE.
             return reply.error(Errno::ENOSYS);
         }
         guarded("open", || match self.engine.getattr(ino.0) {
-            Ok(_) => reply.opened(FileHandle(0), self.open_flags(ino.0)),
+            Ok(_) => reply.opened(crate::open_files::FH_CACHED, self.open_flags(ino.0)),
             Err(e) => reply.error(errno(e)),
         });
     }
@@ -496,12 +619,20 @@ impl Filesystem for RampartFs {
         _fh: FileHandle,
         offset: u64,
         size: u32,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
         let _timer = self.counters.start(RequestKind::read);
         guarded("read", || {
+            if direct_io::wants_direct(flags.0, offset, u64::from(size)) {
+                if let Some(r) = self.direct.read(&self.engine, ino.0, offset, size) {
+                    return match r {
+                        Ok(data) => reply.data(&data),
+                        Err(e) => reply.error(errno(e)),
+                    };
+                }
+            }
             let mut buf = Vec::new();
             match self.engine.read(ino.0, offset, size, &mut buf) {
                 Ok(()) => reply.data(&buf),
@@ -518,13 +649,22 @@ impl Filesystem for RampartFs {
         offset: u64,
         data: &[u8],
         write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         let _timer = self.counters.start(RequestKind::write);
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         guarded("write", || {
+            // Setuid/setgid to clear: the engine's write does it, so that one goes there.
+            if !kill && direct_io::wants_direct(flags.0, offset, data.len() as u64) {
+                if let Some(r) = self.direct.write(&self.engine, ino.0, offset, data) {
+                    return match r {
+                        Ok(n) => reply.written(n),
+                        Err(e) => reply.error(errno(e)),
+                    };
+                }
+            }
             // Under the writeback cache the kernel owns mtime and ctime (decision 0020).
             let times = if self.cache.writeback_cache {
                 WriteTimes::KeptByKernel
@@ -558,7 +698,7 @@ impl Filesystem for RampartFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
@@ -566,8 +706,12 @@ impl Filesystem for RampartFs {
         // close(2) of a file whose category holds until close (EDITED, `lm=until_close`)
         // returns once it is durable; the kernel has written its dirty pages before FLUSH.
         // Other files have nothing to do, but FLUSH is not refused with ENOSYS, which would
-        // stop it for every file (decision 0063).
+        // stop it for every file (decision 0063). Passthrough opens send it too: the engine
+        // takes the size and mtime the kernel's writes gave the host file.
         guarded("flush", || {
+            if self.passthrough && fh == FH_PASSTHROUGH {
+                self.catch_up_with_host(ino.0);
+            }
             if self.engine.durable_at_close(ino.0) {
                 self.reply_synced(reply, timer.hand_off());
             } else {
@@ -588,12 +732,43 @@ impl Filesystem for RampartFs {
         // Everything applied so far becomes durable (group commit: concurrent fsyncs share
         // one fdatasync of the journal). The writeback cache has sent this file's dirty pages
         // before FSYNC arrives.
-        guarded("fsync", || match self.engine.getattr(ino.0) {
-            Err(e) => reply.error(errno(e)),
-            // A file whose category never reaches the store (TEMPORARY, DISPOSABLE) has
-            // nothing to make durable: success at once, as tmpfs answers (decision 0065).
-            Ok(a) if a.durability == rampart_core::Durability::Volatile => reply.ok(),
-            Ok(_) => self.reply_synced(reply, timer.hand_off()),
+        guarded("fsync", || {
+            if self.files.is_passthrough(ino.0) {
+                // Written by the kernel behind the engine: log the size and mtime, and write
+                // the host file's pages out here rather than in the shared sync.
+                if let Err(e) = self.sync_host_file(ino.0) {
+                    return reply.error(errno(e));
+                }
+            }
+            match self.engine.getattr(ino.0) {
+                Err(e) => reply.error(errno(e)),
+                // A file whose category never reaches the store (TEMPORARY, DISPOSABLE) has
+                // nothing to make durable: success at once, as tmpfs answers (decision 0065).
+                Ok(a) if a.durability == rampart_core::Durability::Volatile => reply.ok(),
+                Ok(_) => self.reply_synced(reply, timer.hand_off()),
+            }
+        });
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        if !self.passthrough {
+            // Nothing to do (no per-open state without passthrough), and not counted, as
+            // before per-file OPEN existed (test_round_trips counts without it).
+            return reply.ok();
+        }
+        let _timer = self.counters.start(RequestKind::release);
+        guarded("release", || {
+            self.files.released(&self.engine, ino.0, fh);
+            reply.ok()
         });
     }
 
@@ -733,13 +908,21 @@ impl Filesystem for RampartFs {
                 .engine
                 .mknod(&ctx(req), parent.0, name.as_bytes(), mode, 0)
             {
-                Ok(a) => reply.created(
-                    &self.cache.entry_ttl,
-                    &file_attr(&a),
-                    Generation(a.generation),
-                    FileHandle(0),
-                    self.open_flags(a.ino),
-                ),
+                Ok(a) => {
+                    let flags = if self.passthrough {
+                        self.files.created(a.ino);
+                        OpenFiles::cached_flags(&self.engine, a.ino)
+                    } else {
+                        self.open_flags(a.ino)
+                    };
+                    reply.created(
+                        &self.cache.entry_ttl,
+                        &file_attr(&a),
+                        Generation(a.generation),
+                        crate::open_files::FH_CACHED,
+                        flags,
+                    )
+                }
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -763,13 +946,21 @@ impl Filesystem for RampartFs {
                 .engine
                 .tmpfile(&ctx(req), parent.0, mode & 0o7777, linkable)
             {
-                Ok(a) => reply.created(
-                    &self.cache.entry_ttl,
-                    &file_attr(&a),
-                    Generation(a.generation),
-                    FileHandle(0),
-                    FopenFlags::FOPEN_KEEP_CACHE,
-                ),
+                Ok(a) => {
+                    let flags = if self.passthrough {
+                        self.files.created(a.ino);
+                        OpenFiles::cached_flags(&self.engine, a.ino)
+                    } else {
+                        FopenFlags::FOPEN_KEEP_CACHE
+                    };
+                    reply.created(
+                        &self.cache.entry_ttl,
+                        &file_attr(&a),
+                        Generation(a.generation),
+                        crate::open_files::FH_CACHED,
+                        flags,
+                    )
+                }
                 Err(e) => reply.error(errno(e)),
             }
         });
@@ -807,6 +998,8 @@ impl Filesystem for RampartFs {
     ) {
         let _timer = self.counters.start(RequestKind::copy_file_range);
         guarded("copy_file_range", || {
+            self.catch_up_with_host(ino_in.0);
+            self.catch_up_with_host(ino_out.0);
             // The kernel has checked access and flushed both ranges' dirty pages. It clears
             // no privileges itself under KILLPRIV_V2 and passes no flag, so, as for truncate,
             // a caller other than root is taken to lack CAP_FSETID (decision 0032).
@@ -846,6 +1039,7 @@ impl Filesystem for RampartFs {
     ) {
         let _timer = self.counters.start(RequestKind::fallocate);
         guarded("fallocate", || {
+            self.catch_up_with_host(ino.0);
             reply_empty(
                 reply,
                 self.engine

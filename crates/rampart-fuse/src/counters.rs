@@ -172,6 +172,8 @@ pub struct RequestCounters {
     latencies: [AtomicHistogram; KINDS_MAX],
     /// fsync and fsyncdir answered EIO because the store could not be written.
     sync_failures: AtomicU64,
+    /// Opens answered with FUSE passthrough (the kernel then reads and writes the host file).
+    passthrough_opens: AtomicU64,
 }
 
 impl RequestCounters {
@@ -192,6 +194,15 @@ impl RequestCounters {
                 started: Instant::now(),
             }),
         }
+    }
+
+    pub fn count_passthrough_open(&self) {
+        self.passthrough_opens.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Opens answered with FUSE passthrough so far.
+    pub fn passthrough_opens(&self) -> u64 {
+        self.passthrough_opens.load(Ordering::Relaxed)
     }
 
     pub fn count_sync_failure(&self) {

@@ -7,6 +7,8 @@
 
 mod adapter;
 pub mod counters;
+mod direct_io;
+mod open_files;
 mod refusals;
 
 use std::ffi::OsStr;
@@ -20,6 +22,7 @@ use rampart_core::{Engine, Invalidation, Observer};
 
 pub use adapter::CachePolicy;
 pub use counters::{PendingRequest, RequestCounters, RequestKind, RequestTimer};
+pub use open_files::Negotiated;
 
 /// Requests one CPU's io_uring queue can hold at once (fsyncs waiting for a commit hold one
 /// each, so 8 stalled a CPU's other requests under 16 writers); each costs a payload buffer of
@@ -44,6 +47,37 @@ pub struct MountOptions {
     /// `nodev`, `dev`, `noexec`, `exec`, `noatime`, `atime`, `sync`, `async`, `dirsync`.
     /// FUSE mounts are `nosuid,nodev` unless `suid` and `dev` are given (by root).
     pub kernel_flags: Vec<String>,
+    /// FUSE passthrough for disk-tier files (decision 0058).
+    pub passthrough: PassthroughMode,
+}
+
+/// Whether disk-tier files are read and written by the kernel itself (FUSE passthrough) or
+/// by the daemon. On Linux 6.18 passthrough excludes the writeback cache and needs OPEN of
+/// every file, which costs small files up to 2-5x on open-heavy workloads (decision 0058).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum PassthroughMode {
+    /// Passthrough when it costs small files nothing: the mount has neither the writeback
+    /// cache nor no-open, the kernel offers it and the daemon may register backing files
+    /// (CAP_SYS_ADMIN). Else the daemon.
+    #[default]
+    Auto,
+    /// Passthrough (the writeback cache and no-open of files then off), or the mount fails
+    /// saying why.
+    On,
+    /// The daemon serves every request (the writeback cache stays available).
+    Off,
+}
+
+impl std::str::FromStr for PassthroughMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(PassthroughMode::Auto),
+            "on" => Ok(PassthroughMode::On),
+            "off" => Ok(PassthroughMode::Off),
+            _ => Err(format!("passthrough {s:?}: give on, off or auto")),
+        }
+    }
 }
 
 impl Default for MountOptions {
@@ -58,6 +92,7 @@ impl Default for MountOptions {
             cache: CachePolicy::default(),
             io_uring: false,
             kernel_flags: Vec::new(),
+            passthrough: PassthroughMode::default(),
         }
     }
 }
@@ -67,6 +102,7 @@ pub struct Mounted {
     session: Session<adapter::RampartFs>,
     engine: Arc<Engine>,
     counters: Arc<RequestCounters>,
+    negotiated: Arc<Negotiated>,
 }
 
 /// Unmounts a [`Mounted`] from another thread (signal handlers, shutdown).
@@ -160,10 +196,25 @@ pub fn mount(
     }
     let counters = Arc::new(RequestCounters::default());
     let (refusals, refusals_worker) = refusals::channel();
-    let fs = adapter::RampartFs::new(engine.clone(), options.cache, counters.clone(), refusals);
+    let negotiated = Arc::new(Negotiated::default());
+    let notifier = Arc::new(std::sync::OnceLock::new());
+    let fs = adapter::RampartFs::new(
+        engine.clone(),
+        options.cache,
+        counters.clone(),
+        refusals,
+        options.passthrough,
+        negotiated.clone(),
+        notifier.clone(),
+    );
+    // The handshake (INIT) happens here: `negotiated` is settled once it returns.
     let session = Session::new(fs, mountpoint, &config)?;
+    let _ = notifier.set(session.notifier());
     engine.set_observer(Some(Arc::new(KernelNotifier(session.notifier()))));
-    if options.cache.writeback_cache {
+    // `rampart status` reads it from the engine.
+    engine.set_passthrough_available(negotiated.data_path() == "passthrough");
+    tracing::info!("disk-tier data path: {}", negotiated.data_path());
+    if negotiated.writeback_cache() {
         // Without it the worker is not started and refusals are dropped: the kernel's size
         // then follows the engine's (write-through).
         match refusals::MountAt::of(mountpoint) {
@@ -175,6 +226,7 @@ pub fn mount(
         session,
         engine,
         counters,
+        negotiated,
     })
 }
 
@@ -182,6 +234,12 @@ impl Mounted {
     /// Whether requests are served through FUSE over io_uring (else through /dev/fuse).
     pub fn uses_io_uring(&self) -> bool {
         self.session.uses_io_uring()
+    }
+
+    /// What INIT settled: the data path of disk-tier files (for `rampart status`) and whether
+    /// the writeback cache is in use.
+    pub fn negotiated(&self) -> Arc<Negotiated> {
+        self.negotiated.clone()
     }
 
     /// FUSE requests served so far, by kind.

@@ -69,10 +69,7 @@ impl ReplySender {
         match self {
             ReplySender::Channel(sender) => sender.open_backing(fd),
             #[cfg(target_os = "linux")]
-            ReplySender::Uring(_) => Err(std::io::Error::new(
-                std::io::ErrorKind::Unsupported,
-                "passthrough is not available over io_uring",
-            )),
+            ReplySender::Uring(sender) => sender.device().open_backing(fd),
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]
@@ -84,9 +81,9 @@ impl ReplySender {
     pub(crate) unsafe fn wrap_backing(&self, id: u32) -> BackingId {
         match self {
             ReplySender::Channel(sender) => unsafe { sender.wrap_backing(id) },
-            // open_backing fails over io_uring, so there is no id to wrap.
             #[cfg(target_os = "linux")]
-            ReplySender::Uring(_) => unreachable!("no backing ids over io_uring"),
+            // SAFETY: the caller's promise (`ReplyOpen::wrap_backing`) covers this id.
+            ReplySender::Uring(sender) => unsafe { sender.device().wrap_backing(id) },
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]

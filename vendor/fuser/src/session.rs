@@ -330,9 +330,7 @@ impl<FS: Filesystem> Session<FS> {
 
         #[cfg(target_os = "linux")]
         if let Some(prepared) = uring {
-            use std::os::fd::AsRawFd;
-            let fuse_fd = uring_channel.as_fd().as_raw_fd();
-            let queues = prepared.start(fuse_fd, mountpoint, |thread_name| SessionEventLoop {
+            let queues = prepared.start(&uring_channel, mountpoint, |thread_name| SessionEventLoop {
                 thread_name,
                 filesystem: filesystem.clone(),
                 ch: uring_channel.clone(),

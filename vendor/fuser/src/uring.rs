@@ -23,7 +23,7 @@
 
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::io::{self, IoSlice};
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle, ThreadId};
@@ -33,6 +33,7 @@ use log::{debug, error, warn};
 use parking_lot::Mutex;
 
 use crate::Filesystem;
+use crate::channel::{Channel, ChannelSender};
 use crate::ll::Operation;
 use crate::request::RequestWithSender;
 use crate::session::SessionEventLoop;
@@ -147,6 +148,9 @@ pub(crate) struct UringSender {
     queue: Arc<QueueShared>,
     entry: usize,
     commit_id: u64,
+    /// The session's /dev/fuse, for the backing-file ioctls of passthrough opens (they are
+    /// made on the device, whichever transport carries the reply).
+    device: ChannelSender,
 }
 
 impl std::fmt::Debug for UringSender {
@@ -160,6 +164,10 @@ impl std::fmt::Debug for UringSender {
 }
 
 impl UringSender {
+    pub(crate) fn device(&self) -> &ChannelSender {
+        &self.device
+    }
+
     pub(crate) fn send(&self, data: &[IoSlice<'_>]) -> io::Result<()> {
         let len: usize = data.iter().map(|s| s.len()).sum();
         let mut bytes = Vec::with_capacity(len);
@@ -197,6 +205,8 @@ struct PreparedQueue {
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
     entries: Vec<EntryMemory>,
     shared: Arc<QueueShared>,
+    /// Set by `start`.
+    device: Option<ChannelSender>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -262,6 +272,7 @@ impl Prepared {
                     wake_fd,
                     owner: Mutex::new(None),
                 }),
+                device: None,
             });
         }
         Ok(Prepared {
@@ -274,13 +285,15 @@ impl Prepared {
     /// connection ends.
     pub(crate) fn start<FS: Filesystem + 'static>(
         self,
-        fuse_fd: RawFd,
+        channel: &Channel,
         mountpoint: Option<PathBuf>,
         make_loop: impl Fn(String) -> SessionEventLoop<FS>,
     ) -> io::Result<Vec<JoinHandle<io::Result<()>>>> {
+        let fuse_fd = channel.as_fd().as_raw_fd();
         let mountpoint = Arc::new(mountpoint);
         let mut threads = Vec::with_capacity(self.queues.len());
-        for queue in self.queues {
+        for mut queue in self.queues {
+            queue.device = Some(channel.sender());
             let name = format!("fuser-q{}", queue.qid);
             let event_loop = make_loop(name.clone());
             let for_thread = mountpoint.clone();
@@ -536,6 +549,7 @@ fn serve_request<FS: Filesystem>(queue: &PreparedQueue, index: usize, event_loop
         queue: queue.shared.clone(),
         entry: index,
         commit_id,
+        device: queue.device.clone().expect("set by start before the queue runs"),
     };
     let op_len = request_len
         .checked_sub(IN_HEADER_BYTES + payload_len)

@@ -16,13 +16,17 @@
 //! `fuse_overlay`, `rampart`); `requirements` checks what a peer needs before setup,
 //! `measure` adds up RAM and store bytes, `describe` words the settings.
 
+mod daemon;
 mod describe;
+mod floor;
 mod fuse_overlay;
 mod host;
+mod juicefs;
 mod loop_device;
 mod measure;
 mod mount_command;
 mod rampart;
+pub mod requests;
 mod requirements;
 mod tmpfs;
 
@@ -41,6 +45,7 @@ use crate::profile::Profile;
 use mount_command::MountCommand;
 
 pub use crate::cleanup::sweep_stale;
+pub use requests::RequestCounter;
 pub use requirements::check_tools;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -63,13 +68,20 @@ pub enum PeerKind {
     /// fuse-overlayfs over tmpfs: the userspace (FUSE) baseline.
     #[serde(rename = "fuse-overlayfs")]
     FuseOverlay,
+    /// JuiceFS: metadata in a local Redis, data in a folder on the real disk (decision 0071).
+    #[serde(rename = "juicefs")]
+    JuiceFs,
+    /// The FUSE floor: a FUSE server whose handlers do nothing useful, mounted with rampart's
+    /// FUSE settings (decision 0070).
+    Floor,
     /// rampart, its store on the real disk, default persistence (within 5 s).
     Rampart,
 }
 
 impl PeerKind {
-    pub const ALL: [PeerKind; 8] = [
+    pub const ALL: [PeerKind; 10] = [
         PeerKind::Rampart,
+        PeerKind::Floor,
         PeerKind::Tmpfs,
         PeerKind::Ext4Ram,
         PeerKind::XfsRam,
@@ -77,6 +89,7 @@ impl PeerKind {
         PeerKind::Ext4Disk,
         PeerKind::Host,
         PeerKind::FuseOverlay,
+        PeerKind::JuiceFs,
     ];
 
     pub fn id(self) -> &'static str {
@@ -88,6 +101,8 @@ impl PeerKind {
             PeerKind::Ext4Disk => "ext4-disk",
             PeerKind::Host => "host",
             PeerKind::FuseOverlay => "fuse-overlayfs",
+            PeerKind::JuiceFs => "juicefs",
+            PeerKind::Floor => "floor",
             PeerKind::Rampart => "rampart",
         }
     }
@@ -159,6 +174,11 @@ pub trait Mounted {
     fn tier_summary(&self) -> Option<String> {
         None
     }
+    /// How to read the FUSE requests it answered, by opcode, where it counts them (rampart,
+    /// the floor).
+    fn request_counter(&self) -> Option<RequestCounter> {
+        None
+    }
     /// Devices, mkfs and mount options, exactly as used.
     fn settings(&self) -> Vec<(String, String)>;
     fn teardown(self: Box<Self>) -> Result<()>;
@@ -189,6 +209,7 @@ pub fn setup(kind: PeerKind, env: &PeerEnv) -> Result<Box<dyn Mounted>> {
         image: None,
         backing_tmpfs: None,
         store: None,
+        daemon_pid: None,
         rampart_bin: env.rampart_bin.clone(),
         cancel: env.cancel,
         settings: Vec::new(),
@@ -231,8 +252,10 @@ struct Peer {
     image: Option<PathBuf>,
     /// fuse-overlayfs' tmpfs holding lower, upper and work.
     backing_tmpfs: Option<PathBuf>,
-    /// rampart's store, or the host peer's folder.
+    /// rampart's store, the host peer's folder, or JuiceFS' folder.
     store: Option<PathBuf>,
+    /// The server the bench started and stops: the floor's, or JuiceFS' Redis.
+    daemon_pid: Option<u32>,
     rampart_bin: PathBuf,
     cancel: &'static Cancel,
     settings: Vec<(String, String)>,
@@ -296,6 +319,11 @@ impl Peer {
                 let disk_base = self.make_disk_dir(env, &shm_base, &name)?;
                 self.build_rampart(env, &disk_base)
             }
+            PeerKind::Floor => self.build_floor(env, &shm_base),
+            PeerKind::JuiceFs => {
+                let disk_base = self.make_disk_dir(env, &shm_base, &name)?;
+                self.build_juicefs(env, &disk_base)
+            }
         }?;
         self.set(
             "remount",
@@ -307,6 +335,9 @@ impl Peer {
                 None if self.kind == PeerKind::Host => {
                     "not possible: the host's file system is the machine's own, not the \
                      bench's to unmount"
+                }
+                None if self.kind == PeerKind::JuiceFs => {
+                    "not done by the bench for JuiceFS (its recovery is not measured)"
                 }
                 None => "not possible: the contents live only while mounted",
             },
@@ -357,6 +388,11 @@ impl Mounted for Peer {
                         .into(),
                 ));
             }
+            if self.kind == PeerKind::JuiceFs {
+                return Err(BenchError::Other(
+                    "the bench does not remount JuiceFS (its recovery is not measured)".into(),
+                ));
+            }
             return Err(BenchError::Other(format!(
                 "{} keeps its contents only while mounted: a remount would lose everything, so \
                  it cannot be remounted",
@@ -403,12 +439,14 @@ impl Mounted for Peer {
             PeerKind::FuseOverlay => self.fuse_overlay_usage(),
             PeerKind::Rampart => self.rampart_usage(),
             PeerKind::Host => self.host_usage(),
+            PeerKind::Floor => self.floor_usage(),
+            PeerKind::JuiceFs => self.juicefs_usage(),
         }
     }
 
     fn disk_path(&self) -> Option<PathBuf> {
         match self.kind {
-            PeerKind::Rampart | PeerKind::Host => self.store.clone(),
+            PeerKind::Rampart | PeerKind::Host | PeerKind::JuiceFs => self.store.clone(),
             PeerKind::Ext4Disk => self.image.clone(),
             _ => None,
         }
@@ -416,6 +454,19 @@ impl Mounted for Peer {
 
     fn tier_summary(&self) -> Option<String> {
         (self.kind == PeerKind::Rampart).then(|| self.rampart_tiers())
+    }
+
+    fn request_counter(&self) -> Option<RequestCounter> {
+        match self.kind {
+            PeerKind::Rampart => Some(RequestCounter::Rampart {
+                bin: self.rampart_bin.clone(),
+                mnt: self.mnt.clone(),
+            }),
+            PeerKind::Floor => Some(RequestCounter::Floor {
+                mnt: self.mnt.clone(),
+            }),
+            _ => None,
+        }
     }
 
     fn settings(&self) -> Vec<(String, String)> {

@@ -425,7 +425,7 @@ pub(super) fn rampart_unmount(bin: &Path, mnt: &Path, lazy_last_resort: bool) ->
 }
 
 /// The value given to a `--name value` or `--name=value` option.
-fn option_value(args: &[String], name: &str) -> Option<String> {
+pub(super) fn option_value(args: &[String], name: &str) -> Option<String> {
     let prefix = format!("{name}=");
     let mut iter = args.iter();
     while let Some(arg) = iter.next() {

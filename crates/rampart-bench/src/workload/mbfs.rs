@@ -236,6 +236,10 @@ impl Workload for SmallFileLoop {
         ]
     }
 
+    fn runs_on_floor(&self) -> bool {
+        true
+    }
+
     fn plot(&self) -> PlotKind {
         PlotKind::PhaseBars
     }

@@ -134,8 +134,21 @@ pub trait Workload: Send + Sync {
     fn unsupported_on(&self, _peer: PeerKind) -> Option<String> {
         None
     }
+    /// Whether it means something on the floor, which keeps no contents (reads return
+    /// zeros): the metadata-heavy workloads, whose cost is the requests (decision 0070).
+    fn runs_on_floor(&self) -> bool {
+        false
+    }
     fn plot(&self) -> PlotKind;
     fn run(&self, ctx: &mut Ctx) -> Result<Outcome>;
+}
+
+/// Why a workload does not run on the floor.
+pub fn floor_keeps_no_data() -> String {
+    "the floor keeps no contents (written bytes are dropped, reads return zeros): it runs the \
+     metadata-heavy workloads (PostMark, the MBFS small-file loop, durable small writes), \
+     where FUSE's requests are the cost it measures"
+        .into()
 }
 
 /// Every workload, in report order.

@@ -18,6 +18,7 @@ use super::data::{group_digits, io_err};
 use super::{Ctx, Metric, Outcome, PlotKind, Workload};
 use crate::cmd::{self, Cancel, WatchOptions};
 use crate::error::{BenchError, Result};
+use crate::peer::requests::{self, RequestCounter, Snapshot, NOT_WAITED};
 use crate::profile::Profile;
 
 /// Every PostMark parameter we set (postmark's `set ...` commands).
@@ -378,6 +379,10 @@ impl Workload for Postmark {
         postmark_path().map(|_| ())
     }
 
+    fn runs_on_floor(&self) -> bool {
+        true
+    }
+
     fn plot(&self) -> PlotKind {
         PlotKind::PhaseBars
     }
@@ -395,6 +400,7 @@ impl Workload for Postmark {
             &ctx.scratch,
             ctx.cancel,
             Self::timeout(ctx.profile),
+            ctx.peer.request_counter(),
         )?;
         Ok(run.outcome())
     }
@@ -515,6 +521,12 @@ pub struct PostmarkRun {
     pub delete_phase: Duration,
     /// From the first file created to the last deleted (postmark's "total").
     pub total: Duration,
+    /// FUSE requests during the transactions, by opcode, where the peer counts them (read
+    /// when the transactions' start and end markers arrive); an error says why they are
+    /// missing.
+    pub requests: Option<std::result::Result<Snapshot, String>>,
+    /// Where the counts come from, for the notes.
+    pub requests_source: Option<&'static str>,
 }
 
 impl PostmarkRun {
@@ -559,6 +571,68 @@ impl PostmarkRun {
             Metric::rate("read", "MiB/s", r.read_bytes / MIB, self.total),
             Metric::rate("write", "MiB/s", r.written_bytes / MIB, self.total),
         ];
+        let mut metrics = metrics;
+        // The time a transaction takes, to set beside the floor's and the kernel's.
+        metrics.push(Metric::lower(
+            "time per transaction",
+            "µs/tx",
+            self.transaction_phase.as_secs_f64() * 1e6 / self.config.transactions as f64,
+        ));
+        let mut request_notes = Vec::new();
+        match &self.requests {
+            Some(Ok(Snapshot {
+                counts,
+                daemon_seconds,
+            })) => {
+                let per_tx = |n: u64| n as f64 / self.config.transactions as f64;
+                if let Some(seconds) = daemon_seconds {
+                    // Arrival to answer, every request of the transactions: the daemon's own
+                    // share of the time per transaction (the rest is the kernel's and the
+                    // hand-offs').
+                    metrics.push(Metric::lower(
+                        "daemon time per transaction",
+                        "µs/tx",
+                        seconds * 1e6 / self.config.transactions as f64,
+                    ));
+                }
+                let waited: u64 = counts
+                    .iter()
+                    .filter(|(op, _)| !NOT_WAITED.contains(&op.as_str()))
+                    .map(|(_, n)| n)
+                    .sum();
+                let not_waited: u64 = counts.values().sum::<u64>() - waited;
+                metrics.push(Metric::lower(
+                    "requests/tx: waited",
+                    "req/tx",
+                    per_tx(waited),
+                ));
+                metrics.push(Metric::lower(
+                    "requests/tx: not waited (forget)",
+                    "req/tx",
+                    per_tx(not_waited),
+                ));
+                for (op, &n) in counts {
+                    metrics.push(Metric::lower(
+                        format!("requests/tx: {op}"),
+                        "req/tx",
+                        per_tx(n),
+                    ));
+                }
+                request_notes.push(format!(
+                    "FUSE requests during the transactions ({}; read as the start and end \
+                     markers arrived, so a few requests of the neighbouring phases may be \
+                     counted): {}",
+                    self.requests_source.unwrap_or("the peer's counters"),
+                    counts
+                        .iter()
+                        .map(|(op, n)| format!("{op} {n}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            Some(Err(e)) => request_notes.push(format!("FUSE requests not counted: {e}")),
+            None => {}
+        }
         let notes = vec![
             format!(
                 "phases: creation {:.3} s, transactions {:.3} s, deletion {:.3} s, total {:.3} s",
@@ -587,6 +661,8 @@ impl PostmarkRun {
                 r.total_s, r.transactions_s, r.transactions_per_s
             ),
         ];
+        let mut notes = notes;
+        notes.extend(request_notes);
         Outcome { metrics, notes }
     }
 }
@@ -601,8 +677,10 @@ pub fn run_postmark(
     scratch: &Path,
     cancel: &Cancel,
     timeout: Duration,
+    counter: Option<RequestCounter>,
 ) -> Result<PostmarkRun> {
     let postmark = postmark_path()?;
+    let requests_source = counter.as_ref().map(RequestCounter::source);
     let config_path = scratch.join("postmark.cfg");
     // postmark garbles file names whose path passes ~76 characters (a fixed buffer), and
     // peers' paths are long: run it in the workload's directory with a relative location.
@@ -612,6 +690,7 @@ pub fn run_postmark(
     command.arg(&config_path).current_dir(dir);
     let line = cmd::describe(&command);
     let (found_tx, found_rx) = mpsc::channel();
+    let (counts_tx, counts_rx) = mpsc::channel();
     let mut scan = MarkerScan::new(&MARKERS);
     let out = cmd::run_watching(
         &mut command,
@@ -620,6 +699,10 @@ pub fn run_postmark(
         move |chunk: &[u8], at: Instant| {
             for marker in scan.feed(chunk) {
                 let _ = found_tx.send((marker, at));
+                // The counts at the transactions' start and end (after the time is taken).
+                if let (Some(counter), TRANSACT | DELETE) = (&counter, marker) {
+                    let _ = counts_tx.send((marker, counter.read().map_err(|e| e.to_string())));
+                }
             }
         },
         WatchOptions {
@@ -665,8 +748,20 @@ pub fn run_postmark(
             Ok(d)
         }
     };
+    let requests = requests_source.map(|_| {
+        let mut at = [None, None];
+        for (marker, counts) in counts_rx.try_iter() {
+            at[usize::from(marker == DELETE)] = Some(counts);
+        }
+        match at {
+            [Some(before), Some(after)] => Ok(requests::between(&before?, &after?)),
+            _ => Err("the counts were not read at both ends of the transactions".to_string()),
+        }
+    });
     Ok(PostmarkRun {
         config: cfg.clone(),
+        requests,
+        requests_source,
         report,
         create_phase: phase("creation", create, transact)?,
         transaction_phase: phase("transaction", transact, delete)?,
@@ -1164,6 +1259,7 @@ mod tests {
             scratch.path(),
             Cancel::global(),
             Duration::from_secs(30),
+            None,
         )
         .unwrap_err()
         .to_string();

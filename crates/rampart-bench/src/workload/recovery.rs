@@ -127,6 +127,9 @@ impl Workload for Recovery {
                  so there is no mount to time"
                     .into(),
             ),
+            PeerKind::JuiceFs => {
+                Some("the bench does not remount JuiceFS: its recovery is not measured".into())
+            }
             _ => None,
         }
     }

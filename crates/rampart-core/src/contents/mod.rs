@@ -11,22 +11,54 @@
 //! accounting, and may fail: a kind backed by a device can meet EIO or ENOSPC. The memory kind
 //! never fails once the budget has been checked.
 
-use crate::error::FsResult;
+pub mod host_file;
+
+use crate::error::{Errno, FsResult};
 use crate::memory::file_data::FileData;
 
 pub use crate::memory::file_data::Delta;
+pub use host_file::HostFile;
 
 /// Where a regular file's bytes live.
 #[derive(Debug)]
 pub enum Contents {
     /// In RAM, as the file's final home (small files; the memory tier).
     Memory(FileData),
+    /// In a host file of the data folder (large files; the disk tier). Reads and writes of
+    /// the bytes go to the host file (the engine's `disk` module); only the size is here.
+    Disk(HostFile),
 }
 
 /// The tier a file's contents are on, for `stat` and `status`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Tier {
     Memory,
+    Disk,
+}
+
+impl Tier {
+    /// Its byte in the journal (`Op::Migrate`) and the checkpoint.
+    pub fn code(self) -> u8 {
+        match self {
+            Tier::Memory => 0,
+            Tier::Disk => 1,
+        }
+    }
+
+    pub fn from_code(code: u8) -> Option<Tier> {
+        match code {
+            0 => Some(Tier::Memory),
+            1 => Some(Tier::Disk),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Memory => "memory",
+            Tier::Disk => "disk",
+        }
+    }
 }
 
 impl Default for Contents {
@@ -45,6 +77,7 @@ impl Contents {
     pub fn tier(&self) -> Tier {
         match self {
             Contents::Memory(_) => Tier::Memory,
+            Contents::Disk(_) => Tier::Disk,
         }
     }
 
@@ -53,6 +86,7 @@ impl Contents {
     pub fn memory(&self) -> Option<&FileData> {
         match self {
             Contents::Memory(data) => Some(data),
+            Contents::Disk(_) => None,
         }
     }
 
@@ -60,6 +94,7 @@ impl Contents {
     pub fn heap_bytes(&self) -> u64 {
         match self {
             Contents::Memory(data) => data.heap_bytes(),
+            Contents::Disk(_) => 0,
         }
     }
 
@@ -67,6 +102,7 @@ impl Contents {
     pub fn stored_bytes(&self) -> u64 {
         match self {
             Contents::Memory(data) => data.stored_bytes(),
+            Contents::Disk(host) => host.stored_bytes(),
         }
     }
 
@@ -74,6 +110,7 @@ impl Contents {
     pub fn allocated_bytes(&self) -> u64 {
         match self {
             Contents::Memory(data) => data.allocated_bytes(),
+            Contents::Disk(host) => host.stored_bytes(),
         }
     }
 
@@ -88,6 +125,7 @@ impl Contents {
     pub fn write_growth_bytes(&self, offset: u64, len: usize) -> u64 {
         match self {
             Contents::Memory(data) => data.growth_bound_bytes(offset, len),
+            Contents::Disk(_) => 0,
         }
     }
 
@@ -95,21 +133,38 @@ impl Contents {
     pub fn reserve_growth_bytes(&self, offset: u64, len: u64) -> u64 {
         match self {
             Contents::Memory(data) => data.reserve_growth_bytes(offset, len),
+            Contents::Disk(_) => 0,
         }
     }
 
     /// Reads up to `len` bytes at `offset` of a file of `size_bytes` into `out` (cleared
-    /// first); holes read as zeros.
+    /// first); holes read as zeros. A disk-tier file's bytes are read from its host file by
+    /// the engine, never here (EIO).
     pub fn read(&self, size_bytes: u64, offset: u64, len: u32, out: &mut Vec<u8>) -> FsResult<()> {
         match self {
             Contents::Memory(data) => data.read(size_bytes, offset, len, out),
+            Contents::Disk(_) => return Err(Errno::EIO),
         }
         Ok(())
     }
 
+    /// Writes bytes held in memory. A disk-tier file is written through its host file and
+    /// `Op::WriteExtent` (EIO here: an op that carries bytes never targets it).
     pub fn write(&mut self, offset: u64, bytes: &[u8]) -> FsResult<Delta> {
         match self {
             Contents::Memory(data) => Ok(data.write(offset, bytes)),
+            Contents::Disk(_) => Err(Errno::EIO),
+        }
+    }
+
+    /// `len` bytes were written to a disk-tier file's host file, leaving it `size_bytes` long.
+    pub fn wrote_extent(&mut self, len: u64, size_bytes: u64) -> FsResult<Delta> {
+        match self {
+            Contents::Memory(_) => Err(Errno::EIO),
+            Contents::Disk(host) => Ok(Delta {
+                heap_bytes: 0,
+                stored_bytes: host.wrote(len, size_bytes),
+            }),
         }
     }
 
@@ -117,6 +172,11 @@ impl Contents {
     pub fn truncate(&mut self, size_bytes: u64) -> FsResult<Delta> {
         match self {
             Contents::Memory(data) => Ok(data.truncate(size_bytes)),
+            // The host file is trimmed by the engine once the op is durable.
+            Contents::Disk(host) => Ok(Delta {
+                heap_bytes: 0,
+                stored_bytes: host.truncated(size_bytes),
+            }),
         }
     }
 
@@ -124,6 +184,8 @@ impl Contents {
     pub fn punch_hole(&mut self, offset: u64, len: u64) -> FsResult<Delta> {
         match self {
             Contents::Memory(data) => Ok(data.punch_hole(offset, len)),
+            // Punched in the host file by the engine once the op is durable.
+            Contents::Disk(_) => Ok(Delta::default()),
         }
     }
 
@@ -132,6 +194,8 @@ impl Contents {
     pub fn reserve(&mut self, offset: u64, len: u64) -> FsResult<Delta> {
         match self {
             Contents::Memory(data) => Ok(data.reserve(offset, len)),
+            // The host file system allocates as it is written (sparse host files).
+            Contents::Disk(_) => Ok(Delta::default()),
         }
     }
 
@@ -139,6 +203,7 @@ impl Contents {
     pub fn check(&self, size_bytes: u64) -> Result<(), crate::error::Broken> {
         match self {
             Contents::Memory(data) => data.check(size_bytes),
+            Contents::Disk(host) => host.check(size_bytes),
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use super::{Ctx, Engine, Invalidation, Mutation, WriteTimes};
 use crate::attr::{Attr, Ino, SetAttr, SetTime};
+use crate::contents::{Contents, Tier};
 use crate::error::{Errno, FsResult};
 use crate::limits::RELATIME_INTERVAL_NS;
 use crate::op::Op;
@@ -24,20 +25,35 @@ fn resolve_time(t: SetTime, now: TimeNs) -> TimeNs {
 
 impl Engine {
     pub fn setattr(&self, ctx: &Ctx, ino: Ino, set: &SetAttr) -> FsResult<Attr> {
+        let op = |now| Op::SetAttr {
+            ino,
+            mode: set.mode,
+            uid: set.uid,
+            gid: set.gid,
+            size_bytes: set.size_bytes,
+            atime_ns: set.atime.map(|t| resolve_time(t, now)),
+            mtime_ns: set.mtime.map(|t| resolve_time(t, now)),
+            ctime_ns: set.ctime_ns.unwrap_or(now),
+            kill_suidgid: set.kill_suidgid,
+        };
+        if let (Some(disk), Some(size)) = (self.disk(), set.size_bytes) {
+            // Only a disk-tier file, or a memory file growing past the threshold.
+            let concerned = match self.tier(ino) {
+                Ok(Tier::Disk) => true,
+                Ok(Tier::Memory) => disk.passes_threshold(size),
+                Err(_) => false,
+            };
+            if size <= crate::limits::FILE_SIZE_BYTES_MAX && concerned {
+                let now = self.now_ns();
+                if let Some(attr) = self.setattr_disk(disk, ctx, ino, &op(now), size)? {
+                    return Ok(attr);
+                }
+            }
+        }
         self.mutate(
             ctx,
             |m, now| {
-                m.apply(&Op::SetAttr {
-                    ino,
-                    mode: set.mode,
-                    uid: set.uid,
-                    gid: set.gid,
-                    size_bytes: set.size_bytes,
-                    atime_ns: set.atime.map(|t| resolve_time(t, now)),
-                    mtime_ns: set.mtime.map(|t| resolve_time(t, now)),
-                    ctime_ns: set.ctime_ns.unwrap_or(now),
-                    kill_suidgid: set.kill_suidgid,
-                })?;
+                m.apply(&op(now))?;
                 Ok(m.state().inode(ino)?.attr(ino))
             },
             |_| vec![Invalidation::Inode { ino }],
@@ -46,20 +62,34 @@ impl Engine {
 
     /// Reads up to `size` bytes at `offset` into `out` (cleared first).
     pub fn read(&self, ino: Ino, offset: u64, size: u32, out: &mut ReadBuf) -> FsResult<()> {
-        let state = self.read_state();
-        let inode = state.regular_file(ino)?;
-        inode
-            .file()
-            .expect("regular file")
-            .read(inode.size_bytes, offset, size, out)?;
-        // relatime: refresh the access time only when it is older than the last change or a day.
-        let atime = inode.atime();
-        let now = self.now_ns();
-        if atime <= inode.mtime_ns || atime <= inode.ctime_ns || now - atime > RELATIME_INTERVAL_NS
-        {
-            inode.set_atime(now);
+        // A few rounds at most: a round ends early only when the file moved meanwhile.
+        for _ in 0..4 {
+            let state = self.read_state();
+            let inode = state.regular_file(ino)?;
+            let contents = inode.file().expect("regular file");
+            if contents.tier() == Tier::Disk {
+                // Through the host file, under its host lock (taken before the state's).
+                drop(state);
+                let disk = self.disk().ok_or(Errno::EIO)?;
+                if self.read_disk(disk, ino, offset, size, out)? {
+                    return Ok(());
+                }
+                continue;
+            }
+            contents.read(inode.size_bytes, offset, size, out)?;
+            // relatime: refresh the access time only when it is older than the last change
+            // or a day.
+            let atime = inode.atime();
+            let now = self.now_ns();
+            if atime <= inode.mtime_ns
+                || atime <= inode.ctime_ns
+                || now - atime > RELATIME_INTERVAL_NS
+            {
+                inode.set_atime(now);
+            }
+            return Ok(());
         }
-        Ok(())
+        Err(Errno::EIO)
     }
 
     /// Writes `data` at `offset` and stamps the file's mtime and ctime with the time; returns
@@ -87,13 +117,60 @@ impl Engine {
         times: WriteTimes,
     ) -> FsResult<u32> {
         u32::try_from(data.len()).map_err(|_| Errno::EINVAL)?;
+        // A few rounds at most: a round ends early only when another writer moved the file
+        // to the disk tier meanwhile.
+        let end = offset.saturating_add(data.len() as u64);
+        for _ in 0..4 {
+            if let Some(disk) = self.disk() {
+                // Small memory files take none of these turns (one shared look at the tier).
+                if self.tier(ino)? == Tier::Disk {
+                    match self.write_disk(disk, ctx, ino, offset, data, kill_suidgid, times)? {
+                        Some(n) => return Ok(n),
+                        None => continue,
+                    }
+                }
+                if disk.passes_threshold(end) {
+                    match self.write_migrating(disk, ctx, ino, offset, data, kill_suidgid, times)? {
+                        Some(n) => return Ok(n),
+                        None if self.tier(ino)? == Tier::Disk => continue,
+                        None => {}
+                    }
+                }
+            }
+            match self.write_memory(ctx, ino, offset, data, kill_suidgid, times) {
+                Ok(Some(n)) => return Ok(n),
+                Ok(None) => {}
+                // Memory is full: the coldest large files move to disk, then a new try
+                // (ENOSPC only once nothing more can move).
+                Err(Errno::ENOSPC)
+                    if self.evict_for(data.len() as u64 + crate::limits::EVICT_SLACK_BYTES) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Errno::ENOSPC)
+    }
+
+    /// A write of a memory file; `None` if the file is on the disk tier (moved meanwhile).
+    fn write_memory(
+        &self,
+        ctx: &Ctx,
+        ino: Ino,
+        offset: u64,
+        data: &[u8],
+        kill_suidgid: bool,
+        times: WriteTimes,
+    ) -> FsResult<Option<u32>> {
         self.mutate(
             ctx,
             |m, time_ns| {
                 if self.discards_writes(m.state(), ino) {
                     // DISPOSABLE: accepted and dropped, like /dev/null.
-                    m.state().inode(ino)?.file().ok_or(Errno::EINVAL)?;
-                    return Ok(data.len() as u32);
+                    m.state().regular_file(ino)?;
+                    return Ok(Some(data.len() as u32));
+                }
+                let tier = m.state().regular_file(ino)?.file().map(Contents::tier);
+                if tier == Some(Tier::Disk) {
+                    return Ok(None);
                 }
                 // The times before the write, to put back when the kernel owns them.
                 let kept_times = match times {
@@ -106,7 +183,7 @@ impl Engine {
                 if let Some(kept) = kept_times {
                     restore_times(m, ino, kept);
                 }
-                Ok(done as u32)
+                Ok(Some(done as u32))
             },
             |_| vec![Invalidation::Inode { ino }],
         )
@@ -130,6 +207,21 @@ impl Engine {
         kill_suidgid: bool,
         times: WriteTimes,
     ) -> FsResult<u64> {
+        if let Some(disk) = self.disk() {
+            let on_disk = |ino| self.tier(ino).map(|t| t == Tier::Disk);
+            let out_end = offset_out.saturating_add(len.min(COPY_LEN_MAX));
+            if on_disk(ino_in)? || on_disk(ino_out)? || disk.passes_threshold(out_end) {
+                // Through the host files: a read, then a write (each atomic on its own).
+                let mut bytes = Vec::new();
+                self.read(ino_in, offset_in, len.min(COPY_LEN_MAX) as u32, &mut bytes)?;
+                self.read_state().regular_file(ino_out)?;
+                if bytes.is_empty() {
+                    return Ok(0);
+                }
+                let n = self.write_with(ctx, ino_out, offset_out, &bytes, kill_suidgid, times)?;
+                return Ok(u64::from(n));
+            }
+        }
         self.mutate(
             ctx,
             |m, time_ns| {
@@ -165,6 +257,37 @@ impl Engine {
     }
 
     pub fn fallocate(
+        &self,
+        ctx: &Ctx,
+        ino: Ino,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> FsResult<()> {
+        if let Some(disk) = self.disk() {
+            let concerned = match self.tier(ino) {
+                Ok(Tier::Disk) => true,
+                Ok(Tier::Memory) => disk.passes_threshold(offset.saturating_add(length)),
+                Err(_) => false,
+            };
+            if length > 0 && concerned {
+                if let Some(()) = self.fallocate_disk(disk, ctx, ino, offset, length, mode)? {
+                    return Ok(());
+                }
+            }
+        }
+        match self.fallocate_memory(ctx, ino, offset, length, mode) {
+            Err(Errno::ENOSPC)
+                if self.evict_for(length.saturating_add(crate::limits::EVICT_SLACK_BYTES)) =>
+            {
+                // Through the tiers again: the file itself may have moved.
+                self.fallocate(ctx, ino, offset, length, mode)
+            }
+            other => other,
+        }
+    }
+
+    fn fallocate_memory(
         &self,
         ctx: &Ctx,
         ino: Ino,
@@ -223,7 +346,11 @@ fn write_pieces(
 /// after the write(2); the kernel stamped the times then and sends them itself (SETATTR) if
 /// they changed, so the flush time must not replace them. Only if the write changed them (not
 /// within the same clock tick).
-fn restore_times(m: &mut Mutation<'_>, ino: Ino, (mtime_ns, ctime_ns): (TimeNs, TimeNs)) {
+pub(super) fn restore_times(
+    m: &mut Mutation<'_>,
+    ino: Ino,
+    (mtime_ns, ctime_ns): (TimeNs, TimeNs),
+) {
     let now = m.state().inode(ino).ok().map(|i| (i.mtime_ns, i.ctime_ns));
     if now == Some((mtime_ns, ctime_ns)) {
         return;

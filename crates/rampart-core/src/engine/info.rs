@@ -11,10 +11,17 @@ impl Engine {
         let bs = u64::from(BLOCK_SIZE_BYTES);
         let inode_bytes = (std::mem::size_of::<Inode>() as u64 + ENTRY_COST_BYTES + 16).max(1);
         let free = state.budget.free_bytes();
+        // With a disk tier taking new files, the file system under the store adds its room
+        // (decision 0060): what `df` shows is what can still be written somewhere.
+        let (host_total, host_free) = self
+            .disk()
+            .filter(|d| d.config.enabled())
+            .and_then(|d| d.device.space().ok().flatten())
+            .unwrap_or((0, 0));
         StatFs {
             block_size: BLOCK_SIZE_BYTES,
-            blocks_total: state.budget.cap_bytes() / bs,
-            blocks_free: free / bs,
+            blocks_total: state.budget.cap_bytes().saturating_add(host_total) / bs,
+            blocks_free: free.saturating_add(host_free) / bs,
             files_total: state.table.live() + free / inode_bytes,
             files_free: free / inode_bytes,
             name_len_max: NAME_BYTES_MAX as u32,
@@ -31,6 +38,8 @@ impl Engine {
             data_bytes: state.counts.data_bytes,
             memory_used_bytes: state.budget.total_bytes(),
             memory_cap_bytes: state.budget.cap_bytes(),
+            disk_files: state.counts.disk_files,
+            disk_data_bytes: state.counts.disk_data_bytes,
         }
     }
 

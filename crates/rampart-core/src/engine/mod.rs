@@ -13,6 +13,7 @@
 
 mod category_ops;
 pub use category_ops::CategoryInfo;
+mod disk_ops;
 mod file_ops;
 pub use file_ops::ReadBuf;
 mod info;
@@ -97,6 +98,12 @@ pub struct EngineConfig {
     pub root_mode: u32,
     /// Where file times come from (tests drive a `clock::ManualClock`).
     pub clock: Arc<dyn Clock>,
+    /// Files larger than this move to the disk tier, when the engine has a store: `None` for
+    /// the store's own (its superblock's; the default 1 MiB without one), `u64::MAX` for
+    /// never (decision 0060).
+    pub large_file_threshold_bytes: Option<u64>,
+    /// The smallest file memory pressure moves to the disk tier (decision 0059).
+    pub evict_min_size_bytes: u64,
 }
 
 impl Default for EngineConfig {
@@ -107,6 +114,8 @@ impl Default for EngineConfig {
             root_gid: 0,
             root_mode: 0o755,
             clock: Arc::new(SystemClock),
+            large_file_threshold_bytes: None,
+            evict_min_size_bytes: crate::limits::EVICT_MIN_SIZE_BYTES_DEFAULT,
         }
     }
 }
@@ -127,6 +136,11 @@ pub struct Engine {
     /// Directory paths for filename rules (`category_ops::DirPaths`); taken under the state
     /// lock, nothing is locked under it.
     dir_paths: parking_lot::Mutex<category_ops::DirPaths>,
+    /// The disk tier, once the store's device is attached (`Engine::set_disk_tier`); without
+    /// it every file stays in memory.
+    disk: std::sync::OnceLock<Arc<crate::disk::DiskTier>>,
+    /// Set by the FUSE adapter (`set_passthrough_available`), shown by `rampart status`.
+    passthrough_available: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Engine {
@@ -175,7 +189,12 @@ impl Mutation<'_> {
         }
         let (presence, needed) = policy::presence(&self.state, op, &seen);
         let told = match presence {
-            policy::Presence::Skip => return Ok(()),
+            policy::Presence::Skip => {
+                // Nothing reaches the levels; a host file the op left unused still goes.
+                let levels = self.engine.levels.read();
+                self.after_applied(&levels, op, &Route::VOLATILE);
+                return Ok(());
+            }
             policy::Presence::Tell => *op,
             policy::Presence::Instead(instead) => instead,
         };
@@ -187,7 +206,10 @@ impl Mutation<'_> {
         if let Some(dir) = needed {
             self.make_present(dir, route);
         }
-        self.engine.levels.read().applied(&told, &route);
+        let levels = self.engine.levels.read();
+        levels.applied(&told, &route);
+        self.after_applied(&levels, &told, &route);
+        drop(levels);
         self.route = self.route.stronger(route);
         Ok(())
     }
@@ -216,12 +238,52 @@ impl Mutation<'_> {
         self.route = self.route.stronger(route);
     }
 
+    /// What the disk tier asks of the levels after `op` (data=ordered, decision 0057): the
+    /// host file of a disk-tier file whose size or bytes the op changed is synced before the
+    /// op's record; the host file of a file that moved back to memory goes once that is
+    /// durable.
+    fn after_applied(&self, levels: &Levels, op: &Op<'_>, route: &Route) {
+        let ino = match *op {
+            Op::WriteExtent { ino, .. }
+            | Op::Migrate { ino, .. }
+            | Op::Fallocate { ino, .. }
+            | Op::SetAttr {
+                ino,
+                size_bytes: Some(_),
+                ..
+            } => ino,
+            _ => return,
+        };
+        let Ok(inode) = self.state.inode(ino) else {
+            return;
+        };
+        let name = crate::contents::host_file::host_file_name(ino, inode.generation);
+        match inode.file().map(crate::contents::Contents::tier) {
+            Some(crate::contents::Tier::Disk) => levels.host_file_dirty(&name, route),
+            Some(crate::contents::Tier::Memory)
+                if matches!(
+                    op,
+                    Op::Migrate {
+                        tier: crate::contents::Tier::Memory,
+                        ..
+                    }
+                ) =>
+            {
+                self.engine.host_file_gone(levels, ino, &name)
+            }
+            _ => {}
+        }
+    }
+
     /// Hands the levels the ops that rebuild `ino`'s current contents (a volatile file made
     /// durable: the levels never saw its data changes), with `route`. They are already true
     /// of the state, so they are not applied.
     pub(crate) fn materialize(&mut self, ino: crate::attr::Ino, route: Route) {
         let levels = self.engine.levels.read();
-        policy::materialize(&self.state, ino, |op| levels.applied(op, &route));
+        policy::materialize(&self.state, ino, |op| {
+            levels.applied(op, &route);
+            self.after_applied(&levels, op, &route);
+        });
         self.route = self.route.stronger(route);
     }
 
@@ -297,6 +359,8 @@ impl Engine {
                 crate::persist::persister::PersistConfig::default().commit_interval,
             ))),
             dir_paths: parking_lot::Mutex::new(category_ops::DirPaths::default()),
+            disk: std::sync::OnceLock::new(),
+            passthrough_available: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -396,6 +460,10 @@ impl Engine {
             _rank: rank,
         };
         let out = body(&mut mutation, time_ns);
+        if !mutation.state.freed_host_files.is_empty() {
+            let freed = std::mem::take(&mut mutation.state.freed_host_files);
+            self.host_files_freed(&freed);
+        }
         let route = mutation.route;
         let mut told = std::mem::take(&mut mutation.behind_kernel);
         drop(mutation);

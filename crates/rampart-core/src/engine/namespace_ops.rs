@@ -50,7 +50,12 @@ impl Engine {
             }
         };
         if free {
-            self.write_state().free_if_unreferenced(ino);
+            let mut state = self.write_state();
+            state.free_if_unreferenced(ino);
+            if !state.freed_host_files.is_empty() {
+                let freed = std::mem::take(&mut state.freed_host_files);
+                self.host_files_freed(&freed);
+            }
         }
     }
 

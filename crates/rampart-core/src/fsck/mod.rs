@@ -139,6 +139,7 @@ fn run(path: &Path, repair: bool, progress: &dyn Progress) -> Result<Report, Fsc
     }
     if let Some((state, _)) = base.as_mut() {
         phases::invariants(&mut r, state, progress);
+        phases::data_folder(&mut r, &ctx, state);
     }
     let clean = r.problems.is_empty();
     let Some((state, _)) = base else {

@@ -420,3 +420,43 @@ pub(super) fn invariants(r: &mut Report, state: &mut State, progress: &dyn Progr
     r.invariants.problems = problems;
     progress.done();
 }
+
+/// Phase 4, continued: the data folder against the disk-tier files. Missing and short host
+/// files are problems (their bytes are lost); orphans and long ones are what a crash leaves,
+/// which every mount tidies.
+pub(super) fn data_folder(r: &mut Report, ctx: &Ctx<'_>, state: &State) {
+    let scan = match crate::disk::scan_host_files(ctx.device.as_ref(), state) {
+        Ok(scan) => scan,
+        Err(e) => {
+            r.problems.push(format!(
+                "the data folder {} cannot be read: {e}",
+                ctx.file(crate::persist::device::DATA_FOLDER).display()
+            ));
+            return;
+        }
+    };
+    let d = &mut r.data;
+    d.checked = true;
+    d.files = scan.files;
+    d.bytes = scan.bytes;
+    d.orphans = scan.orphans;
+    d.long = scan.long.iter().map(|(name, _, _)| name.clone()).collect();
+    for (ino, name, size, len) in &scan.damaged {
+        let path = ctx.file(name).display().to_string();
+        match len {
+            None => {
+                d.missing.push(name.clone());
+                r.problems.push(format!(
+                    "inode {ino}: its host file {path} is missing: its {size} bytes are lost"
+                ));
+            }
+            Some(len) => {
+                d.short.push(name.clone());
+                r.problems.push(format!(
+                    "inode {ino}: its host file {path} holds {len} of its {size} bytes: bytes \
+                     {len} to {size} are lost"
+                ));
+            }
+        }
+    }
+}

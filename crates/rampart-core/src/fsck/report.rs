@@ -15,6 +15,8 @@ pub struct Report {
     pub journal: JournalReport,
     pub replay: ReplayReport,
     pub invariants: InvariantsReport,
+    /// The data folder of the disk tier against the files that use it.
+    pub data: DataFolderReport,
     /// The file system after replay (and repair), if it could be built.
     pub filesystem: Option<FsCounts>,
     /// Everything found wrong, in the order of the phases.
@@ -127,6 +129,25 @@ pub struct FailedOp {
 pub struct InvariantsReport {
     pub checked: bool,
     pub problems: Vec<String>,
+}
+
+/// What the data folder (`data/`) holds against the disk-tier files.
+#[derive(Debug, Default, Serialize)]
+pub struct DataFolderReport {
+    pub checked: bool,
+    /// Disk-tier files, and the bytes their sizes cover.
+    pub files: u64,
+    pub bytes: u64,
+    /// Host files no file uses (left by a crash between an unlink and the removal, or put
+    /// there by someone else): the next mount removes them, as `--repair` does. Benign.
+    pub orphans: Vec<String>,
+    /// Host files longer than their file (a write whose op never committed): the next mount
+    /// trims them, as `--repair` does. Benign.
+    pub long: Vec<String>,
+    /// Host files that are missing: their files' bytes are lost (a problem).
+    pub missing: Vec<String>,
+    /// Host files shorter than their file: the bytes past their end are lost (a problem).
+    pub short: Vec<String>,
 }
 
 #[derive(Debug, Default, Serialize)]

@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use super::{counts, Ctx, FsckError, Phase, Report};
+use crate::contents::Tier;
 use crate::engine::{Engine, State};
+use crate::op::Op;
 use crate::persist::checkpoint;
 use crate::persist::persister::{PersistConfig, Persister};
 use crate::persist::recovery::{CHECKPOINT_FILE, JOURNAL_FILE};
@@ -40,6 +42,7 @@ pub(super) fn repair(
             r.replay.ops_not_replayed.saturating_sub(1)
         ));
     }
+    repair_data_folder(r, ctx, &mut state)?;
     r.repairs.extend(state.repair());
     let left = state.check();
     if !left.is_empty() {
@@ -112,4 +115,71 @@ fn write(ctx: &Ctx<'_>, engine: &Arc<Engine>, plan: &Plan) -> Result<u64, FsckEr
         return Err(failed(error));
     }
     Ok(persister.stats().checkpoint_image_bytes)
+}
+
+/// The data folder: trims a crash cut off are redone, host files no file uses are removed,
+/// long ones trimmed (as a mount does), and each file whose host file is short or missing is
+/// truncated to what its host file holds (a missing one becomes an empty file in memory),
+/// saying what was lost.
+fn repair_data_folder(r: &mut Report, ctx: &Ctx<'_>, state: &mut State) -> Result<(), FsckError> {
+    let done = crate::disk::recover_host_files(ctx.device.as_ref(), state).map_err(|error| {
+        FsckError::Write {
+            store: ctx.path.to_path_buf(),
+            error: crate::error::PersistError::new(
+                crate::error::PersistStep::WriteCheckpoint,
+                &error,
+            ),
+        }
+    })?;
+    if done.orphans_removed > 0 {
+        r.repairs.push(format!(
+            "removed {} host files no file uses from the data folder",
+            done.orphans_removed
+        ));
+    }
+    if done.trimmed > 0 {
+        r.repairs.push(format!(
+            "trimmed {} host files longer than their files",
+            done.trimmed
+        ));
+    }
+    let now = crate::time::now_ns();
+    for (ino, size, len) in done.damaged {
+        let kept = len.unwrap_or(0);
+        let truncate = Op::SetAttr {
+            ino,
+            mode: None,
+            uid: None,
+            gid: None,
+            size_bytes: Some(kept),
+            atime_ns: None,
+            mtime_ns: None,
+            ctime_ns: now,
+            kill_suidgid: false,
+        };
+        let mut applied = state.apply(&truncate);
+        if applied.is_ok() && len.is_none() {
+            // No host file to write to: the (now empty) file lives in memory.
+            applied = state.apply(&Op::Migrate {
+                ino,
+                tier: Tier::Memory,
+                time_ns: now,
+            });
+        }
+        match applied {
+            Ok(()) => r.repairs.push(match len {
+                Some(len) => format!(
+                    "truncated inode {ino} from {size} to {len} bytes, what its host file \
+                     holds: bytes {len} to {size} are lost"
+                ),
+                None => format!(
+                    "emptied inode {ino}: its host file was missing, so its {size} bytes are lost"
+                ),
+            }),
+            Err(e) => r
+                .problems
+                .push(format!("inode {ino}: could not be truncated ({e})")),
+        }
+    }
+    Ok(())
 }

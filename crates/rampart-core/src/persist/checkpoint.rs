@@ -12,7 +12,9 @@
 //!     ino − previous ino | generation | owner index | nlink
 //!     | zigzag(mtime − previous inode's mtime) | zigzag(ctime − mtime) | zigzag(atime − mtime)
 //!     | payload by kind | xattr count | (name, value)*
-//! payload    := regular file: size | chunk count | (chunk index − previous index, bytes)*
+//! payload    := regular file: size | tier byte (version 2 on; 0 memory, 1 disk)
+//!                 | memory: chunk count | (chunk index − previous index, bytes)*
+//!                 | disk: bytes held (the bytes are in the host file data/{ino}-{generation})
 //!             | directory:    parent | entry count | (child ino, name)*
 //!             | symlink:      target bytes
 //!             | device node:  rdev
@@ -28,6 +30,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64};
 
 use crate::attr::{FileKind, Ino, ROOT_INO};
+use crate::contents::Tier;
 use crate::engine::{EngineConfig, State};
 use crate::memory::file_data::{FileData, CHUNK_BYTES};
 use crate::namespace::dir::{Dir, NAME_BYTES_MAX};
@@ -38,11 +41,15 @@ use crate::time::TimeNs;
 use crate::xattr::{self, Xattrs};
 
 pub const MAGIC: [u8; 8] = *b"RPCHKPT\0";
-pub const VERSION: u32 = 1;
+/// Version 2 records each regular file's tier; version 1 images (no tier byte: every file in
+/// memory) are read.
+pub const VERSION: u32 = 2;
+pub const OLDEST_VERSION: u32 = 1;
 pub const HEADER_BYTES: usize = header::HEADER_BYTES;
 const FRAME: Frame = Frame {
     magic: MAGIC,
     version: VERSION,
+    oldest: OLDEST_VERSION,
 };
 /// Offsets of the checkpoint's own header fields (bytes 56..60 are zero).
 const SEQ_AT: usize = header::FIELDS_AT;
@@ -51,6 +58,8 @@ const BODY_LEN_AT: usize = CREATED_NS_AT + 8;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
+    /// The format version it was written in (this build writes [`VERSION`]).
+    pub version: u32,
     pub store_id: [u8; 16],
     /// The first op not in the image.
     pub seq: u64,
@@ -75,6 +84,7 @@ impl Header {
             HeaderError::UnsupportedVersion { found, .. } => CheckpointError::Version(found),
         })?;
         Ok(Header {
+            version: header.version,
             store_id: header.store_id,
             seq: header.fields.u64(SEQ_AT),
             created_ns: header.fields.i64(CREATED_NS_AT),
@@ -98,7 +108,8 @@ impl std::fmt::Display for CheckpointError {
             CheckpointError::Format(m) => write!(f, "checkpoint is damaged: {m}"),
             CheckpointError::Version(v) => write!(
                 f,
-                "checkpoint format version {v} is not supported (this rampart reads {VERSION})"
+                "checkpoint format version {v} is not supported (this rampart reads \
+                 {OLDEST_VERSION} to {VERSION})"
             ),
             CheckpointError::Inconsistent(p) => write!(
                 f,
@@ -194,10 +205,19 @@ pub fn encode_body(state: &State, created_ns: TimeNs, image: &mut Vec<u8>) {
             Payload::File(_) if inode.durability() == crate::attr::Durability::Volatile => {
                 // Its data never reaches the store; recovery drops the file.
                 put_varint(&mut body, 0);
+                body.push(Tier::Memory.code());
                 put_varint(&mut body, 0);
+            }
+            Payload::File(f) if f.tier() == Tier::Disk => {
+                // The bytes stay in the host file, never in the image; how many it holds
+                // (for `st_blocks`) does.
+                put_varint(&mut body, inode.size_bytes);
+                body.push(Tier::Disk.code());
+                put_varint(&mut body, f.stored_bytes());
             }
             Payload::File(f) => {
                 put_varint(&mut body, inode.size_bytes);
+                body.push(Tier::Memory.code());
                 let chunks: Vec<_> = f.chunks().collect();
                 put_varint(&mut body, chunks.len() as u64);
                 let mut prev = 0usize;
@@ -253,6 +273,7 @@ pub fn encode_body(state: &State, created_ns: TimeNs, image: &mut Vec<u8>) {
 pub fn seal(image: &mut Vec<u8>, store_id: [u8; 16], seq: u64, created_ns: TimeNs) {
     debug_assert!(image.len() >= HEADER_BYTES);
     let header = Header {
+        version: VERSION,
         store_id,
         seq,
         created_ns,
@@ -331,7 +352,7 @@ pub fn decode_for_repair(
         ino = ino
             .checked_add(delta)
             .ok_or_else(|| bad("inode number overflow"))?;
-        let (inode, dir_entries) = read_inode(input, ino, &owners, prev_mtime)?;
+        let (inode, dir_entries) = read_inode(input, ino, &owners, prev_mtime, header.version)?;
         prev_mtime = inode.mtime_ns;
         if let Some(list) = dir_entries {
             entries.push((ino, list));
@@ -409,6 +430,7 @@ fn read_inode<'a>(
     ino: Ino,
     owners: &[Owner],
     prev_mtime: TimeNs,
+    version: u32,
 ) -> Result<(Inode, Option<DirEntries<'a>>), CheckpointError> {
     let generation = varint_u32(input, "generation")?;
     let owner = varint(input, "owner index")? as usize;
@@ -420,7 +442,7 @@ fn read_inode<'a>(
     let ctime_ns = mtime_ns.wrapping_add(zigzag(input, "ctime")?);
     let atime_ns = mtime_ns.wrapping_add(zigzag(input, "atime")?);
     let kind = FileKind::from_mode(mode).expect("checked with the table");
-    let (payload, size_bytes, entries) = read_payload(input, kind)?;
+    let (payload, size_bytes, entries) = read_payload(input, kind, version)?;
     let xattrs = read_xattrs(input, ino)?;
     let inode = Inode {
         mode,
@@ -445,10 +467,35 @@ fn read_inode<'a>(
 fn read_payload<'a>(
     input: &mut &'a [u8],
     kind: FileKind,
+    version: u32,
 ) -> Result<(Payload, u64, Option<DirEntries<'a>>), CheckpointError> {
     Ok(match kind {
         FileKind::RegularFile => {
             let size_bytes = varint(input, "file size")?;
+            let tier = if version >= 2 {
+                let code =
+                    crate::persist::codec::get_u8(input).map_err(|e| bad(format!("tier: {e}")))?;
+                Tier::from_code(code).ok_or_else(|| bad(format!("tier {code} is unknown")))?
+            } else {
+                Tier::Memory
+            };
+            if tier == Tier::Disk {
+                if size_bytes > crate::limits::FILE_SIZE_BYTES_MAX {
+                    return Err(bad(format!("file size {size_bytes} is too large")));
+                }
+                let written = varint(input, "bytes held on disk")?;
+                if written > size_bytes {
+                    return Err(bad(format!(
+                        "a disk-tier file holds {written} bytes, past its size {size_bytes}"
+                    )));
+                }
+                let host = crate::contents::HostFile::holding(written);
+                return Ok((
+                    Payload::File(crate::contents::Contents::Disk(host)),
+                    size_bytes,
+                    None,
+                ));
+            }
             let n = count(input, "chunk count")?;
             let mut chunks = Vec::with_capacity(n);
             let mut next_index = 0usize;
@@ -650,7 +697,7 @@ mod tests {
         /// decoder itself is exercised) never panics.
         #[test]
         fn arbitrary_bodies_never_panic(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400)) {
-            let header = Header { store_id: [0; 16], seq: 0, created_ns: 0, body_len: body.len() as u64 };
+            let header = Header { version: VERSION, store_id: [0; 16], seq: 0, created_ns: 0, body_len: body.len() as u64 };
             let mut bytes = header.encode().to_vec();
             bytes.extend_from_slice(&body);
             bytes.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
@@ -743,12 +790,12 @@ mod tests {
             "checkpoint is damaged: header checksum mismatch"
         );
         let mut newer = image.clone();
-        newer[8] = 2;
+        newer[8] = 3;
         let crc = crc32c::crc32c(&newer[..60]);
         newer[60..64].copy_from_slice(&crc.to_le_bytes());
         assert_eq!(
             message(&newer),
-            "checkpoint format version 2 is not supported (this rampart reads 1)"
+            "checkpoint format version 3 is not supported (this rampart reads 1 to 2)"
         );
     }
 

@@ -90,6 +90,9 @@ pub mod tag {
     pub const SET_XATTR: u8 = 9;
     pub const REMOVE_XATTR: u8 = 10;
     pub const SET_DURABILITY: u8 = 11;
+    /// Journal format version 2 on.
+    pub const WRITE_EXTENT: u8 = 12;
+    pub const MIGRATE: u8 = 13;
 }
 
 /// SetAttr presence bits.
@@ -286,7 +289,9 @@ pub fn encode_op(op: &Op<'_>, base_time_ns: i64, out: &mut Vec<u8>) {
         | Op::Fallocate { .. }
         | Op::SetXattr { .. }
         | Op::RemoveXattr { .. }
-        | Op::SetDurability { .. } => encode_inode_op(op, base_time_ns, out),
+        | Op::SetDurability { .. }
+        | Op::WriteExtent { .. }
+        | Op::Migrate { .. } => encode_inode_op(op, base_time_ns, out),
     }
 }
 
@@ -435,6 +440,26 @@ fn encode_inode_op(op: &Op<'_>, base: TimeNs, out: &mut Vec<u8>) {
             out.push(durability);
             put_time(out, time_ns, base);
         }
+        Op::WriteExtent {
+            ino,
+            offset,
+            len,
+            time_ns,
+            kill_suidgid,
+        } => {
+            out.push(tag::WRITE_EXTENT);
+            put_varint(out, ino);
+            put_varint(out, offset);
+            put_varint(out, len);
+            out.push(if kill_suidgid { WR_KILL_SUIDGID } else { 0 });
+            put_time(out, time_ns, base);
+        }
+        Op::Migrate { ino, tier, time_ns } => {
+            out.push(tag::MIGRATE);
+            put_varint(out, ino);
+            out.push(tier.code());
+            put_time(out, time_ns, base);
+        }
         _ => unreachable!("not a data, xattr or durability op: {op:?}"),
     }
 }
@@ -513,7 +538,9 @@ fn decode_fields<'a>(r: &mut &'a [u8], base: TimeNs) -> Result<Op<'a>, DecodeErr
         | tag::FALLOCATE
         | tag::SET_XATTR
         | tag::REMOVE_XATTR
-        | tag::SET_DURABILITY) => decode_inode_op(t, r, base),
+        | tag::SET_DURABILITY
+        | tag::WRITE_EXTENT
+        | tag::MIGRATE) => decode_inode_op(t, r, base),
         t => Err(DecodeError::UnknownTag(t)),
     }
 }
@@ -630,6 +657,28 @@ fn decode_inode_op<'a>(t: u8, r: &mut &'a [u8], base: TimeNs) -> Result<Op<'a>, 
             durability: get_u8(r)?,
             time_ns: get_time(r, base)?,
         },
+        tag::WRITE_EXTENT => {
+            let ino = get_varint(r)?;
+            let offset = get_varint(r)?;
+            let len = get_varint(r)?;
+            let flags = get_u8(r)?;
+            if flags & !WR_KILL_SUIDGID != 0 {
+                return Err(DecodeError::BadValue("write extent flags byte"));
+            }
+            Op::WriteExtent {
+                ino,
+                offset,
+                len,
+                time_ns: get_time(r, base)?,
+                kill_suidgid: flags & WR_KILL_SUIDGID != 0,
+            }
+        }
+        tag::MIGRATE => Op::Migrate {
+            ino: get_varint(r)?,
+            tier: crate::contents::Tier::from_code(get_u8(r)?)
+                .ok_or(DecodeError::BadValue("migration tier"))?,
+            time_ns: get_time(r, base)?,
+        },
         t => unreachable!("tag {t} is not an inode op's"),
     })
 }
@@ -720,6 +769,18 @@ mod tests {
         SetDurability {
             ino: u64,
             durability: u8,
+            time_ns: i64,
+        },
+        WriteExtent {
+            ino: u64,
+            offset: u64,
+            len: u64,
+            time_ns: i64,
+            kill_suidgid: bool,
+        },
+        Migrate {
+            ino: u64,
+            disk: bool,
             time_ns: i64,
         },
     }
@@ -866,6 +927,28 @@ mod tests {
                 } => Op::SetDurability {
                     ino: *ino,
                     durability: *durability,
+                    time_ns: *time_ns,
+                },
+                Owned::WriteExtent {
+                    ino,
+                    offset,
+                    len,
+                    time_ns,
+                    kill_suidgid,
+                } => Op::WriteExtent {
+                    ino: *ino,
+                    offset: *offset,
+                    len: *len,
+                    time_ns: *time_ns,
+                    kill_suidgid: *kill_suidgid,
+                },
+                Owned::Migrate { ino, disk, time_ns } => Op::Migrate {
+                    ino: *ino,
+                    tier: if *disk {
+                        crate::contents::Tier::Disk
+                    } else {
+                        crate::contents::Tier::Memory
+                    },
                     time_ns: *time_ns,
                 },
             }
@@ -1089,6 +1172,20 @@ mod tests {
                     time_ns,
                 })
                 .boxed(),
+            (u64s(), u64s(), u64s(), times(), any::<bool>())
+                .prop_map(
+                    |(ino, offset, len, time_ns, kill_suidgid)| Owned::WriteExtent {
+                        ino,
+                        offset,
+                        len,
+                        time_ns,
+                        kill_suidgid,
+                    }
+                )
+                .boxed(),
+            (u64s(), any::<bool>(), times())
+                .prop_map(|(ino, disk, time_ns)| Owned::Migrate { ino, disk, time_ns })
+                .boxed(),
         ]
         .boxed()
     }
@@ -1308,7 +1405,15 @@ mod tests {
             decode_op(&mut input, 0)
         }
         assert_eq!(decode(&[0]), Err(DecodeError::UnknownTag(0)));
-        assert_eq!(decode(&[12, 1, 2, 3]), Err(DecodeError::UnknownTag(12)));
+        assert_eq!(decode(&[14, 1, 2, 3]), Err(DecodeError::UnknownTag(14)));
+        assert_eq!(
+            decode(&[tag::MIGRATE, 1, 2, 0]),
+            Err(DecodeError::BadValue("migration tier"))
+        );
+        assert_eq!(
+            decode(&[tag::WRITE_EXTENT, 1, 0, 0, 2, 0]),
+            Err(DecodeError::BadValue("write extent flags byte"))
+        );
         assert_eq!(decode(&[0xff]), Err(DecodeError::UnknownTag(0xff)));
 
         // Unlink in directory 1 of a 256-byte name.

@@ -50,6 +50,7 @@ pub fn checkpoint(data: &[u8]) {
         return checkpoint_decodes_consistently(rest);
     }
     let header = checkpoint::Header {
+        version: checkpoint::VERSION,
         store_id: [7; 16],
         seq: 42,
         created_ns: 1_700_000_000_000_000_000,

@@ -29,6 +29,8 @@ const CRC_AT: usize = 60;
 pub struct Frame {
     pub magic: [u8; 8],
     pub version: u32,
+    /// The oldest version this build still reads (`version` or less).
+    pub oldest: u32,
 }
 
 /// A decoded header.
@@ -141,7 +143,7 @@ impl Frame {
             return Err(HeaderError::BadChecksum);
         }
         let version = le_u32(bytes, 8);
-        if version != self.version {
+        if !(self.oldest..=self.version).contains(&version) {
             return Err(HeaderError::UnsupportedVersion {
                 found: version,
                 supported: self.version,
@@ -165,6 +167,7 @@ mod tests {
     const FRAME: Frame = Frame {
         magic: *b"RPTEST\0\0",
         version: 3,
+        oldest: 3,
     };
 
     fn sample() -> Header {

@@ -30,11 +30,14 @@ use crate::persist::codec::{self, DecodeError};
 use crate::persist::header::{self, Fields, Frame, HeaderError};
 
 pub const MAGIC: [u8; 8] = *b"RPJOURN\0";
-pub const VERSION: u32 = 1;
+/// Version 2 adds the disk tier's ops (`WriteExtent`, `Migrate`); version 1 journals are read.
+pub const VERSION: u32 = 2;
+pub const OLDEST_VERSION: u32 = 1;
 pub const HEADER_BYTES: usize = header::HEADER_BYTES;
 const FRAME: Frame = Frame {
     magic: MAGIC,
     version: VERSION,
+    oldest: OLDEST_VERSION,
 };
 /// Header flag (bit 0 of `flags`): the writer keeps zeros ahead. Every batch it writes lies
 /// inside space already zeroed and synced, with at least `JOURNAL_ZEROS_AHEAD_BYTES_MIN` zeros
@@ -120,7 +123,8 @@ impl std::fmt::Display for JournalError {
             },
             JournalError::Version(v) => write!(
                 f,
-                "journal format version {v} is not supported (this rampart reads {VERSION})"
+                "journal format version {v} is not supported (this rampart reads \
+                 {OLDEST_VERSION} to {VERSION})"
             ),
             JournalError::Op { seq, error } => {
                 write!(
@@ -798,13 +802,13 @@ mod tests {
         let mut newer = header();
         newer.base_seq = 1;
         let mut v2 = newer.encode();
-        v2[8] = 2;
+        v2[8] = 3;
         let crc = crc32c::crc32c(&v2[..60]);
         v2[60..64].copy_from_slice(&crc.to_le_bytes());
-        assert!(matches!(scan(&v2), Err(JournalError::Version(2))));
+        assert!(matches!(scan(&v2), Err(JournalError::Version(3))));
         assert_eq!(
             message(&v2),
-            "journal format version 2 is not supported (this rampart reads 1)"
+            "journal format version 3 is not supported (this rampart reads 1 to 2)"
         );
     }
 

@@ -83,6 +83,19 @@ pub trait Level: Send + Sync {
     /// Called after each change, outside the engine's lock: blocks while too much is waiting
     /// to be written (back-pressure, so that memory outside the cap stays bounded).
     fn throttle(&self) {}
+
+    /// The op just handed over (with `durability`) changed the size or bytes of a disk-tier
+    /// file whose host file is `name`: the level makes the host file's data durable before
+    /// the op's record (data=ordered, docs/decisions/0057). Under the engine's lock.
+    fn host_file_dirty(&self, _name: &str, _durability: Durability) {}
+
+    /// The host file `name` is no longer needed once the ops handed over so far are durable
+    /// (its inode is freed, or its file moved back to memory): the level removes it then.
+    /// Under the engine's lock. Returns false if the level keeps no such list (the caller
+    /// removes it itself).
+    fn remove_after_commit(&self, _name: &str) -> bool {
+        false
+    }
 }
 
 /// What one op must honour on each level (the policy's answer).
@@ -185,6 +198,28 @@ impl Levels {
         for level in &self.chain {
             level.applied(op, route.on(level.id()));
         }
+    }
+
+    /// A disk-tier file's host file changed with the op just handed over (see
+    /// [`Level::host_file_dirty`]).
+    pub fn host_file_dirty(&self, name: &str, route: &Route) {
+        for level in &self.chain {
+            let durability = route.on(level.id());
+            if durability != Durability::Volatile {
+                level.host_file_dirty(name, durability);
+            }
+        }
+    }
+
+    /// Hands `name` to the level that removes it after its next commit; false if no level
+    /// does (no store: the caller removes it at once).
+    pub fn remove_after_commit(&self, name: &str) -> bool {
+        // Every level hears of it (not `any`, which would stop at the first).
+        let mut taken = false;
+        for level in &self.chain {
+            taken |= level.remove_after_commit(name);
+        }
+        taken
     }
 
     /// Makes everything handed over so far durable on every level.

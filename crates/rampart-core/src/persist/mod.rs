@@ -30,9 +30,23 @@ pub fn open(
     engine_config: &EngineConfig,
     persist_config: PersistConfig,
 ) -> Result<(Arc<Engine>, Arc<Persister>, Report), StartError> {
-    let (state, report) =
+    let (mut state, mut report) =
         recovery::recover(&*device, store_id, engine_config).map_err(StartError::Recovery)?;
+    device
+        .create_data_folder()
+        .and_then(|()| probe_data_folder(device.as_ref()))
+        .map_err(StartError::DataFolder)?;
+    report.host_files = crate::disk::recover_host_files(device.as_ref(), &mut state)
+        .map_err(StartError::DataFolder)?;
+    let journal_version = journal_version(device.as_ref());
     let engine = Arc::new(Engine::from_state(state));
+    let disk = crate::disk::DiskConfig {
+        threshold_bytes: engine_config
+            .large_file_threshold_bytes
+            .unwrap_or(crate::limits::LARGE_FILE_THRESHOLD_BYTES_DEFAULT),
+        evict_min_size_bytes: engine_config.evict_min_size_bytes,
+    };
+    engine.set_disk_tier(crate::disk::DiskTier::new(device.clone(), disk));
     let persister = Persister::start(
         device,
         store_id,
@@ -43,10 +57,30 @@ pub fn open(
     .map_err(StartError::Journal)?;
     persister.attach(&engine);
     engine.set_sink(Some(persister.clone()));
-    if report.volatile_dropped > 0 {
+    // A journal of version 1 is replaced by the checkpoint's new one (version 2) before any
+    // op of the disk tier is appended to it.
+    let old_journal = journal_version.is_some_and(|v| v < journal::VERSION);
+    if report.volatile_dropped > 0 || old_journal {
         persister
             .checkpoint(&engine)
             .map_err(StartError::Checkpoint)?;
     }
     Ok((engine, persister, report))
+}
+
+/// The format version of the store's journal, if it has one with a readable header.
+fn journal_version(device: &dyn Device) -> Option<u32> {
+    let mut head = [0u8; 12];
+    match device.read_at(recovery::JOURNAL_FILE, 0, &mut head) {
+        Ok(12) => Some(u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"))),
+        _ => None,
+    }
+}
+
+/// Checks that the data folder takes new files (a clear error at mount, rather than EIO at
+/// the first migration).
+fn probe_data_folder(device: &dyn Device) -> std::io::Result<()> {
+    const PROBE: &str = "data/.probe";
+    device.write(PROBE, b"")?;
+    device.remove(PROBE)
 }

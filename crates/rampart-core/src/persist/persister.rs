@@ -143,6 +143,20 @@ struct Pending {
     builder: BatchBuilder,
     /// Callers of `sync_async` waiting for ops before a sequence number to be durable.
     waiters: Vec<(u64, SyncDone)>,
+    /// Host files of disk-tier files changed by the ops gathered: synced before those ops'
+    /// batch is written (data=ordered). At most one entry per disk-tier file.
+    host_files: std::collections::BTreeSet<String>,
+    /// Host files to remove once the ops gathered are durable (freed inodes, files moved
+    /// back to memory).
+    removals: Vec<String>,
+}
+
+/// What a commit takes from what was gathered.
+struct Gathered {
+    framed: Option<Vec<u8>>,
+    next_seq: u64,
+    host_files: std::collections::BTreeSet<String>,
+    removals: Vec<String>,
 }
 
 impl std::fmt::Debug for Pending {
@@ -208,6 +222,10 @@ pub struct Persister {
     failed: AtomicBool,
     /// Mirrors the builder's gathered bytes, read after every op without a lock (throttle).
     pending_bytes: AtomicUsize,
+    /// Host-file syncs that failed (`sync_host_files`).
+    host_sync_failures: std::sync::atomic::AtomicU64,
+    /// Host files to remove now that their removal is durable (`remove_ready`). Held alone.
+    ready_removals: Mutex<Vec<String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -365,6 +383,8 @@ impl Persister {
                 Pending {
                     builder: BatchBuilder::new(next_seq),
                     waiters: Vec::new(),
+                    host_files: Default::default(),
+                    removals: Vec::new(),
                 },
             ),
             wake: Condvar::new(),
@@ -390,6 +410,8 @@ impl Persister {
             stop: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             pending_bytes: AtomicUsize::new(0),
+            host_sync_failures: std::sync::atomic::AtomicU64::new(0),
+            ready_removals: Mutex::new(Vec::new()),
         });
         persister.grow_reserve(persister.reserve_target_bytes());
         let worker = Arc::downgrade(&persister);
@@ -461,12 +483,75 @@ impl Persister {
 
     /// Takes every op gathered so far as framed batches (None if there are none), with the
     /// sequence number after them, and lets writers held back by `throttle` go on.
-    fn take_gathered(&self) -> (Option<Vec<u8>>, u64) {
+    fn take_gathered(&self) -> Gathered {
         let mut p = locked(&self.pending);
-        let taken = (p.builder.take_batch(), p.builder.next_seq());
+        let taken = Gathered {
+            framed: p.builder.take_batch(),
+            next_seq: p.builder.next_seq(),
+            host_files: std::mem::take(&mut p.host_files),
+            removals: std::mem::take(&mut p.removals),
+        };
         self.pending_bytes.store(0, Ordering::Release);
         self.drained.notify_all();
         taken
+    }
+
+    /// Makes the data of the host files `names` durable (data=ordered: before the records
+    /// that refer to it). A failure is logged and counted (`host_sync_failures`); the records
+    /// still go out, as ext4's data=ordered does after a writeback error: the metadata stays
+    /// consistent and the lost data reads as what the host file holds.
+    fn sync_host_files<'n>(&self, names: impl IntoIterator<Item = &'n String>) {
+        for name in names {
+            match self.device.sync(name) {
+                Ok(()) => {}
+                // Removed meanwhile (its inode freed): nothing to keep.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    self.host_sync_failures.fetch_add(1, Ordering::AcqRel);
+                    tracing::error!(
+                        "syncing the disk-tier file {name}: {e}; its latest data may be lost"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Host files no longer needed, now that the ops that dropped them are durable: removed
+    /// by `remove_ready`, outside the commit lock (a removal takes the file's host lock,
+    /// which comes before it).
+    fn remove_host_files(&self, names: &[String]) {
+        if names.is_empty() {
+            return;
+        }
+        lock(&self.ready_removals).extend_from_slice(names);
+    }
+
+    /// Removes the host files whose removal is durable (`remove_host_files`), unless the file
+    /// is on the disk tier again meanwhile (moved back to memory, then out again). Called
+    /// with no lock held: by the committer after each commit, and after an explicit sync.
+    fn remove_ready(&self) {
+        let names = std::mem::take(&mut *lock(&self.ready_removals));
+        if names.is_empty() {
+            return;
+        }
+        let engine = lock(&self.engine).upgrade();
+        for name in names {
+            let removed = match &engine {
+                Some(engine) => engine.remove_host_file_if_unused(&name),
+                None => self.device.remove(&name),
+            };
+            if let Err(e) = removed {
+                // Recovery removes it (no live inode of that name): nothing is lost.
+                tracing::warn!(
+                    "removing the disk-tier file {name}: {e}; the next mount removes it"
+                );
+            }
+        }
+    }
+
+    /// Host-file syncs that failed so far (their data may be lost).
+    pub fn host_sync_failures(&self) -> u64 {
+        self.host_sync_failures.load(Ordering::Acquire)
     }
 
     /// Writes and syncs every batch gathered, one sync per batch. The caller holds `writing`.
@@ -475,22 +560,33 @@ impl Persister {
             return Err(e);
         }
         let started = Instant::now();
-        let (framed, next_seq) = self.take_gathered();
+        let Gathered {
+            framed,
+            next_seq,
+            host_files,
+            removals,
+        } = self.take_gathered();
         let Some(framed) = framed else {
             locked(&self.durable).last_take = Some(started);
+            // Everything gathered before is durable already.
+            self.remove_host_files(&removals);
             return Ok(());
         };
+        self.sync_host_files(&host_files);
         // One sync per batch: if several went out in one write, a crash could leave a later
         // batch whole and an earlier one missing (the file system orders the blocks of one
         // write as it likes), which recovery would have to take for damage.
         for batch in journal::framed_batches(&framed) {
             self.write_batch(batch)?;
         }
-        let mut d = locked(&self.durable);
-        d.seq = d.seq.max(next_seq);
-        d.commits += 1;
-        d.commit_latency.record(started.elapsed());
-        d.last_take = Some(started);
+        {
+            let mut d = locked(&self.durable);
+            d.seq = d.seq.max(next_seq);
+            d.commits += 1;
+            d.commit_latency.record(started.elapsed());
+            d.last_take = Some(started);
+        }
+        self.remove_host_files(&removals);
         Ok(())
     }
 
@@ -635,11 +731,25 @@ impl Persister {
         if locked(&self.durable).seq >= target {
             return self.sticky_error().map_or(Ok(()), Err);
         }
-        let _writing = locked(&self.writing);
+        let writing = locked(&self.writing);
         if locked(&self.durable).seq >= target {
             return Ok(());
         }
-        self.commit_locked().map_err(Into::into)
+        let failures = self.host_sync_failures();
+        self.commit_locked()?;
+        drop(writing);
+        if crate::disk::host_locks_held() {
+            // The committer removes them (this thread may hold the lock a removal takes).
+            self.wake.notify_one();
+        } else {
+            self.remove_ready();
+        }
+        if self.host_sync_failures() > failures {
+            return Err(std::io::Error::other(
+                "a disk-tier file's data could not be synced (see the log)",
+            ));
+        }
+        Ok(())
     }
 
     /// Writes a checkpoint of `engine` and replaces the journal with what was committed since
@@ -724,8 +834,11 @@ impl Persister {
         // sequence number agree. Ops gathered but not yet committed are in the image; they
         // still go to the old journal (its batches must stay contiguous), and recovery skips
         // them.
+        let mut hosts_in_image = Vec::new();
         let (seq, base_seq, restarting) = engine.with_state(|state| {
             let mut p = locked(&self.pending);
+            // The image holds the sizes these ops gave: their data must be durable first.
+            hosts_in_image.extend(p.host_files.iter().cloned());
             let seq = p.builder.next_seq();
             let restarting = self.failed.load(Ordering::Acquire);
             if restarting {
@@ -744,10 +857,11 @@ impl Persister {
             (seq, base_seq, restarting)
         });
         job.pause = paused.elapsed();
+        drop(_writing);
+        self.sync_host_files(&hosts_in_image);
         // Every byte below `journal_bytes` is a whole, synced batch; the commit lock keeps it
         // from moving until here.
         let journal_bytes = locked(&self.durable).journal_bytes;
-        drop(_writing);
         checkpoint::seal(&mut image, self.store_id, seq, created_ns);
         job.image_bytes = image.len() as u64;
         job.image = image;
@@ -809,6 +923,7 @@ impl Persister {
             let _writing = locked(&self.writing);
             let _ = self.commit_locked();
         }
+        self.remove_ready();
         self.answer_waiters();
     }
 }
@@ -837,6 +952,23 @@ impl OpSink for Persister {
 
     fn sync(&self) -> std::io::Result<()> {
         Persister::sync(self)
+    }
+
+    fn host_file_dirty(&self, name: &str, _durability: Durability) {
+        let mut p = locked(&self.pending);
+        if !p.host_files.contains(name) {
+            p.host_files.insert(name.to_owned());
+        }
+    }
+
+    fn remove_after_commit(&self, name: &str) -> bool {
+        let mut p = locked(&self.pending);
+        p.removals.push(name.to_owned());
+        if p.removals.len() >= crate::limits::HOST_REMOVALS_PENDING_MAX {
+            // Keep the list bounded: let the committer commit (and remove) now.
+            self.wake.notify_one();
+        }
+        true
     }
 
     fn throttle(&self) {
@@ -956,10 +1088,16 @@ fn commit_loop(persister: Weak<Persister>) {
             p.answer_waiters_at_stop();
             return;
         }
+        // What the kernel wrote behind the engine (FUSE passthrough) is logged and synced
+        // with this commit: the commit-interval deadline holds for it too.
+        if let Some(engine) = lock(&p.engine).upgrade() {
+            engine.sync_passthrough_files();
+        }
         {
             let writing = locked(&p.writing);
             let committed = p.commit_locked();
             drop(writing);
+            p.remove_ready();
             p.answer_waiters();
             if committed.is_err() {
                 // Persistence has stopped on an I/O error (a full or failing disk): a

@@ -49,6 +49,8 @@ fn store_durability(state: &State, op: &Op<'_>) -> Durability {
     let metadata = |ino: Ino| Durability::default().stronger(of(state, ino));
     match *op {
         Op::Write { ino, .. }
+        | Op::WriteExtent { ino, .. }
+        | Op::Migrate { ino, .. }
         | Op::Fallocate { ino, .. }
         | Op::SetAttr { ino, .. }
         | Op::SetXattr { ino, .. }
@@ -58,7 +60,10 @@ fn store_durability(state: &State, op: &Op<'_>) -> Durability {
         {
             Durability::Volatile
         }
-        Op::Write { ino, .. } | Op::Fallocate { ino, .. } => of(state, ino),
+        Op::Write { ino, .. }
+        | Op::WriteExtent { ino, .. }
+        | Op::Migrate { ino, .. }
+        | Op::Fallocate { ino, .. } => of(state, ino),
         Op::SetAttr {
             ino,
             size_bytes: Some(_),
@@ -98,6 +103,24 @@ pub fn materialize(state: &State, ino: Ino, mut emit: impl FnMut(&Op<'_>)) {
         kill_suidgid: false,
     };
     emit(&set(None, None, None, Some(0), false));
+    if file.tier() == crate::contents::Tier::Disk {
+        // The host file holds the bytes (synced before these records: data=ordered); replay
+        // may find the file in either tier.
+        emit(&Op::Migrate {
+            ino,
+            tier: crate::contents::Tier::Disk,
+            time_ns: inode.mtime_ns,
+        });
+        if inode.size_bytes > 0 {
+            emit(&Op::WriteExtent {
+                ino,
+                offset: 0,
+                len: inode.size_bytes,
+                time_ns: inode.mtime_ns,
+                kill_suidgid: false,
+            });
+        }
+    }
     for (index, bytes) in file.chunks() {
         emit(&Op::Write {
             ino,
@@ -313,6 +336,8 @@ pub fn presence<'a>(state: &State, op: &Op<'a>, before: &Before) -> (Presence<'a
             }
         }
         Op::Write { ino, .. }
+        | Op::WriteExtent { ino, .. }
+        | Op::Migrate { ino, .. }
         | Op::Fallocate { ino, .. }
         | Op::SetAttr { ino, .. }
         | Op::SetXattr { ino, .. }

@@ -35,6 +35,9 @@ pub struct Report {
     pub next_seq: u64,
     /// Volatile files, gone as promised.
     pub volatile_dropped: u64,
+    /// What the pass over the data folder found and did (`disk::recover_host_files`; only a
+    /// read-write open makes it).
+    pub host_files: crate::disk::HostFilesReport,
     pub duration: Duration,
 }
 
@@ -378,6 +381,7 @@ pub fn recover(
         journal_valid_len: 0,
         next_seq: from_seq,
         volatile_dropped: 0,
+        host_files: Default::default(),
         duration: Duration::ZERO,
     };
     let journal = device.read(JOURNAL_FILE).map_err(RecoveryError::Io)?;

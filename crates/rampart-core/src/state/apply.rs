@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64};
 use super::privileges::{kill_privileges, Strip};
 use super::{check_entry_name, entry_cost, inode_base_cost, State};
 use crate::attr::{Durability, FileKind, Ino};
-use crate::contents::{Contents, Delta};
+use crate::contents::{Contents, Delta, HostFile, Tier};
 use crate::error::{Errno, FsResult};
 use crate::limits::{LINK_COUNT_MAX, SYMLINK_TARGET_BYTES_MAX};
 use crate::memory::file_data::FILE_SIZE_BYTES_MAX;
@@ -107,7 +107,85 @@ impl State {
                 durability,
                 time_ns,
             } => self.apply_set_durability(ino, durability, time_ns),
+            Op::WriteExtent {
+                ino,
+                offset,
+                len,
+                time_ns,
+                kill_suidgid,
+            } => self.apply_write_extent(ino, offset, len, time_ns, kill_suidgid),
+            Op::Migrate { ino, tier, .. } => self.apply_migrate(ino, tier),
         }
+    }
+
+    /// Bytes written to a disk-tier file's host file: the size and times follow, as for a
+    /// write (the bytes are in the host file already).
+    fn apply_write_extent(
+        &mut self,
+        ino: Ino,
+        offset: u64,
+        len: u64,
+        time_ns: TimeNs,
+        kill_suidgid: bool,
+    ) -> FsResult<()> {
+        let inode = self.regular_file(ino)?;
+        let end = offset.checked_add(len).ok_or(Errno::EFBIG)?;
+        if end > FILE_SIZE_BYTES_MAX {
+            return Err(Errno::EFBIG);
+        }
+        if inode.file().map(Contents::tier) != Some(Tier::Disk) {
+            return Err(Errno::EIO);
+        }
+        if len > 0 {
+            let size_after = inode.size_bytes.max(end);
+            self.change_contents(ino, |c| c.wrote_extent(len, size_after))?;
+        }
+        self.host_redo.remove(&ino);
+        let inode = self.table.get_mut(ino).expect("inode");
+        if len > 0 {
+            inode.size_bytes = inode.size_bytes.max(end);
+        }
+        inode.mtime_ns = time_ns;
+        inode.ctime_ns = time_ns;
+        let strip = if kill_suidgid {
+            Strip::KernelFlagged
+        } else {
+            Strip::Nothing
+        };
+        let freed = kill_privileges(inode, strip);
+        self.budget.apply(freed);
+        Ok(())
+    }
+
+    /// Moves a regular file's contents to `tier`: to the disk, the memory copy goes (its host
+    /// file holds the bytes); to memory, the contents start empty (the writes after the op
+    /// bring them back). Already there: nothing changes. Times stay as they are.
+    fn apply_migrate(&mut self, ino: Ino, tier: Tier) -> FsResult<()> {
+        let inode = self.regular_file(ino)?;
+        let contents = inode.file().expect("regular file");
+        if contents.tier() == tier {
+            return Ok(());
+        }
+        let new = match tier {
+            // The host file holds what memory held (holes stay holes).
+            Tier::Disk => Contents::Disk(HostFile::holding(contents.stored_bytes())),
+            Tier::Memory => Contents::default(),
+        };
+        let contents = self
+            .table
+            .get_mut(ino)
+            .expect("inode")
+            .file_mut()
+            .expect("regular file");
+        let old = std::mem::replace(contents, new);
+        let heap_after = contents.heap_bytes();
+        self.budget
+            .apply(heap_after as i64 - old.heap_bytes() as i64);
+        self.counts.count_contents(&old, -1);
+        let contents = self.table.get(ino).expect("inode").file().expect("file");
+        self.counts.count_contents(contents, 1);
+        self.host_redo.remove(&ino);
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -280,7 +358,11 @@ impl State {
             // Growing exposes zeros (no chunk holds bytes past the size) and keeps what
             // fallocate reserved past the end, as ext4 does; only shrinking drops bytes.
             if size < inode.size_bytes {
+                let on_disk = inode.file().map(Contents::tier) == Some(Tier::Disk);
                 self.change_contents(ino, |c| c.truncate(size))?;
+                if on_disk {
+                    self.note_host_trim(ino, size, u64::MAX - size);
+                }
             }
         }
         let inode = self.table.get_mut(ino).expect("inode");
@@ -326,8 +408,15 @@ impl State {
     ) -> FsResult<()> {
         let contents = self.table.get_mut(ino)?.file_mut().ok_or(Errno::EINVAL)?;
         let delta = change(contents)?;
+        let on_disk = contents.tier() == Tier::Disk;
         self.budget.apply(delta.heap_bytes);
         self.counts.add_data(delta.stored_bytes);
+        if on_disk {
+            self.counts.disk_data_bytes = self
+                .counts
+                .disk_data_bytes
+                .wrapping_add_signed(delta.stored_bytes);
+        }
         Ok(())
     }
 
@@ -406,8 +495,12 @@ impl State {
             self.budget
                 .check(file.reserve_growth_bytes(offset, length))?;
         }
+        let on_disk = file.tier() == Tier::Disk;
         if punch || zero {
             self.change_contents(ino, |c| c.punch_hole(offset, length))?;
+            if on_disk {
+                self.note_host_trim(ino, offset, length);
+            }
         }
         if reserve {
             self.change_contents(ino, |c| {

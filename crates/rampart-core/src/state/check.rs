@@ -21,7 +21,7 @@ impl State {
             budget += inode_charge(inode);
             match &inode.payload {
                 Payload::File(f) => {
-                    counts.data_bytes += f.stored_bytes();
+                    counts.count_contents(f, 1);
                     if let Err(e) = f.check(inode.size_bytes) {
                         problems.push(format!("inode {ino}: {e}"));
                     }

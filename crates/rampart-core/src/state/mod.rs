@@ -13,7 +13,7 @@ mod rename;
 mod repair;
 mod tmpfile;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -39,6 +39,9 @@ pub(crate) struct Counts {
     pub(crate) symlinks: u64,
     pub(crate) other: u64,
     pub(crate) data_bytes: u64,
+    /// Regular files on the disk tier, and the bytes of theirs counted in `data_bytes`.
+    pub(crate) disk_files: u64,
+    pub(crate) disk_data_bytes: u64,
 }
 
 impl Counts {
@@ -55,6 +58,16 @@ impl Counts {
     fn add_data(&mut self, stored_bytes: i64) {
         self.data_bytes = self.data_bytes.wrapping_add_signed(stored_bytes);
     }
+
+    /// Counts a regular file's contents (`sign` 1) or stops counting them (-1).
+    pub(crate) fn count_contents(&mut self, f: &crate::contents::Contents, sign: i64) {
+        let stored = f.stored_bytes() as i64 * sign;
+        self.add_data(stored);
+        if f.tier() == crate::contents::Tier::Disk {
+            self.disk_files = self.disk_files.wrapping_add_signed(sign);
+            self.disk_data_bytes = self.disk_data_bytes.wrapping_add_signed(stored);
+        }
+    }
 }
 
 /// Everything behind the engine's lock.
@@ -67,6 +80,16 @@ pub struct State {
     pub(crate) linkable: HashSet<Ino>,
     /// For what the state stamps itself (a repair's /lost+found); ops carry their own times.
     clock: Arc<dyn Clock>,
+    /// Host files of disk-tier inodes freed since the engine last took them: it removes them
+    /// once the op that freed them is durable (`Engine::remove_freed_host_files`). Never more
+    /// than the inodes freed by one mutation (or by one replay).
+    pub(crate) freed_host_files: Vec<String>,
+    /// While replaying: per disk-tier inode, the trims (shrinks, punched and zeroed ranges)
+    /// its host file may not have had before the crash, as (offset, len), to redo at the end
+    /// of recovery. A later write extent or migration of the inode clears them: the engine
+    /// trims before it writes the same file again, and the host file was synced after.
+    pub(crate) host_redo: HashMap<Ino, Vec<(u64, u64)>>,
+    replaying: bool,
 }
 
 fn check_entry_name(name: &[u8]) -> FsResult<()> {
@@ -113,6 +136,15 @@ impl State {
     /// Replay turns the memory cap off (see `Budget::set_enforced`).
     pub(crate) fn set_replaying(&mut self, replaying: bool) {
         self.budget.set_enforced(!replaying);
+        self.replaying = replaying;
+    }
+
+    /// Notes (while replaying) a trim of a disk-tier inode's host file to redo at the end of
+    /// recovery; bounded by the journal's ops.
+    fn note_host_trim(&mut self, ino: Ino, offset: u64, len: u64) {
+        if self.replaying {
+            self.host_redo.entry(ino).or_default().push((offset, len));
+        }
     }
 
     pub(crate) fn next_generation(&self) -> u32 {
@@ -134,6 +166,9 @@ impl State {
             counts: Counts::default(),
             linkable: HashSet::new(),
             clock: config.clock.clone(),
+            freed_host_files: Vec::new(),
+            host_redo: HashMap::new(),
+            replaying: false,
         };
         let mut charged = 0u64;
         for (ino, inode) in inodes {
@@ -150,7 +185,7 @@ impl State {
             }
             *state.counts.slot(inode.kind()) += 1;
             if let Some(f) = inode.file() {
-                state.counts.data_bytes += f.stored_bytes();
+                state.counts.count_contents(f, 1);
             }
             state.table.insert(ino, inode);
         }
@@ -172,6 +207,9 @@ impl State {
             counts: Counts::default(),
             linkable: HashSet::new(),
             clock: config.clock.clone(),
+            freed_host_files: Vec::new(),
+            host_redo: HashMap::new(),
+            replaying: false,
         };
         let now = state.clock.file_time_ns();
         let root = Inode {
@@ -256,7 +294,12 @@ impl State {
         self.budget.apply(-(inode_charge(&inode) as i64));
         *self.counts.slot(inode.kind()) -= 1;
         if let Payload::File(f) = &inode.payload {
-            self.counts.data_bytes -= f.stored_bytes();
+            self.counts.count_contents(f, -1);
+            if f.tier() == crate::contents::Tier::Disk {
+                self.host_redo.remove(&ino);
+                let name = crate::contents::host_file::host_file_name(ino, inode.generation);
+                self.freed_host_files.push(name);
+            }
         }
     }
 

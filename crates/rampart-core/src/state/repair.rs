@@ -260,7 +260,7 @@ impl State {
             *counts.slot(inode.kind()) += 1;
             charged += inode_charge(inode);
             if let Some(f) = inode.file() {
-                counts.data_bytes += f.stored_bytes();
+                counts.count_contents(f, 1);
             }
             if let Some(d) = inode.dir() {
                 d.list_from(0, |e| {

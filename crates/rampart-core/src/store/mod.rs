@@ -60,6 +60,8 @@ pub enum StoreError {
     },
     NotEmpty(PathBuf),
     Missing(PathBuf),
+    /// A setting given to mkfs is out of its range: the message says which and why.
+    BadOption(String),
 }
 
 impl fmt::Display for StoreError {
@@ -71,6 +73,7 @@ impl fmt::Display for StoreError {
                 "{p} is not a rampart store (no valid superblock); create one with `rampart mkfs`"
             ),
             StoreError::Corrupt(m) => write!(f, "store is damaged: {m}"),
+            StoreError::BadOption(m) => write!(f, "{m}"),
             StoreError::UnsupportedVersion {
                 path,
                 found,
@@ -160,8 +163,32 @@ fn new_store_id() -> [u8; 16] {
     id
 }
 
+/// Settings chosen when a store is made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MkfsOptions {
+    /// Files larger than this live on the disk tier: 0 for the default (1 MiB),
+    /// [`superblock::THRESHOLD_OFF`] for never. Otherwise at least
+    /// `limits::LARGE_FILE_THRESHOLD_BYTES_MIN`.
+    pub large_file_threshold_bytes: u64,
+}
+
 /// Creates a new, empty store at `path` (which must not exist or be an empty folder).
 pub fn mkfs(path: &Path) -> Result<Superblock, StoreError> {
+    mkfs_with(path, &MkfsOptions::default())
+}
+
+/// Creates a new, empty store at `path` with `options`: the superblock and the data folder.
+pub fn mkfs_with(path: &Path, options: &MkfsOptions) -> Result<Superblock, StoreError> {
+    let threshold = options.large_file_threshold_bytes;
+    if threshold != 0
+        && threshold != superblock::THRESHOLD_OFF
+        && threshold < crate::limits::LARGE_FILE_THRESHOLD_BYTES_MIN
+    {
+        return Err(StoreError::BadOption(format!(
+            "the large-file threshold must be at least {} bytes (or off), not {threshold}",
+            crate::limits::LARGE_FILE_THRESHOLD_BYTES_MIN
+        )));
+    }
     match fs::read_dir(path) {
         Ok(mut entries) => {
             if entries.next().is_some() {
@@ -184,8 +211,17 @@ pub fn mkfs(path: &Path) -> Result<Superblock, StoreError> {
         flags: 0,
         store_id: new_store_id(),
         created_ns: crate::time::now_ns(),
+        large_file_threshold_bytes: threshold,
     };
     write_superblock(path, &sb)?;
+    let data = path.join(crate::persist::device::DATA_FOLDER);
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&data)
+        .map_err(io_err(&data))?;
+    File::open(path)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(path))?;
     Ok(sb)
 }
 

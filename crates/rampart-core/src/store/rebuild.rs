@@ -89,6 +89,8 @@ pub fn rebuild_superblock(path: &Path) -> Result<Option<String>, StoreError> {
         flags: 0,
         store_id: first.store_id,
         created_ns: found.iter().map(|f| f.created_ns).min().unwrap_or_default(),
+        // Not in the other files: the default (a mount can override it).
+        large_file_threshold_bytes: 0,
     };
     let old = path.join(SUPERBLOCK_FILE);
     let kept = if old.exists() {

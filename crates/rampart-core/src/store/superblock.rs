@@ -15,9 +15,16 @@ pub const SUPERBLOCK_BYTES: usize = HEADER_BYTES;
 const FRAME: Frame = Frame {
     magic: MAGIC,
     version: FORMAT_VERSION,
+    oldest: FORMAT_VERSION,
 };
 /// Offsets of the superblock's own fields.
 const CREATED_NS_AT: usize = header::FIELDS_AT;
+/// The large-file threshold (u64): 0 for the default, `u64::MAX` for no disk tier. Bytes
+/// that format version 1 reserved as zeros, so stores made before read as the default.
+const LARGE_FILE_THRESHOLD_AT: usize = header::FIELDS_AT + 8;
+
+/// The superblock's threshold value that turns the disk tier off.
+pub const THRESHOLD_OFF: u64 = u64::MAX;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Superblock {
@@ -25,12 +32,16 @@ pub struct Superblock {
     pub flags: u32,
     pub store_id: [u8; 16],
     pub created_ns: TimeNs,
+    /// Files larger than this live on the disk tier: 0 for the default
+    /// (`limits::LARGE_FILE_THRESHOLD_BYTES_DEFAULT`), [`THRESHOLD_OFF`] for never.
+    pub large_file_threshold_bytes: u64,
 }
 
 impl Superblock {
     pub fn encode(&self) -> [u8; SUPERBLOCK_BYTES] {
         let mut fields = Fields::default();
         fields.put_i64(CREATED_NS_AT, self.created_ns);
+        fields.put_u64(LARGE_FILE_THRESHOLD_AT, self.large_file_threshold_bytes);
         FRAME.encode(&header::Header {
             version: self.format_version,
             flags: self.flags,
@@ -71,6 +82,7 @@ impl Superblock {
             flags: header.flags,
             store_id: header.store_id,
             created_ns: header.fields.i64(CREATED_NS_AT),
+            large_file_threshold_bytes: header.fields.u64(LARGE_FILE_THRESHOLD_AT),
         })
     }
 }
@@ -85,6 +97,7 @@ mod tests {
             flags: 0,
             store_id: [7; 16],
             created_ns: 1_700_000_000_000_000_000,
+            large_file_threshold_bytes: 64 << 10,
         }
     }
 

@@ -29,6 +29,8 @@ pub fn workloads() -> Vec<Box<dyn Workload>> {
 
 /// Why a disk-tier workload does not run on `peer`: only the peers with data on the disk
 /// (rampart, host, ext4-disk) hold files of this size and have a disk to count writes on.
+use crate::workload::floor_keeps_no_data;
+
 pub(crate) fn unsupported_off_disk(peer: PeerKind) -> Option<String> {
     match peer {
         PeerKind::Rampart | PeerKind::Host | PeerKind::Ext4Disk => None,
@@ -41,6 +43,12 @@ pub(crate) fn unsupported_off_disk(peer: PeerKind) -> Option<String> {
              the disk (host, ext4-disk); their data would not fit a RAM disk, and there is no \
              disk under it to count writes on (the RAM peers are in the fio, Sprite LFS and \
              MBFS workloads)"
+                .into(),
+        ),
+        PeerKind::Floor => Some(floor_keeps_no_data()),
+        PeerKind::JuiceFs => Some(
+            "not measured on JuiceFS yet: the disk tier is compared with the file systems on \
+             the disk (host, ext4-disk); JuiceFS runs the metadata-heavy workloads (issue 15)"
                 .into(),
         ),
     }

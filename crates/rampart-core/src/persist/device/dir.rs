@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{os_error, past_end, shrink_only, validate_name, Device};
+use super::{
+    is_data_name, os_error, past_end, shrink_only, validate_name, Device, DATA_FOLDER, DATA_PREFIX,
+};
 
 pub use crate::limits::CACHED_FILES_MAX;
 
@@ -32,6 +34,8 @@ pub use crate::limits::CACHED_FILES_MAX;
 pub struct DirDevice {
     dir: PathBuf,
     dir_file: File,
+    /// The data folder (`data/`), opened the first time a host file needs it.
+    data_dir: std::sync::OnceLock<File>,
     cache: Mutex<DirCache>,
     /// Opened by [`DirDevice::open_read_only`]: files are opened O_RDONLY, never created, and
     /// every method that would change the folder fails with EROFS.
@@ -124,6 +128,7 @@ impl DirDevice {
         Ok(DirDevice {
             dir,
             dir_file,
+            data_dir: std::sync::OnceLock::new(),
             cache: Mutex::new(DirCache::default()),
             read_only,
         })
@@ -254,8 +259,21 @@ impl DirDevice {
             .ok_or_else(|| os_error(libc::ENOENT))
     }
 
-    fn sync_dir(&self) -> io::Result<()> {
-        self.dir_file.sync_all()
+    /// fsync of the folder that holds `name` (the store folder, or the data folder).
+    fn sync_dir(&self, name: &str) -> io::Result<()> {
+        self.folder_of(name)?.sync_all()
+    }
+
+    /// The folder holding `name`, as an open descriptor.
+    fn folder_of(&self, name: &str) -> io::Result<&File> {
+        if !is_data_name(name) {
+            return Ok(&self.dir_file);
+        }
+        if let Some(dir) = self.data_dir.get() {
+            return Ok(dir);
+        }
+        let dir = self.open_at(DATA_FOLDER, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        Ok(self.data_dir.get_or_init(|| dir))
     }
 }
 
@@ -305,6 +323,12 @@ impl Device for DirDevice {
 
     fn len(&self, name: &str) -> io::Result<Option<u64>> {
         match self.cached(name, false)? {
+            // A host file may be written behind the device (FUSE passthrough): ask.
+            Some(file) if is_data_name(name) => {
+                let mut len = file.len_bytes.lock();
+                *len = file.metadata()?.len();
+                Ok(Some(*len))
+            }
             Some(file) => Ok(Some(*file.len_bytes.lock())),
             None => Ok(None),
         }
@@ -421,7 +445,7 @@ impl Device for DirDevice {
         file.sync_data()?;
         let is_new = self.cache.lock().new_entries.contains(name);
         if is_new {
-            self.sync_dir()?;
+            self.sync_dir(name)?;
             self.cache.lock().new_entries.remove(name);
         }
         Ok(())
@@ -479,7 +503,10 @@ impl Device for DirDevice {
             cache.new_entries.remove(to);
         }
         drop(evicted);
-        if let Err(e) = self.sync_dir() {
+        if is_data_name(from) != is_data_name(to) {
+            self.sync_dir(from)?;
+        }
+        if let Err(e) = self.sync_dir(to) {
             // The folder is not known durable: the next sync of `to` retries.
             self.cache.lock().new_entries.insert(to.to_owned());
             return Err(e);
@@ -507,9 +534,60 @@ impl Device for DirDevice {
             }
         };
         if removed {
-            self.sync_dir()?;
+            self.sync_dir(name)?;
         }
         Ok(())
+    }
+
+    fn create_data_folder(&self) -> io::Result<()> {
+        self.check_writable("make the data folder", DATA_FOLDER)?;
+        let name = c_name(DATA_FOLDER)?;
+        // SAFETY: `name` is a NUL-terminated string that outlives the call; the folder
+        // descriptor is open. The result is checked.
+        let rc = unsafe { libc::mkdirat(self.dir_file.as_raw_fd(), name.as_ptr(), 0o700) };
+        if rc != 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::AlreadyExists {
+                return Err(e);
+            }
+            return Ok(());
+        }
+        self.dir_file.sync_all()
+    }
+
+    fn space(&self) -> io::Result<Option<(u64, u64)>> {
+        let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+        // SAFETY: fstatvfs(2) fills the struct it is given on success (checked before it is
+        // read); the folder descriptor is open.
+        let rc = unsafe { libc::fstatvfs(self.dir_file.as_raw_fd(), st.as_mut_ptr()) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fstatvfs returned 0, so it initialised the struct.
+        let st = unsafe { st.assume_init() };
+        let fragment = st.f_frsize;
+        Ok(Some((
+            st.f_blocks.saturating_mul(fragment),
+            st.f_bavail.saturating_mul(fragment),
+        )))
+    }
+
+    fn list_data(&self) -> io::Result<Vec<String>> {
+        let dir = match self.folder_of(DATA_PREFIX) {
+            Ok(dir) => dir,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        // Through the descriptor (not the path), as every other call: /proc/self/fd names it.
+        let path = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(path)? {
+            let entry = entry?;
+            if let Some(name) = entry.file_name().to_str() {
+                names.push(format!("{DATA_PREFIX}{name}"));
+            }
+        }
+        Ok(names)
     }
 }
 

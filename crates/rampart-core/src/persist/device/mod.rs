@@ -68,7 +68,11 @@
 //! out the host file's descriptor where it has one (`file_for_passthrough`).
 //!
 //! Names are flat: not empty, not `.` or `..`, no `/` or NUL, at most 255 bytes; anything else
-//! is an `InvalidInput` error on both devices.
+//! is an `InvalidInput` error on both devices. The one exception is the data folder: a name
+//! `data/<flat name>` denotes a host file of the disk tier, in the store's `data/` folder
+//! ([`DATA_FOLDER`]). Host files keep the same durability model (each synced on its own; the
+//! first sync of a new one also makes its name in `data/` durable); [`Device::list_data`]
+//! lists them and [`Device::create_data_folder`] makes the folder.
 
 use std::io;
 
@@ -148,6 +152,31 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     fn file_for_passthrough(&self, _name: &str) -> io::Result<Option<std::fs::File>> {
         Ok(None)
     }
+    /// Makes the data folder (`data/`, mode 0700) if it is not there, durably. The default
+    /// does nothing (a device without folders).
+    fn create_data_folder(&self) -> io::Result<()> {
+        Ok(())
+    }
+    /// The size and free room of the file system under the store, in bytes (statvfs), if the
+    /// device has one. The default: None.
+    fn space(&self) -> io::Result<Option<(u64, u64)>> {
+        Ok(None)
+    }
+    /// The host files in the data folder, as device names (`data/...`), in no order; empty if
+    /// there is no data folder. The default: none.
+    fn list_data(&self) -> io::Result<Vec<String>> {
+        Ok(Vec::new())
+    }
+}
+
+/// The folder of the disk tier's host files, inside the store folder.
+pub const DATA_FOLDER: &str = "data";
+/// The prefix of a host file's device name.
+pub const DATA_PREFIX: &str = "data/";
+
+/// Whether `name` denotes a host file in the data folder.
+pub fn is_data_name(name: &str) -> bool {
+    name.starts_with(DATA_PREFIX)
 }
 
 fn unsupported(what: &str, name: &str) -> io::Error {
@@ -172,15 +201,17 @@ pub use crate::limits::DEVICE_NAME_BYTES_MAX;
 /// Checks that `name` is a flat file name: not empty, not `.` or `..`, no `/` or NUL, at most
 /// [`DEVICE_NAME_BYTES_MAX`] bytes. Errors are `InvalidInput`.
 pub fn validate_name(name: &str) -> io::Result<()> {
-    let why = if name.is_empty() {
+    // One level only: `data/` and a flat name after it.
+    let flat = name.strip_prefix(DATA_PREFIX).unwrap_or(name);
+    let why = if flat.is_empty() {
         "it is empty"
-    } else if name == "." || name == ".." {
+    } else if flat == "." || flat == ".." {
         "it names a folder"
-    } else if name.contains('/') {
+    } else if flat.contains('/') {
         "it contains '/'"
-    } else if name.contains('\0') {
+    } else if flat.contains('\0') {
         "it contains a NUL byte"
-    } else if name.len() > DEVICE_NAME_BYTES_MAX {
+    } else if flat.len() > DEVICE_NAME_BYTES_MAX {
         "it is longer than 255 bytes"
     } else {
         return Ok(());

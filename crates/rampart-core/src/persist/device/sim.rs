@@ -607,6 +607,16 @@ impl Device for SimDevice {
         Ok(None)
     }
 
+    fn list_data(&self) -> io::Result<Vec<String>> {
+        let state = self.state.lock();
+        Ok(state
+            .files
+            .keys()
+            .filter(|n| super::is_data_name(n))
+            .cloned()
+            .collect())
+    }
+
     fn sync(&self, name: &str) -> io::Result<()> {
         validate_name(name)?;
         self.delay(name, true);

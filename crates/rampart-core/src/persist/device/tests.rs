@@ -359,3 +359,62 @@ fn sim_device_large_files() {
         b"a\0"
     );
 }
+
+/// Host files in the data folder: the same calls, named `data/...`, listed by `list_data`.
+fn data_folder_contract(dev: &dyn Device) {
+    assert!(dev.list_data().unwrap().is_empty());
+    dev.create_data_folder().unwrap();
+    dev.create_data_folder().unwrap(); // already there: fine
+    let name = "data/0000000000000002-00000001";
+    dev.write(name, b"").unwrap();
+    dev.write_at_sparse(name, 4, b"tail").unwrap();
+    dev.sync(name).unwrap();
+    assert_eq!(dev.read(name).unwrap().unwrap(), b"\0\0\0\0tail");
+    assert_eq!(dev.len(name).unwrap(), Some(8));
+    dev.punch_hole(name, 4, 2).unwrap();
+    dev.set_len(name, 7).unwrap();
+    assert_eq!(dev.read(name).unwrap().unwrap(), b"\0\0\0\0\0\0i");
+    dev.write("journal", b"j").unwrap();
+    assert_eq!(dev.list_data().unwrap(), vec![name.to_string()]);
+    for bad in ["data/", "data/a/b", "data/..", "data/data/x"] {
+        assert_eq!(
+            dev.write(bad, b"x").unwrap_err().kind(),
+            io::ErrorKind::InvalidInput,
+            "{bad}"
+        );
+    }
+    dev.remove(name).unwrap();
+    assert!(dev.list_data().unwrap().is_empty());
+    assert_eq!(dev.read("journal").unwrap().unwrap(), b"j");
+}
+
+#[test]
+fn dir_device_data_folder() {
+    use std::os::unix::fs::PermissionsExt;
+    let (dir, dev) = dir_device();
+    data_folder_contract(&dev);
+    let mode = std::fs::metadata(dir.path().join("data"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700);
+    dev.write("data/f", b"x").unwrap();
+    let mode = std::fs::metadata(dir.path().join("data/f"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+}
+
+#[test]
+fn sim_device_data_folder() {
+    let dev = SimDevice::new(5);
+    data_folder_contract(&dev);
+    // A host file follows the crash model of every file: unsynced writes may be lost.
+    dev.write("data/h", b"old").unwrap();
+    dev.sync("data/h").unwrap();
+    dev.write_at_sparse("data/h", 0, b"new").unwrap();
+    let after = dev.crash(CrashMode::LoseUnsynced);
+    assert_eq!(after.read("data/h").unwrap().unwrap(), b"old");
+    assert_eq!(after.list_data().unwrap(), vec!["data/h".to_string()]);
+}

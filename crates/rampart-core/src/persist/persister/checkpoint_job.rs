@@ -102,7 +102,11 @@ impl CheckpointJob<'_> {
         let mut journal_bytes = journal::HEADER_BYTES as u64 + (self.copied_to - self.tail_from);
         let prepared = (|| {
             if self.restarting {
-                let (batch, next_seq) = p.take_gathered();
+                let gathered = p.take_gathered();
+                let (batch, next_seq) = (gathered.framed, gathered.next_seq);
+                p.sync_host_files(&gathered.host_files);
+                // Removed at the next commit, once this journal is in place.
+                locked(&p.pending).removals.extend(gathered.removals);
                 if let Some(batch) = batch {
                     // One write holding several batches is safe here: the file is synced
                     // before it is renamed into place.

@@ -1,0 +1,131 @@
+//! Servers the bench starts itself (the floor, JuiceFS and its Redis): each in its own process
+//! group with its output in a log file, waited for until it serves, and stopped at teardown.
+
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::cleanup;
+use crate::cmd::{self, Cancel};
+use crate::error::{BenchError, Result};
+
+/// A server started by the bench; `stop` ends it (SIGTERM, then SIGKILL).
+pub(super) struct Daemon {
+    pub(super) child: Child,
+    pub(super) log: PathBuf,
+    pub(super) what: String,
+}
+
+impl Daemon {
+    /// Starts `command` with stdout and stderr in `log`, in its own process group (so the
+    /// bench's Ctrl-C reaches it only through teardown).
+    pub(super) fn start(command: &mut Command, log: &Path, what: &str) -> Result<Daemon> {
+        let out = File::create(log)
+            .map_err(|e| BenchError::io(format!("creating {}", log.display()), e))?;
+        let err = out
+            .try_clone()
+            .map_err(|e| BenchError::io(format!("opening {}", log.display()), e))?;
+        let line = cmd::describe(command);
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0)
+            .spawn()
+            .map_err(|e| BenchError::Command {
+                command: line,
+                detail: format!("could not start: {e}"),
+            })?;
+        Ok(Daemon {
+            child,
+            log: log.to_path_buf(),
+            what: what.to_string(),
+        })
+    }
+
+    pub(super) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The end of its log, for an error message.
+    pub(super) fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        cmd::last_lines(&text, 5)
+    }
+
+    /// Waits until `ready()` holds, failing when the server exits first, on Ctrl-C, or after
+    /// `timeout`.
+    pub(super) fn wait_until(
+        &mut self,
+        cancel: &Cancel,
+        timeout: Duration,
+        mut ready: impl FnMut() -> bool,
+    ) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if ready() {
+                return Ok(());
+            }
+            cancel.check()?;
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(BenchError::Other(format!(
+                    "{} exited ({status}) before it was ready; its log ({}) ends: {}",
+                    self.what,
+                    self.log.display(),
+                    self.log_tail()
+                )));
+            }
+            if Instant::now() > deadline {
+                return Err(BenchError::Other(format!(
+                    "{} was not ready after {} s; its log ({}) ends: {}",
+                    self.what,
+                    timeout.as_secs(),
+                    self.log.display(),
+                    self.log_tail()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Ends it: waits `grace` for it to exit by itself (a FUSE server does once unmounted),
+    /// then SIGTERM, then SIGKILL.
+    pub(super) fn stop(mut self, grace: Duration) -> Result<()> {
+        let pid = self.pid();
+        let exited = |child: &mut Child, within: Duration| {
+            let deadline = Instant::now() + within;
+            loop {
+                if matches!(child.try_wait(), Ok(Some(_)) | Err(_)) {
+                    return true;
+                }
+                if Instant::now() > deadline {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        if exited(&mut self.child, grace) {
+            return Ok(());
+        }
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        if exited(&mut self.child, Duration::from_secs(10)) {
+            return Ok(());
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        Err(BenchError::Other(format!(
+            "{} (pid {pid}) did not stop on SIGTERM within 10 s; killed it",
+            self.what
+        )))
+    }
+}
+
+/// Whether `mnt` is a mount point now.
+pub(super) fn mounted(mnt: &Path) -> bool {
+    cleanup::is_mounted(mnt)
+}

@@ -1,0 +1,755 @@
+//! The engine's operations on the disk tier (`crate::disk`): reads and writes of host files,
+//! migration between the tiers, trims, and the API the FUSE adapter uses for passthrough.
+//!
+//! Locking (docs/decisions/0059): host-file I/O of writes to a disk-tier file happens under
+//! the file's shared host lock *before* the engine's exclusive lock is taken, which is then
+//! held only to apply the `WriteExtent`. Trims hold the file's exclusive host lock across
+//! the op, its commit and the trim. A migration to the disk copies the file's memory bytes
+//! (at most the threshold plus one write, or an evicted file) into its new host file while
+//! holding the exclusive state lock: the copy goes to the page cache, and holding the lock
+//! keeps the copy and the `Migrate` op one atomic step that no other op can interleave.
+
+use std::sync::Arc;
+
+use super::{Ctx, Engine, Invalidation, Mutation, WriteTimes};
+use crate::attr::Ino;
+use crate::contents::host_file::{host_file_name, parse_host_file_name};
+use crate::contents::{Contents, Tier};
+use crate::disk::{may_migrate, DiskTier};
+use crate::error::{Errno, FsResult};
+use crate::limits::{CHUNK_BYTES, MIGRATION_PIECE_BYTES};
+use crate::op::Op;
+use crate::persist::level::Levels;
+use crate::time::TimeNs;
+
+/// An I/O error of a host file as the program sees it: ENOSPC stays, the rest is EIO (and a
+/// log line: nothing else is lost).
+pub(crate) fn host_errno(what: &str, name: &str, e: &std::io::Error) -> Errno {
+    if e.raw_os_error() == Some(libc::ENOSPC) || e.kind() == std::io::ErrorKind::StorageFull {
+        tracing::warn!("{what} {name}: the disk under the store is full");
+        return Errno::ENOSPC;
+    }
+    tracing::error!("{what} {name}: {e}");
+    Errno::EIO
+}
+
+/// A disk-tier file as an op on it needs it: its host file's name and its size.
+struct OnDisk {
+    name: String,
+    size_bytes: u64,
+}
+
+impl Engine {
+    /// Attaches the disk tier (the store's device and settings). Once only: later calls
+    /// change nothing.
+    pub fn set_disk_tier(&self, disk: DiskTier) {
+        let _ = self.disk.set(Arc::new(disk));
+    }
+
+    /// The disk tier, if attached (a store's engine). With a threshold of "off" it still
+    /// serves the files already on it; nothing new moves there.
+    pub(crate) fn disk(&self) -> Option<&Arc<DiskTier>> {
+        self.disk.get()
+    }
+
+    /// Says whether the FUSE adapter serves disk-tier files through FUSE passthrough (the
+    /// kernel accepted it) or from the daemon; `rampart status` shows it.
+    pub fn set_passthrough_available(&self, available: bool) {
+        self.passthrough_available
+            .store(available, std::sync::atomic::Ordering::Release);
+    }
+
+    /// How reads and writes of open disk-tier files travel: "passthrough" (the kernel goes to
+    /// the host file) or "daemon" (each request through the engine).
+    pub fn data_path(&self) -> &'static str {
+        if self
+            .passthrough_available
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            "passthrough"
+        } else {
+            "daemon"
+        }
+    }
+
+    /// The disk tier's settings (None: no store, so no disk tier).
+    pub fn disk_config(&self) -> Option<crate::disk::DiskConfig> {
+        self.disk().map(|d| d.config)
+    }
+
+    /// The host file and size of `ino` if it is a disk-tier file (ENOENT, EISDIR, EINVAL as
+    /// for any regular-file op).
+    fn on_disk(&self, ino: Ino) -> FsResult<Option<OnDisk>> {
+        let state = self.read_state();
+        let inode = state.regular_file(ino)?;
+        Ok(match inode.file().map(Contents::tier) {
+            Some(Tier::Disk) => Some(OnDisk {
+                name: host_file_name(ino, inode.generation),
+                size_bytes: inode.size_bytes,
+            }),
+            _ => None,
+        })
+    }
+
+    /// Host files of freed inodes (under the engine's lock): removed after the next commit,
+    /// or now if no level keeps such a list.
+    pub(crate) fn host_files_freed(&self, names: &[String]) {
+        let levels = self.levels.read().clone();
+        for name in names {
+            if let Some((ino, _)) = parse_host_file_name(name) {
+                self.host_file_gone(&levels, ino, name);
+            }
+        }
+    }
+
+    /// `name`, the host file of `ino`, is no longer needed once the ops so far are durable.
+    pub(crate) fn host_file_gone(&self, levels: &Levels, ino: Ino, name: &str) {
+        let Some(disk) = self.disk.get() else { return };
+        disk.forget_file(ino);
+        if !levels.remove_after_commit(name) {
+            if let Err(e) = disk.device.remove(name) {
+                tracing::warn!("removing the disk-tier file {name}: {e}");
+            }
+        }
+    }
+
+    /// Removes the host file `name` whose removal is durable, unless its inode (the same
+    /// number and generation) is on the disk tier again: it took the file back (a file moved
+    /// to memory and out again). Under the file's exclusive host lock, so that no migration
+    /// runs meanwhile. Called by the persister with no lock held.
+    pub fn remove_host_file_if_unused(&self, name: &str) -> std::io::Result<()> {
+        let Some(disk) = self.disk() else {
+            return Ok(());
+        };
+        let Some((ino, generation)) = parse_host_file_name(name) else {
+            return disk.device.remove(name);
+        };
+        let _host = disk.exclusive(ino);
+        let in_use = {
+            let state = self.read_state();
+            state.inode(ino).is_ok_and(|i| {
+                i.generation == generation && i.file().map(Contents::tier) == Some(Tier::Disk)
+            })
+        };
+        if in_use {
+            return Ok(());
+        }
+        disk.forget_file(ino);
+        disk.device.remove(name)
+    }
+
+    /// Reads of a disk-tier file: `Some` with the bytes if `ino` is on the disk tier.
+    pub(crate) fn read_disk(
+        &self,
+        disk: &DiskTier,
+        ino: Ino,
+        offset: u64,
+        size: u32,
+        out: &mut Vec<u8>,
+    ) -> FsResult<bool> {
+        let _host = disk.shared(ino);
+        let Some(file) = self.on_disk(ino)? else {
+            return Ok(false);
+        };
+        out.clear();
+        let want = file.size_bytes.saturating_sub(offset).min(u64::from(size)) as usize;
+        out.resize(want, 0);
+        let mut filled = 0;
+        while filled < want {
+            match disk
+                .device
+                .read_at(&file.name, offset + filled as u64, &mut out[filled..])
+            {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    out.clear();
+                    return Err(host_errno("reading the disk-tier file", &file.name, &e));
+                }
+            }
+        }
+        if filled < want {
+            out.clear();
+            tracing::error!(
+                "reading {}: the host file ends at byte {}, before the file's size {} \
+                 (changed behind rampart?); `rampart fsck` reports it",
+                file.name,
+                offset + filled as u64,
+                file.size_bytes
+            );
+            return Err(Errno::EIO);
+        }
+        self.touch_atime(ino);
+        Ok(true)
+    }
+
+    /// relatime, as `read` does for memory files.
+    fn touch_atime(&self, ino: Ino) {
+        let state = self.read_state();
+        if let Ok(inode) = state.inode(ino) {
+            let atime = inode.atime();
+            let now = self.now_ns();
+            if atime <= inode.mtime_ns
+                || atime <= inode.ctime_ns
+                || now - atime > crate::limits::RELATIME_INTERVAL_NS
+            {
+                inode.set_atime(now);
+            }
+        }
+    }
+
+    /// A write to a disk-tier file: the bytes go to the host file under the file's shared
+    /// host lock, then `WriteExtent` is applied. `None` if `ino` is not on the disk tier.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn write_disk(
+        &self,
+        disk: &DiskTier,
+        ctx: &Ctx,
+        ino: Ino,
+        offset: u64,
+        data: &[u8],
+        kill_suidgid: bool,
+        times: WriteTimes,
+    ) -> FsResult<Option<u32>> {
+        let _host = disk.shared(ino);
+        let Some(file) = self.on_disk(ino)? else {
+            return Ok(None);
+        };
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= crate::limits::FILE_SIZE_BYTES_MAX)
+            .ok_or(Errno::EFBIG)?;
+        let _ = end;
+        if !data.is_empty() {
+            disk.device
+                .write_at_sparse(&file.name, offset, data)
+                .map_err(|e| host_errno("writing the disk-tier file", &file.name, &e))?;
+        }
+        self.mutate(
+            ctx,
+            |m, time_ns| {
+                let kept = kept_times(m, ino, times, kill_suidgid);
+                m.apply(&Op::WriteExtent {
+                    ino,
+                    offset,
+                    len: data.len() as u64,
+                    time_ns,
+                    kill_suidgid,
+                })?;
+                if let Some(kept) = kept {
+                    super::file_ops::restore_times(m, ino, kept);
+                }
+                Ok(Some(data.len() as u32))
+            },
+            |_| vec![Invalidation::Inode { ino }],
+        )
+    }
+
+    /// Moves memory file `ino` to the disk tier inside mutation `m` (its exclusive host lock
+    /// is held by the caller): its bytes are copied to a new host file, then `Migrate` is
+    /// applied (the persister syncs the host file before the record). A host-file error
+    /// (ENOSPC, EIO) leaves the file in memory and is logged: Ok(false).
+    pub(crate) fn migrate_to_disk(
+        &self,
+        disk: &DiskTier,
+        m: &mut Mutation<'_>,
+        ino: Ino,
+        time_ns: TimeNs,
+    ) -> FsResult<bool> {
+        let state = m.state();
+        let inode = state.regular_file(ino)?;
+        let Some(data) = inode.file().and_then(Contents::memory) else {
+            return Ok(true); // already there
+        };
+        if !may_migrate(inode.durability(), inode.nlink) {
+            return Ok(false);
+        }
+        let name = host_file_name(ino, inode.generation);
+        let size_bytes = inode.size_bytes;
+        let copied = (|| {
+            disk.device.write(&name, &[])?;
+            for (index, bytes) in data.chunks() {
+                disk.device
+                    .write_at_sparse(&name, (index * CHUNK_BYTES) as u64, bytes)?;
+            }
+            disk.device.set_len(&name, size_bytes)
+        })();
+        if let Err(e) = copied {
+            tracing::warn!(
+                "moving inode {ino} ({size_bytes} bytes) to the disk tier failed: {e}; it \
+                 stays in memory"
+            );
+            let _ = disk.device.remove(&name);
+            return Ok(false);
+        }
+        m.apply(&Op::Migrate {
+            ino,
+            tier: Tier::Disk,
+            time_ns,
+        })?;
+        Ok(true)
+    }
+
+    /// A write to a memory file that takes it past the threshold: the file moves to the disk
+    /// tier first, then the write goes to its host file; all under the exclusive host lock
+    /// and one mutation. `None` if it should not move (the caller writes it in memory).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn write_migrating(
+        &self,
+        disk: &DiskTier,
+        ctx: &Ctx,
+        ino: Ino,
+        offset: u64,
+        data: &[u8],
+        kill_suidgid: bool,
+        times: WriteTimes,
+    ) -> FsResult<Option<u32>> {
+        let _host = disk.exclusive(ino);
+        self.mutate(
+            ctx,
+            |m, time_ns| {
+                let inode = m.state().regular_file(ino)?;
+                if inode.file().map(Contents::tier) == Some(Tier::Disk) {
+                    return Ok(None); // moved meanwhile: the caller retries
+                }
+                let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
+                if end > crate::limits::FILE_SIZE_BYTES_MAX {
+                    return Err(Errno::EFBIG);
+                }
+                if !disk.passes_threshold(end.max(inode.size_bytes))
+                    || !may_migrate(inode.durability(), inode.nlink)
+                {
+                    return Ok(None);
+                }
+                let kept = kept_times(m, ino, times, kill_suidgid);
+                if !self.migrate_to_disk(disk, m, ino, time_ns)? {
+                    return Ok(None);
+                }
+                let name = host_file_name(ino, m.state().inode(ino)?.generation);
+                if !data.is_empty() {
+                    disk.device
+                        .write_at_sparse(&name, offset, data)
+                        .map_err(|e| host_errno("writing the disk-tier file", &name, &e))?;
+                }
+                m.apply(&Op::WriteExtent {
+                    ino,
+                    offset,
+                    len: data.len() as u64,
+                    time_ns,
+                    kill_suidgid,
+                })?;
+                if let Some(kept) = kept {
+                    super::file_ops::restore_times(m, ino, kept);
+                }
+                Ok(Some(data.len() as u32))
+            },
+            |_| vec![Invalidation::Inode { ino }],
+        )
+    }
+
+    /// A size change of a file while the disk tier is on. Growth: the host file grows first,
+    /// then the op (a memory file growing past the threshold moves first). Shrink of a
+    /// disk-tier file: the op is made durable first, then the host file is trimmed; below a
+    /// quarter of the threshold the file then comes back to memory. `None`: not a case for
+    /// the disk tier (the caller applies the op as for memory).
+    pub(crate) fn setattr_disk(
+        &self,
+        disk: &DiskTier,
+        ctx: &Ctx,
+        ino: Ino,
+        op: &Op<'_>,
+        size: u64,
+    ) -> FsResult<Option<crate::attr::Attr>> {
+        let _host = disk.exclusive(ino);
+        let file = self.on_disk(ino)?;
+        let apply = |m: &mut Mutation<'_>, _: TimeNs| -> FsResult<crate::attr::Attr> {
+            m.apply(op)?;
+            Ok(m.state().inode(ino)?.attr(ino))
+        };
+        let invalidate = |_: &crate::attr::Attr| vec![Invalidation::Inode { ino }];
+        let Some(file) = file else {
+            if !disk.passes_threshold(size) {
+                return Ok(None);
+            }
+            return self
+                .mutate(
+                    ctx,
+                    |m, time_ns| {
+                        if !self.migrate_to_disk(disk, m, ino, time_ns)? {
+                            return apply(m, time_ns).map(|a| (a, false));
+                        }
+                        let name = host_file_name(ino, m.state().inode(ino)?.generation);
+                        disk.device
+                            .set_len(&name, size)
+                            .map_err(|e| host_errno("growing the disk-tier file", &name, &e))?;
+                        apply(m, time_ns).map(|a| (a, true))
+                    },
+                    |(a, _)| invalidate(a),
+                )
+                .map(|(a, _)| Some(a));
+        };
+        if size >= file.size_bytes {
+            if size > file.size_bytes {
+                disk.device
+                    .set_len(&file.name, size)
+                    .map_err(|e| host_errno("growing the disk-tier file", &file.name, &e))?;
+            }
+            return self.mutate(ctx, apply, invalidate).map(Some);
+        }
+        let attr = self.mutate(ctx, apply, invalidate)?;
+        self.trim_after_commit(disk, &file.name, |device| device.set_len(&file.name, size));
+        if disk.below_return_size(size) && disk.passthrough_count(ino) == 0 {
+            self.migrate_to_memory(disk, ctx, ino)?;
+        }
+        Ok(Some(attr))
+    }
+
+    /// Journal first: makes the op just applied durable, then trims the host file (the
+    /// caller holds the file's exclusive host lock). If the op cannot be made durable the
+    /// trim waits for recovery (which redoes it from the journal, or finds the file longer
+    /// and trims it); the space comes back then.
+    fn trim_after_commit(
+        &self,
+        disk: &DiskTier,
+        name: &str,
+        trim: impl FnOnce(&dyn crate::persist::device::Device) -> std::io::Result<()>,
+    ) {
+        if let Err(e) = self.sync() {
+            tracing::error!("a trim of {name} waits: its op could not be made durable ({e})");
+            return;
+        }
+        if let Err(e) = trim(disk.device.as_ref()) {
+            tracing::error!("trimming the disk-tier file {name}: {e}; the next mount does it");
+        }
+    }
+
+    /// Brings a small disk-tier file back to memory (decision 0059): `Migrate` to memory, then
+    /// its bytes as writes (holes stay holes) and its times as they were; the host file is
+    /// removed once that is durable. Skipped (Ok) when memory is short or the file carries a
+    /// capability (which a write would drop). The caller holds the exclusive host lock.
+    fn migrate_to_memory(&self, disk: &DiskTier, ctx: &Ctx, ino: Ino) -> FsResult<()> {
+        let Some(file) = self.on_disk(ino)? else {
+            return Ok(());
+        };
+        let mut bytes = vec![0u8; file.size_bytes as usize];
+        let mut filled = 0;
+        while filled < bytes.len() {
+            match disk
+                .device
+                .read_at(&file.name, filled as u64, &mut bytes[filled..])
+            {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::warn!("{}: stays on the disk tier ({e})", file.name);
+                    return Ok(());
+                }
+            }
+        }
+        if filled < bytes.len() {
+            return Ok(()); // short: fsck's to judge; the file stays where it is
+        }
+        self.mutate(
+            ctx,
+            |m, time_ns| {
+                let inode = m.state().regular_file(ino)?;
+                let (mtime, ctime) = (inode.mtime_ns, inode.ctime_ns);
+                let capability = inode
+                    .xattrs
+                    .as_ref()
+                    .is_some_and(|x| x.get(crate::state::CAPABILITY_XATTR).is_some());
+                let pieces: Vec<(usize, &[u8])> = bytes
+                    .chunks(CHUNK_BYTES)
+                    .enumerate()
+                    .filter(|(_, c)| c.iter().any(|&b| b != 0))
+                    .collect();
+                let need: u64 = pieces.len() as u64 * (CHUNK_BYTES as u64 + 64);
+                if capability || m.state().budget.free_bytes() < need.saturating_mul(2) {
+                    return Ok(());
+                }
+                m.apply(&Op::Migrate {
+                    ino,
+                    tier: Tier::Memory,
+                    time_ns,
+                })?;
+                for (index, piece) in pieces {
+                    m.apply(&Op::Write {
+                        ino,
+                        offset: (index * CHUNK_BYTES) as u64,
+                        data: piece,
+                        time_ns,
+                        kill_suidgid: false,
+                    })?;
+                }
+                m.apply(&Op::SetAttr {
+                    ino,
+                    mode: None,
+                    uid: None,
+                    gid: None,
+                    size_bytes: None,
+                    atime_ns: None,
+                    mtime_ns: Some(mtime),
+                    ctime_ns: ctime,
+                    kill_suidgid: false,
+                })?;
+                Ok(())
+            },
+            |_| Vec::new(),
+        )
+    }
+
+    /// fallocate of a disk-tier file, or of a memory file it takes past the threshold.
+    /// `None`: a memory file that stays there (the caller applies the op as usual).
+    pub(crate) fn fallocate_disk(
+        &self,
+        disk: &DiskTier,
+        ctx: &Ctx,
+        ino: Ino,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> FsResult<Option<()>> {
+        use crate::op::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE};
+        let _host = disk.exclusive(ino);
+        let keep_size = mode & FALLOC_FL_KEEP_SIZE != 0;
+        let trims = mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) != 0;
+        let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
+        let op = |time_ns| Op::Fallocate {
+            ino,
+            offset,
+            length,
+            mode,
+            time_ns,
+        };
+        let invalidate = |_: &()| vec![Invalidation::Inode { ino }];
+        let Some(file) = self.on_disk(ino)? else {
+            if keep_size || !disk.passes_threshold(end) {
+                return Ok(None);
+            }
+            return self
+                .mutate(
+                    ctx,
+                    |m, time_ns| {
+                        if self.migrate_to_disk(disk, m, ino, time_ns)? {
+                            let name = host_file_name(ino, m.state().inode(ino)?.generation);
+                            let size = m.state().inode(ino)?.size_bytes;
+                            if end > size && length > 0 && end <= crate::limits::FILE_SIZE_BYTES_MAX
+                            {
+                                disk.device.set_len(&name, end).map_err(|e| {
+                                    host_errno("growing the disk-tier file", &name, &e)
+                                })?;
+                            }
+                        }
+                        m.apply(&op(time_ns))
+                    },
+                    invalidate,
+                )
+                .map(Some);
+        };
+        let grows = !keep_size && end > file.size_bytes && length > 0;
+        if grows && end <= crate::limits::FILE_SIZE_BYTES_MAX {
+            disk.device
+                .set_len(&file.name, end)
+                .map_err(|e| host_errno("growing the disk-tier file", &file.name, &e))?;
+        }
+        self.mutate(ctx, |m, time_ns| m.apply(&op(time_ns)), invalidate)?;
+        if trims {
+            self.trim_after_commit(disk, &file.name, |device| {
+                device.punch_hole(&file.name, offset, length)
+            });
+        }
+        Ok(Some(()))
+    }
+
+    /// Memory pressure (decision 0059): moves the coldest memory files (oldest of mtime and
+    /// atime) of at least `--evict-min-size` to the disk tier until `need_bytes` of memory
+    /// are freed or no candidate is left. Returns whether any file moved. Called when a
+    /// change would exceed the memory cap, before ENOSPC is answered.
+    pub(crate) fn evict_for(&self, need_bytes: u64) -> bool {
+        let Some(disk) = self.disk().filter(|d| d.config.enabled()) else {
+            return false;
+        };
+        let min_size = disk.config.evict_min_size_bytes;
+        let mut candidates: Vec<(TimeNs, Ino, u64)> = {
+            let state = self.read_state();
+            state
+                .inodes()
+                .filter_map(|(ino, i)| {
+                    let f = i.file()?;
+                    let heap = f.heap_bytes();
+                    let fits = f.tier() == Tier::Memory
+                        && i.size_bytes >= min_size
+                        && heap > 0
+                        && may_migrate(i.durability(), i.nlink);
+                    fits.then(|| (i.mtime_ns.max(i.atime()), ino, heap))
+                })
+                .collect()
+        };
+        candidates.sort_unstable();
+        candidates.truncate(crate::limits::EVICT_CANDIDATES_MAX);
+        let kernel = Ctx {
+            kernel: true,
+            ..Ctx::library(0, 0)
+        };
+        let (mut freed, mut moved) = (0u64, false);
+        for (_, ino, heap) in candidates {
+            if freed >= need_bytes {
+                break;
+            }
+            let _host = disk.exclusive(ino);
+            let done = self.mutate(
+                &kernel,
+                |m, time_ns| self.migrate_to_disk(disk, m, ino, time_ns),
+                |_| Vec::new(),
+            );
+            if done == Ok(true) {
+                tracing::debug!("memory pressure: inode {ino} ({heap} bytes) moved to disk");
+                freed += heap;
+                moved = true;
+            }
+        }
+        moved
+    }
+
+    /// The open host file of a disk-tier inode (None for memory-tier inodes, and when the
+    /// device has no host files): the backing file for FUSE passthrough, and what O_DIRECT
+    /// reads and writes go to.
+    pub fn host_file(&self, ino: Ino) -> FsResult<Option<Arc<std::fs::File>>> {
+        let Some(disk) = self.disk() else {
+            self.read_state().regular_file(ino)?;
+            return Ok(None);
+        };
+        let _host = disk.shared(ino);
+        let Some(file) = self.on_disk(ino)? else {
+            return Ok(None);
+        };
+        disk.file(ino, &file.name)
+            .map_err(|e| host_errno("opening the disk-tier file", &file.name, &e))
+    }
+
+    /// The kernel may now write this inode's host file behind the engine (a passthrough
+    /// open). While any such open exists the file stays on the disk tier, and the committer
+    /// logs and syncs what was written within the commit interval. EINVAL for a file that is
+    /// not on the disk tier.
+    pub fn passthrough_opened(&self, ino: Ino) -> FsResult<()> {
+        let disk = self.disk().ok_or(Errno::EINVAL)?;
+        let _host = disk.exclusive(ino);
+        if self.on_disk(ino)?.is_none() {
+            return Err(Errno::EINVAL);
+        }
+        disk.passthrough_add(ino);
+        Ok(())
+    }
+
+    /// One passthrough open closed: fstat the host file, log the new size and mtime
+    /// (`WriteExtent`), and drop the registration when the count reaches 0.
+    pub fn passthrough_released(&self, ino: Ino) -> FsResult<()> {
+        let logged = self.host_file_changed(ino);
+        if let Some(disk) = self.disk() {
+            disk.passthrough_remove(ino);
+        }
+        logged
+    }
+
+    /// The same fstat-and-log as [`Engine::passthrough_released`], without releasing (fsync,
+    /// flush or getattr of a passthrough file): the host file's length and mtime become the
+    /// file's size and times (a `WriteExtent`), and its data is synced before that record.
+    pub fn host_file_changed(&self, ino: Ino) -> FsResult<()> {
+        let Some(disk) = self.disk() else {
+            return Ok(());
+        };
+        let _host = disk.shared(ino);
+        let Some(file) = self.on_disk(ino)? else {
+            return Ok(());
+        };
+        let Some(host) = disk.file(ino, &file.name).ok().flatten() else {
+            // No descriptor (a simulated device): what the device holds is what the ops say.
+            return Ok(());
+        };
+        let meta = host
+            .metadata()
+            .map_err(|e| host_errno("asking the length of", &file.name, &e))?;
+        let len = meta.len();
+        let mtime_ns = {
+            use std::os::unix::fs::MetadataExt;
+            meta.mtime()
+                .saturating_mul(1_000_000_000)
+                .saturating_add(meta.mtime_nsec())
+        };
+        let (size, mtime) = {
+            let state = self.read_state();
+            let inode = state.inode(ino)?;
+            (inode.size_bytes, inode.mtime_ns)
+        };
+        if len <= size && mtime_ns <= mtime {
+            return Ok(());
+        }
+        let (offset, grown) = if len > size {
+            (size, len - size)
+        } else {
+            (0, 0)
+        };
+        let ctx = Ctx::library(0, 0);
+        let kernel = Ctx {
+            kernel: true,
+            ..ctx
+        };
+        self.mutate(
+            &kernel,
+            |m, _| {
+                m.apply(&Op::WriteExtent {
+                    ino,
+                    offset,
+                    len: grown,
+                    time_ns: mtime_ns.max(mtime),
+                    kill_suidgid: false,
+                })
+            },
+            |_| Vec::new(),
+        )
+    }
+
+    /// The committer's pass over the files open for passthrough (every commit interval): their
+    /// size and times are logged and their data synced with the next commit, so that the
+    /// commit-interval deadline holds for what the kernel writes behind the engine.
+    pub fn sync_passthrough_files(&self) {
+        let Some(disk) = self.disk() else { return };
+        for ino in disk.passthrough_inodes() {
+            if let Err(e) = self.host_file_changed(ino) {
+                tracing::warn!("logging the passthrough writes of inode {ino}: {e:?}");
+            }
+            let name = {
+                let state = self.read_state();
+                match state.inode(ino) {
+                    Ok(inode) => host_file_name(ino, inode.generation),
+                    Err(_) => continue,
+                }
+            };
+            // Written in place without growing, the file's mtime may not have moved within
+            // the clock's tick: sync its data anyway.
+            if let Err(e) = disk.device.sync(&name) {
+                tracing::error!("syncing the disk-tier file {name}: {e}");
+            }
+        }
+    }
+}
+
+/// The times to put back after a write when the kernel owns them (`WriteTimes`).
+fn kept_times(
+    m: &Mutation<'_>,
+    ino: Ino,
+    times: WriteTimes,
+    kill_suidgid: bool,
+) -> Option<(TimeNs, TimeNs)> {
+    match times {
+        WriteTimes::KeptByKernel if !kill_suidgid => {
+            m.state().inode(ino).ok().map(|i| (i.mtime_ns, i.ctime_ns))
+        }
+        _ => None,
+    }
+}
+
+/// The most bytes a migration copies per device call.
+const _: () = assert!(MIGRATION_PIECE_BYTES >= CHUNK_BYTES);

@@ -1,0 +1,359 @@
+//! The disk tier through the engine on a real store folder: placement at the threshold, reads
+//! and writes through host files, trims, removal after unlink, migration back, recovery's pass
+//! over data/, and the API the FUSE adapter uses for passthrough.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use rampart_core::rampart::{Options, Rampart};
+use rampart_core::{Ctx, Engine, EngineConfig, Ino, SetAttr, Tier, ROOT_INO};
+
+const THRESHOLD: u64 = 8 << 10;
+const FILE: u32 = libc::S_IFREG | 0o644;
+
+fn options() -> Options {
+    Options {
+        engine: EngineConfig {
+            large_file_threshold_bytes: Some(THRESHOLD),
+            ..EngineConfig::default()
+        },
+        ..Options::default()
+    }
+}
+
+fn store() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    rampart_core::store::mkfs(&path).unwrap();
+    (dir, path)
+}
+
+fn c() -> Ctx {
+    Ctx::library(0, 0)
+}
+
+fn host_files(path: &Path) -> Vec<(String, u64)> {
+    let mut out: Vec<_> = std::fs::read_dir(path.join("data"))
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                e.metadata().unwrap().len(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn read_all(e: &Engine, ino: Ino) -> Vec<u8> {
+    let size = e.getattr(ino).unwrap().size_bytes;
+    let mut out = Vec::new();
+    e.read(ino, 0, size as u32, &mut out).unwrap();
+    out
+}
+
+/// A pattern no two offsets share within a file, so misplaced bytes show.
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1)
+        .collect()
+}
+
+#[test]
+fn a_file_passing_the_threshold_moves_to_its_host_file_and_keeps_its_bytes() {
+    let (_dir, path) = store();
+    let fs = Rampart::open(&path, &options()).unwrap();
+    let e = fs.engine();
+    let f = e.mknod(&c(), ROOT_INO, b"big", FILE, 0).unwrap().ino;
+    let first = pattern(6000, 1);
+    e.write(&c(), f, 0, &first, false).unwrap();
+    assert_eq!(e.tier(f), Ok(Tier::Memory));
+    assert!(host_files(&path).is_empty());
+    // A hole, then bytes past the threshold.
+    let second = pattern(5000, 2);
+    e.write(&c(), f, 20_000, &second, false).unwrap();
+    assert_eq!(e.tier(f), Ok(Tier::Disk));
+    let gen = e.getattr(f).unwrap().generation;
+    let name = format!("{f:016x}-{gen:08x}");
+    assert_eq!(host_files(&path), vec![(name.clone(), 25_000)]);
+    let mut expected = first.clone();
+    expected.resize(20_000, 0);
+    expected.extend_from_slice(&second);
+    assert_eq!(read_all(e, f), expected);
+    // Writes after the move go to the host file.
+    e.write(&c(), f, 100, b"middle", false).unwrap();
+    expected[100..106].copy_from_slice(b"middle");
+    assert_eq!(read_all(e, f), expected);
+    let host = std::fs::read(path.join("data").join(&name)).unwrap();
+    assert_eq!(host, expected);
+    // The host file is private and sparse: the hole takes no block.
+    let meta = std::fs::metadata(path.join("data").join(&name)).unwrap();
+    assert_eq!(meta.mode() & 0o777, 0o600);
+    e.sync().unwrap();
+    fs.close().unwrap();
+
+    // A checkpoint refers to the host file; the bytes come back from it.
+    let fs = Rampart::open(&path, &options()).unwrap();
+    let e = fs.engine();
+    let f = e.lookup_path(b"/big").unwrap().ino;
+    assert_eq!(e.tier(f), Ok(Tier::Disk));
+    assert_eq!(read_all(e, f), expected);
+    assert_eq!(fs.recovery().host_files.files, 1);
+    assert!(fs.recovery().host_files.damaged.is_empty());
+}
+
+#[test]
+fn truncate_and_punch_give_space_back_and_a_small_file_comes_back_to_memory() {
+    let (_dir, path) = store();
+    let fs = Rampart::open(&path, &options()).unwrap();
+    let e = fs.engine();
+    let f = e.mknod(&c(), ROOT_INO, b"f", FILE, 0).unwrap().ino;
+    let data = pattern(1 << 20, 3);
+    e.write(&c(), f, 0, &data, false).unwrap();
+    assert_eq!(e.tier(f), Ok(Tier::Disk));
+    let name = host_files(&path)[0].0.clone();
+    let blocks = |p: &Path| {
+        std::fs::metadata(p.join("data").join(&name))
+            .unwrap()
+            .blocks()
+    };
+    let before = blocks(&path);
+    // PUNCH_HOLE: zeros, and the host file's blocks go at once.
+    e.fallocate(
+        &c(),
+        f,
+        0,
+        512 << 10,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+    )
+    .unwrap();
+    assert!(
+        blocks(&path) < before * 3 / 4,
+        "{} of {before}",
+        blocks(&path)
+    );
+    let mut expected = data.clone();
+    expected[..512 << 10].fill(0);
+    assert_eq!(read_all(e, f), expected);
+    // A shrink, still above the threshold/4: the host file shrinks too.
+    let set = |size| SetAttr {
+        size_bytes: Some(size),
+        ..SetAttr::default()
+    };
+    e.setattr(&c(), f, &set(600 << 10)).unwrap();
+    assert_eq!(host_files(&path), vec![(name.clone(), 600 << 10)]);
+    expected.truncate(600 << 10);
+    assert_eq!(read_all(e, f), expected);
+    // Grows with a hole.
+    e.setattr(&c(), f, &set(700 << 10)).unwrap();
+    expected.resize(700 << 10, 0);
+    assert_eq!(read_all(e, f), expected);
+    assert_eq!(e.tier(f), Ok(Tier::Disk));
+    // Below a quarter of the threshold: back to memory, the host file removed once durable.
+    e.setattr(&c(), f, &set(1000)).unwrap();
+    assert_eq!(e.tier(f), Ok(Tier::Memory));
+    expected.truncate(1000);
+    assert_eq!(read_all(e, f), expected);
+    e.sync().unwrap();
+    e.sync().unwrap();
+    assert!(host_files(&path).is_empty(), "{:?}", host_files(&path));
+    fs.close().unwrap();
+    let fs = Rampart::open(&path, &options()).unwrap();
+    let f = fs.engine().lookup_path(b"/f").unwrap().ino;
+    assert_eq!(read_all(fs.engine(), f), expected);
+}
+
+#[test]
+fn unlink_removes_the_host_file_once_durable_and_recovery_removes_strangers() {
+    let (_dir, path) = store();
+    let fs = Rampart::open(&path, &options()).unwrap();
+    let e = fs.engine();
+    let f = e.mknod(&c(), ROOT_INO, b"gone", FILE, 0).unwrap().ino;
+    e.write(&c(), f, 0, &pattern(50_000, 4), false).unwrap();
+    let keep = e.mknod(&c(), ROOT_INO, b"kept", FILE, 0).unwrap().ino;
+    e.write(&c(), keep, 0, &pattern(40_000, 5), false).unwrap();
+    assert_eq!(host_files(&path).len(), 2);
+    e.unlink(&c(), ROOT_INO, b"gone").unwrap();
+    e.sync().unwrap();
+    e.sync().unwrap();
+    assert_eq!(host_files(&path).len(), 1);
+    fs.close().unwrap();
+
+    // Behind rampart's back: a stranger, and the kept file's host file made longer.
+    std::fs::write(path.join("data/0000000000000099-00000001"), b"junk").unwrap();
+    let kept = path.join("data").join(&host_files(&path)[0].0);
+    let f = std::fs::OpenOptions::new().write(true).open(&kept).unwrap();
+    f.set_len(90_000).unwrap();
+    drop(f);
+    let fs = Rampart::open(&path, &options()).unwrap();
+    let report = &fs.recovery().host_files;
+    assert_eq!(
+        (report.orphans_removed, report.trimmed),
+        (1, 1),
+        "{report:?}"
+    );
+    assert_eq!(host_files(&path).len(), 1);
+    assert_eq!(std::fs::metadata(&kept).unwrap().len(), 40_000);
+    let keep = fs.engine().lookup_path(b"/kept").unwrap().ino;
+    assert_eq!(read_all(fs.engine(), keep), pattern(40_000, 5));
+}
+
+#[test]
+fn a_short_host_file_reads_as_eio_not_zeros() {
+    let (_dir, path) = store();
+    let fs = Rampart::open(&path, &options()).unwrap();
+    let e = fs.engine();
+    let f = e.mknod(&c(), ROOT_INO, b"f", FILE, 0).unwrap().ino;
+    e.write(&c(), f, 0, &pattern(30_000, 6), false).unwrap();
+    fs.close().unwrap();
+    let host = path.join("data").join(&host_files(&path)[0].0);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&host)
+        .unwrap()
+        .set_len(10_000)
+        .unwrap();
+    let fs = Rampart::open(&path, &options()).unwrap();
+    assert_eq!(fs.recovery().host_files.damaged.len(), 1);
+    let e = fs.engine();
+    let f = e.lookup_path(b"/f").unwrap().ino;
+    let mut out = Vec::new();
+    e.read(f, 0, 5000, &mut out).unwrap();
+    assert_eq!(out, pattern(30_000, 6)[..5000]);
+    assert_eq!(
+        e.read(f, 5000, 10_000, &mut out),
+        Err(rampart_core::Errno::EIO)
+    );
+}
+
+#[test]
+fn the_passthrough_api_hands_out_the_host_file_and_logs_what_the_kernel_wrote() {
+    use std::os::unix::fs::FileExt;
+    let (_dir, path) = store();
+    let fs = Rampart::open(&path, &options()).unwrap();
+    let e = fs.engine();
+    let small = e.mknod(&c(), ROOT_INO, b"small", FILE, 0).unwrap().ino;
+    assert_eq!(e.host_file(small).unwrap().map(|_| ()), None);
+    assert_eq!(
+        e.passthrough_opened(small),
+        Err(rampart_core::Errno::EINVAL)
+    );
+    let f = e.mknod(&c(), ROOT_INO, b"big", FILE, 0).unwrap().ino;
+    e.write(&c(), f, 0, &pattern(20_000, 7), false).unwrap();
+    let host = e.host_file(f).unwrap().expect("a host file");
+    e.passthrough_opened(f).unwrap();
+    // The kernel writes behind the engine, past the end.
+    host.write_all_at(b"tail", 30_000).unwrap();
+    e.host_file_changed(f).unwrap();
+    assert_eq!(e.getattr(f).unwrap().size_bytes, 30_004);
+    // While open for passthrough, a shrink does not bring it back to memory.
+    e.setattr(
+        &c(),
+        f,
+        &SetAttr {
+            size_bytes: Some(10),
+            ..SetAttr::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(e.tier(f), Ok(Tier::Disk));
+    host.write_all_at(b"0123456789abcdef", 0).unwrap();
+    e.passthrough_released(f).unwrap();
+    assert_eq!(e.getattr(f).unwrap().size_bytes, 16);
+    e.sync().unwrap();
+    drop(host);
+    fs.close().unwrap();
+    let fs = Rampart::open(&path, &options()).unwrap();
+    let f = fs.engine().lookup_path(b"/big").unwrap().ino;
+    assert_eq!(read_all(fs.engine(), f), b"0123456789abcdef");
+}
+
+#[test]
+fn the_threshold_comes_from_the_superblock_unless_the_mount_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let options_mkfs = rampart_core::store::MkfsOptions {
+        large_file_threshold_bytes: 16 << 10,
+    };
+    rampart_core::store::mkfs_with(&path, &options_mkfs).unwrap();
+    let fs = Rampart::open(&path, &Options::default()).unwrap();
+    let e = fs.engine();
+    let f = e.mknod(&c(), ROOT_INO, b"f", FILE, 0).unwrap().ino;
+    e.write(&c(), f, 0, &pattern(12 << 10, 8), false).unwrap();
+    assert_eq!(e.tier(f), Ok(Tier::Memory));
+    e.write(&c(), f, 12 << 10, &pattern(8 << 10, 8), false)
+        .unwrap();
+    assert_eq!(e.tier(f), Ok(Tier::Disk));
+    fs.close().unwrap();
+    // Off at mount: new files stay in memory, the disk-tier one is still read.
+    let off = Options {
+        engine: EngineConfig {
+            large_file_threshold_bytes: Some(u64::MAX),
+            ..EngineConfig::default()
+        },
+        ..Options::default()
+    };
+    let fs = Rampart::open(&path, &off).unwrap();
+    let e = fs.engine();
+    let f = e.lookup_path(b"/f").unwrap().ino;
+    assert_eq!(e.tier(f), Ok(Tier::Disk));
+    assert_eq!(read_all(e, f).len(), 20 << 10);
+    let g = e.mknod(&c(), ROOT_INO, b"g", FILE, 0).unwrap().ino;
+    e.write(&c(), g, 0, &pattern(1 << 20, 9), false).unwrap();
+    assert_eq!(e.tier(g), Ok(Tier::Memory));
+    assert!(rampart_core::store::mkfs_with(
+        &dir.path().join("tiny"),
+        &rampart_core::store::MkfsOptions {
+            large_file_threshold_bytes: 100
+        }
+    )
+    .is_err());
+}
+
+#[test]
+fn memory_pressure_moves_the_coldest_large_files_to_disk_before_enospc() {
+    let (_dir, path) = store();
+    let options = Options {
+        engine: EngineConfig {
+            memory_cap_bytes: 4 << 20,
+            large_file_threshold_bytes: Some(u64::MAX - 1), // only pressure moves files
+            evict_min_size_bytes: 64 << 10,
+            ..EngineConfig::default()
+        },
+        ..Options::default()
+    };
+    let fs = Rampart::open(&path, &options).unwrap();
+    let e = fs.engine();
+    let mut files = Vec::new();
+    // 20 files of 256 KiB: 5 MiB, more than the cap of 4 MiB allows.
+    for i in 0..20u8 {
+        let name = format!("f{i}");
+        let f = e
+            .mknod(&c(), ROOT_INO, name.as_bytes(), FILE, 0)
+            .unwrap()
+            .ino;
+        e.write(&c(), f, 0, &pattern(256 << 10, i), false)
+            .unwrap_or_else(|err| panic!("file {i}: {err:?}"));
+        files.push(f);
+    }
+    let tiers: Vec<Tier> = files.iter().map(|&f| e.tier(f).unwrap()).collect();
+    // The first written (coldest) went to disk; the last stay in memory.
+    assert_eq!(tiers[0], Tier::Disk, "{tiers:?}");
+    assert_eq!(*tiers.last().unwrap(), Tier::Memory, "{tiers:?}");
+    for (i, &f) in files.iter().enumerate() {
+        assert_eq!(read_all(e, f), pattern(256 << 10, i as u8), "file {i}");
+    }
+    let stats = e.stats();
+    assert!(
+        stats.disk_files > 0 && stats.memory_files() > 0,
+        "{stats:?}"
+    );
+    assert!(stats.memory_used_bytes <= 4 << 20);
+    // statfs counts the file system under the store too.
+    let st = e.statfs();
+    let bs = u64::from(st.block_size);
+    assert!(st.blocks_total * bs > 4 << 20, "{st:?}");
+    assert!(st.blocks_free * bs > stats.memory_cap_bytes - stats.memory_used_bytes);
+}
