@@ -7,6 +7,8 @@
 //!   line when the daemon has finished its shutdown (final checkpoint written or failed).
 //!   `rampart umount` uses it to say whether the last changes were saved. If the daemon dies
 //!   without finishing, the connection just ends.
+//! - `categories`: the categories and filename rules in force ([`CategoriesInForce`]), for
+//!   `rampart rules` and `rampart stat`.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -15,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use rampart_core::category::RulePattern;
 use rampart_core::latency::LatencyHistogram;
 use rampart_core::persist::persister::Persister;
 use rampart_core::Engine;
@@ -24,8 +27,8 @@ use serde::{Deserialize, Serialize};
 pub const SOCKET_FILE: &str = "control.sock";
 /// Longest command line accepted.
 const COMMAND_BYTES_MAX: u64 = 256;
-/// Longest answer line read from the daemon.
-const ANSWER_BYTES_MAX: u64 = 64 << 10;
+/// Longest answer line read from the daemon (the rules in force may be long).
+const ANSWER_BYTES_MAX: u64 = 1 << 20;
 
 /// The persister's figures.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -355,6 +358,8 @@ fn answer(
         }
         "status" => serde_json::to_string(&status_of(sources))
             .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")),
+        "categories" => serde_json::to_string(&categories_in_force(&sources.engine))
+            .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")),
         other => serde_json::json!({ "error": format!("unknown command {other:?}") }).to_string(),
     };
     (&stream).write_all(format!("{reply}\n").as_bytes())
@@ -452,6 +457,83 @@ impl ExitWatch {
             Ok(_) => serde_json::from_str(&line).map_or(Watched::Ended, Watched::Exit),
         }
     }
+}
+
+/// A category as the mount has it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CategoryInForce {
+    pub name: String,
+    pub spec: String,
+    /// MBFS's (docs/CATEGORIES.md), else the store's rampart.toml.
+    pub builtin: bool,
+    /// Why it cannot be used, if it cannot (needs DA2, ...).
+    pub unusable: Option<String>,
+}
+
+/// A filename rule as the mount has it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RuleInForce {
+    /// From 1, in the configuration's order: the first that matches wins.
+    pub number: u32,
+    /// `glob` or `regex`.
+    pub kind: String,
+    pub pattern: String,
+    /// Matches the path from the mount's root (else the name alone).
+    pub on_path: bool,
+    pub category: String,
+    /// Its line in the store's rampart.toml.
+    pub line: usize,
+}
+
+/// The answer to `categories`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CategoriesInForce {
+    pub default: String,
+    pub commit_interval_ms: u64,
+    pub categories: Vec<CategoryInForce>,
+    pub rules: Vec<RuleInForce>,
+}
+
+fn categories_in_force(engine: &Engine) -> CategoriesInForce {
+    let c = engine.categories();
+    CategoriesInForce {
+        default: c.default_category().name.clone(),
+        commit_interval_ms: c.commit_interval().as_millis() as u64,
+        categories: c
+            .list()
+            .iter()
+            .map(|k| CategoryInForce {
+                name: k.name.clone(),
+                spec: k.spec.to_string(),
+                builtin: k.builtin,
+                unusable: c.resolve(&k.name).err().map(|e| e.to_string()),
+            })
+            .collect(),
+        rules: c
+            .rules()
+            .iter()
+            .enumerate()
+            .map(|(i, r)| RuleInForce {
+                number: i as u32 + 1,
+                kind: match &r.pattern {
+                    RulePattern::Glob(_) => "glob".into(),
+                    RulePattern::Regex(_) => "regex".into(),
+                },
+                pattern: match &r.pattern {
+                    RulePattern::Glob(p) | RulePattern::Regex(p) => p.clone(),
+                },
+                on_path: r.on_path(),
+                category: r.category.clone(),
+                line: r.line,
+            })
+            .collect(),
+    }
+}
+
+/// Asks the daemon of `store` for the categories and rules in force.
+pub fn query_categories(store: &Path) -> Result<CategoriesInForce, String> {
+    let (line, _) = request(store, "categories")?;
+    serde_json::from_str(&line).map_err(|e| format!("bad answer from the daemon ({e}): {line}"))
 }
 
 /// Asks the daemon of `store` for its status.

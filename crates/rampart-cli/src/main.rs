@@ -11,6 +11,7 @@ macro_rules! outln {
 }
 
 mod bench;
+mod categories_cmd;
 mod control;
 mod daemon;
 mod fsck;
@@ -79,6 +80,23 @@ enum Cmd {
         /// How often --watch redraws: e.g. 1s, 500ms (100ms to 1h).
         #[arg(long, default_value = "1s", value_parser = watch::parse_interval)]
         interval: Duration,
+    },
+    /// Show the category of files on a mount: its name, where it came from (the API, an
+    /// attribute, rule N, the directory, the store default) and its spec per level.
+    Stat {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Print a JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the categories and filename rules in force on a mount (that of the first PATH,
+    /// or of the current directory), and for each PATH which rule matches it and why.
+    Rules {
+        paths: Vec<PathBuf>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
     },
     /// Run the papers' benchmarks on rampart and its peers and write a report (as root).
     Bench(bench::BenchArgs),
@@ -154,8 +172,10 @@ struct MountArgs {
     /// Cache writes in the kernel's page cache and send them in large batches.
     #[arg(long, value_parser = ["on", "off"], default_value = "on")]
     writeback_cache: String,
-    /// Skip FUSE OPEN/RELEASE round trips (the kernel opens files itself).
-    #[arg(long, value_parser = ["on", "off"], default_value = "on")]
+    /// Skip FUSE OPEN/RELEASE round trips (the kernel opens files itself). Off by default:
+    /// a SAFE or DISPOSABLE file opened again then goes through the page cache, and its
+    /// writes are no longer durable (or dropped) when write(2) returns (decision 0063).
+    #[arg(long, value_parser = ["on", "off"], default_value = "off")]
     no_open: String,
     /// Serve requests through FUSE over io_uring, one queue per CPU, when the kernel offers it
     /// (Linux 6.14+ with /sys/module/fuse/parameters/enable_uring set to Y); else /dev/fuse.
@@ -455,6 +475,8 @@ fn main() -> ExitCode {
         Cmd::Status {
             mountpoint, json, ..
         } => cmd_status(&mountpoint, json),
+        Cmd::Stat { paths, json } => categories_cmd::stat(&paths, json),
+        Cmd::Rules { paths, json } => categories_cmd::rules(&paths, json),
         Cmd::Bench(args) => return with_stdout_checked(bench::run(args)),
         Cmd::Fsck {
             store,

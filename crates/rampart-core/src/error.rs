@@ -155,6 +155,8 @@ pub enum OpenError {
         path: std::path::PathBuf,
         error: StartError,
     },
+    /// The store's `rampart.toml` (categories and rules) is refused: the file, line, why.
+    Config(crate::category::ConfigError),
 }
 
 impl fmt::Display for OpenError {
@@ -167,6 +169,10 @@ impl fmt::Display for OpenError {
             OpenError::Start { path, error } => {
                 write!(f, "cannot recover {}: {error}", path.display())
             }
+            OpenError::Config(e) => write!(
+                f,
+                "{e}; fix the file (docs/CATEGORIES.md) and mount again: nothing was changed"
+            ),
         }
     }
 }

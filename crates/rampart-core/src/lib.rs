@@ -15,6 +15,7 @@
 //! docs/ARCHITECTURE.md.
 
 mod attr;
+pub mod category;
 pub mod clock;
 pub mod contents;
 pub mod disk;
@@ -37,7 +38,9 @@ mod xattr;
 
 pub use attr::{Attr, Durability, FileKind, Ino, SetAttr, SetTime, StatFs, Stats, ROOT_INO};
 pub use contents::Tier;
-pub use engine::{Ctx, Engine, EngineConfig, Invalidation, Observer, ReadBuf, State, WriteTimes};
+pub use engine::{
+    CategoryInfo, Ctx, Engine, EngineConfig, Invalidation, Observer, ReadBuf, State, WriteTimes,
+};
 pub use error::{Broken, Errno, FsResult};
 pub use memory::budget::{default_cap_bytes, physical_memory_bytes};
 pub use op::{Op, OpSink};

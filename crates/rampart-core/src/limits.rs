@@ -5,6 +5,13 @@
 /// Longest name of a directory entry, in bytes (NAME_MAX).
 pub const NAME_BYTES_MAX: usize = 255;
 
+/// The deepest path a filename rule is matched against; deeper files match name rules only.
+pub const RULE_PATH_DEPTH_MAX: usize = 256;
+
+/// Paths of directories remembered for filename rules that match paths (`engine`'s
+/// `DirPaths`); past it the memory is cleared and refilled.
+pub const RULE_DIR_PATHS_MAX: usize = 4096;
+
 /// Longest symlink target, in bytes (PATH_MAX without its NUL).
 pub const SYMLINK_TARGET_BYTES_MAX: usize = 4095;
 

@@ -44,6 +44,8 @@ impl Rampart {
     /// thread; checkpoints on threads of their own).
     pub fn open(store_path: &Path, options: &Options) -> Result<Rampart, OpenError> {
         let store = Store::open(store_path).map_err(OpenError::Store)?;
+        // Before recovery: a configuration that does not parse changes nothing.
+        let categories = read_categories(store.path(), options.persist.commit_interval)?;
         let folder_error = |error| OpenError::Folder {
             path: store_path.to_path_buf(),
             error,
@@ -66,6 +68,7 @@ impl Rampart {
                     path: path.clone(),
                     error,
                 })?;
+        engine.set_categories(Arc::new(categories));
         Ok(Rampart {
             path,
             store_id,
@@ -147,6 +150,46 @@ impl Rampart {
             Ok(()) => Ok(()),
         }
     }
+}
+
+/// The name of the store's configuration of categories and filename rules.
+pub const CONFIG_FILE: &str = "rampart.toml";
+/// The largest configuration read.
+const CONFIG_BYTES_MAX: u64 = 1 << 20;
+
+/// The categories of the store at `store_path`: its `rampart.toml` over MBFS's defaults, or
+/// the defaults when it has none. Errors name the file and the line.
+pub fn read_categories(
+    store_path: &Path,
+    commit_interval: std::time::Duration,
+) -> Result<crate::category::Categories, OpenError> {
+    use std::io::Read;
+    let path = store_path.join(CONFIG_FILE);
+    let config_error = |message: String| {
+        OpenError::Config(crate::category::ConfigError {
+            source: path.display().to_string(),
+            line: None,
+            message,
+        })
+    };
+    let file = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(crate::category::Categories::builtin(commit_interval))
+        }
+        Err(e) => return Err(config_error(e.to_string())),
+    };
+    let mut text = String::new();
+    file.take(CONFIG_BYTES_MAX + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| config_error(format!("{e} (it must be UTF-8 text)")))?;
+    if text.len() as u64 > CONFIG_BYTES_MAX {
+        return Err(config_error(format!(
+            "larger than {CONFIG_BYTES_MAX} bytes"
+        )));
+    }
+    crate::category::Categories::from_toml(&text, &path.display().to_string(), commit_interval)
+        .map_err(OpenError::Config)
 }
 
 impl Drop for Rampart {

@@ -54,7 +54,8 @@ impl Default for CachePolicy {
             entry_ttl: Duration::from_secs(3600),
             attr_ttl: Duration::from_secs(3600),
             writeback_cache: false,
-            no_open: true,
+            // OPEN is where a file's category chooses direct I/O (decision 0063).
+            no_open: false,
         }
     }
 }
@@ -247,6 +248,24 @@ impl RampartFs {
         }
     }
 
+    /// How a regular file is opened: through the page cache, kept across opens (every change
+    /// comes through this kernel or is invalidated), unless its category needs every write
+    /// sent at once: SAFE (durable before write(2) returns) and DISPOSABLE (nothing kept to
+    /// read back) get direct I/O, whatever the writeback cache does (decision 0063).
+    /// Without the writeback cache, the kernel skips FLUSH for files opened with
+    /// FOPEN_NOFLUSH: only those durable at close need it (with the cache it is always sent).
+    fn open_flags(&self, ino: u64) -> FopenFlags {
+        let mut flags = if self.engine.writes_through(ino) {
+            FopenFlags::FOPEN_DIRECT_IO
+        } else {
+            FopenFlags::FOPEN_KEEP_CACHE
+        };
+        if !self.cache.writeback_cache && !self.engine.durable_at_close(ino) {
+            flags |= FopenFlags::FOPEN_NOFLUSH;
+        }
+        flags
+    }
+
     /// Answers once everything is durable (ENOSPC if the store is full, EIO if it could not be
     /// written), without
     /// holding this worker thread: the persister answers after the disk sync that covers it,
@@ -328,6 +347,8 @@ impl Filesystem for RampartFs {
             InitFlags::FUSE_CACHE_SYMLINKS,
             InitFlags::FUSE_HANDLE_KILLPRIV_V2,
             InitFlags::FUSE_ABORT_ERROR,
+            // Files opened with direct I/O (SAFE, DISPOSABLE) can still be mapped shared.
+            InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP,
         ] {
             if config.add_capabilities(flag).is_err() {
                 tracing::debug!("kernel lacks {flag:?}");
@@ -344,6 +365,13 @@ impl Filesystem for RampartFs {
             tracing::warn!("kernel has no writeback cache for FUSE; writing through");
             self.cache.writeback_cache = false;
             self.negotiated.set(self.passthrough, false);
+        }
+        if self.cache.no_open && self.cache.writeback_cache {
+            tracing::warn!(
+                "no_open=on with the writeback cache: SAFE and DISPOSABLE files opened again \
+                 (not created) write through the page cache, so write(2) returns before their \
+                 data is durable (SAFE) or dropped (DISPOSABLE); fsync and close still hold"
+            );
         }
         // Large writes: one request per MiB instead of per 4 KiB page.
         let _ = config.set_max_write(1 << 20);
@@ -579,9 +607,7 @@ impl Filesystem for RampartFs {
             return reply.error(Errno::ENOSYS);
         }
         guarded("open", || match self.engine.getattr(ino.0) {
-            // Page cache survives open: every change comes through this kernel or is
-            // invalidated explicitly.
-            Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            Ok(_) => reply.opened(crate::open_files::FH_CACHED, self.open_flags(ino.0)),
             Err(e) => reply.error(errno(e)),
         });
     }
@@ -649,7 +675,13 @@ impl Filesystem for RampartFs {
                 .engine
                 .write_with(&ctx(req), ino.0, offset, data, kill, times)
             {
-                Ok(n) => reply.written(n),
+                Ok(n) => {
+                    reply.written(n);
+                    // DISPOSABLE: the kernel has cached what the engine dropped.
+                    if self.cache.writeback_cache && self.engine.discards(ino.0) {
+                        self.refusals.refused(ino.0);
+                    }
+                }
                 Err(e) => {
                     reply.error(errno(e));
                     // The kernel has shown these bytes and their size already (writeback
@@ -670,21 +702,22 @@ impl Filesystem for RampartFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        let _timer = self.counters.start(RequestKind::flush);
-        if self.passthrough {
-            // Only passthrough opens send FLUSH (cached ones are opened FOPEN_NOFLUSH): the
-            // engine takes the size and mtime the kernel's writes gave the host file.
-            return guarded("flush", || {
-                if fh == FH_PASSTHROUGH {
-                    self.catch_up_with_host(ino.0);
-                }
-                reply.ok()
-            });
-        }
-        // Nothing to do at close (written data is in the engine already; with the writeback
-        // cache the kernel writes dirty pages before FLUSH). ENOSYS tells the kernel to stop
-        // sending FLUSH, saving a round trip per close.
-        reply.error(Errno::ENOSYS);
+        let timer = self.counters.start(RequestKind::flush);
+        // close(2) of a file whose category holds until close (EDITED, `lm=until_close`)
+        // returns once it is durable; the kernel has written its dirty pages before FLUSH.
+        // Other files have nothing to do, but FLUSH is not refused with ENOSYS, which would
+        // stop it for every file (decision 0063). Passthrough opens send it too: the engine
+        // takes the size and mtime the kernel's writes gave the host file.
+        guarded("flush", || {
+            if self.passthrough && fh == FH_PASSTHROUGH {
+                self.catch_up_with_host(ino.0);
+            }
+            if self.engine.durable_at_close(ino.0) {
+                self.reply_synced(reply, timer.hand_off());
+            } else {
+                reply.ok();
+            }
+        });
     }
 
     fn fsync(
@@ -709,6 +742,9 @@ impl Filesystem for RampartFs {
             }
             match self.engine.getattr(ino.0) {
                 Err(e) => reply.error(errno(e)),
+                // A file whose category never reaches the store (TEMPORARY, DISPOSABLE) has
+                // nothing to make durable: success at once, as tmpfs answers (decision 0065).
+                Ok(a) if a.durability == rampart_core::Durability::Volatile => reply.ok(),
                 Ok(_) => self.reply_synced(reply, timer.hand_off()),
             }
         });
@@ -725,8 +761,8 @@ impl Filesystem for RampartFs {
         reply: ReplyEmpty,
     ) {
         if !self.passthrough {
-            // Only files made by CREATE send it then (no-open); nothing to do, and not
-            // counted, as before per-file OPEN existed (test_round_trips counts without it).
+            // Nothing to do (no per-open state without passthrough), and not counted, as
+            // before per-file OPEN existed (test_round_trips counts without it).
             return reply.ok();
         }
         let _timer = self.counters.start(RequestKind::release);
@@ -875,9 +911,9 @@ impl Filesystem for RampartFs {
                 Ok(a) => {
                     let flags = if self.passthrough {
                         self.files.created(a.ino);
-                        OpenFiles::cached_flags()
+                        OpenFiles::cached_flags(&self.engine, a.ino)
                     } else {
-                        FopenFlags::FOPEN_KEEP_CACHE
+                        self.open_flags(a.ino)
                     };
                     reply.created(
                         &self.cache.entry_ttl,
@@ -913,7 +949,7 @@ impl Filesystem for RampartFs {
                 Ok(a) => {
                     let flags = if self.passthrough {
                         self.files.created(a.ino);
-                        OpenFiles::cached_flags()
+                        OpenFiles::cached_flags(&self.engine, a.ino)
                     } else {
                         FopenFlags::FOPEN_KEEP_CACHE
                     };

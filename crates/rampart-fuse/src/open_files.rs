@@ -105,8 +105,15 @@ impl OpenFiles {
 
     /// The open flags of a cached open: the page cache survives it (every change comes
     /// through this kernel or is invalidated), and close sends no FLUSH (nothing to do).
-    pub(crate) fn cached_flags() -> FopenFlags {
-        FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH
+    pub(crate) fn cached_flags(engine: &Engine, ino: Ino) -> FopenFlags {
+        // A file durable at close (EDITED) needs FLUSH: close(2) waits for its commit
+        // (decision 0063). Passthrough mounts have no writeback cache, so SAFE writes reach
+        // the daemon at once without direct I/O.
+        if engine.durable_at_close(ino) {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH
+        }
     }
 
     /// Counts a cached open made by CREATE or TMPFILE.
@@ -138,7 +145,7 @@ impl OpenFiles {
         }
         if opens.cached > 0 || !on_disk || self.negotiated.backing_refused.load(Ordering::Relaxed) {
             opens.cached += 1;
-            reply.opened(FH_CACHED, Self::cached_flags());
+            reply.opened(FH_CACHED, Self::cached_flags(engine, ino));
             return Opened::Cached;
         }
         match self.register(engine, ino, &reply) {
@@ -151,7 +158,7 @@ impl OpenFiles {
             }
             None => {
                 opens.cached += 1;
-                reply.opened(FH_CACHED, Self::cached_flags());
+                reply.opened(FH_CACHED, Self::cached_flags(engine, ino));
                 Opened::Cached
             }
         }

@@ -93,7 +93,7 @@ impl Peer {
         self.set("writeback cache", named("--writeback-cache", "on"));
         self.set(
             "no-open (kernel skips OPEN/RELEASE)",
-            named("--no-open", "on"),
+            named("--no-open", "off"),
         );
         self.set(
             "FUSE worker threads",

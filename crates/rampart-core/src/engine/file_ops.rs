@@ -164,6 +164,11 @@ impl Engine {
         self.mutate(
             ctx,
             |m, time_ns| {
+                if self.discards_writes(m.state(), ino) {
+                    // DISPOSABLE: accepted and dropped, like /dev/null.
+                    m.state().regular_file(ino)?;
+                    return Ok(Some(data.len() as u32));
+                }
                 let tier = m.state().regular_file(ino)?.file().map(Contents::tier);
                 if tier == Some(Tier::Disk) {
                     return Ok(None);

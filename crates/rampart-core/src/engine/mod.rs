@@ -11,6 +11,8 @@
 //! to the levels, drop the lock, tell the observer what the kernel may have cached, then
 //! honour the durability (throttle; sync before returning where asked).
 
+mod category_ops;
+pub use category_ops::CategoryInfo;
 mod disk_ops;
 mod file_ops;
 pub use file_ops::ReadBuf;
@@ -129,6 +131,11 @@ pub struct Engine {
     /// names can only change then, so callers that remember resolved directories (the path
     /// API's cache) forget them when it moves.
     namespace_epoch: AtomicU64,
+    /// The categories and filename rules in force (`category`); replaced whole at mount.
+    categories: RwLock<Arc<crate::category::Categories>>,
+    /// Directory paths for filename rules (`category_ops::DirPaths`); taken under the state
+    /// lock, nothing is locked under it.
+    dir_paths: parking_lot::Mutex<category_ops::DirPaths>,
     /// The disk tier, once the store's device is attached (`Engine::set_disk_tier`); without
     /// it every file stays in memory.
     disk: std::sync::OnceLock<Arc<crate::disk::DiskTier>>,
@@ -149,6 +156,8 @@ pub(crate) struct Mutation<'e> {
     route: Route,
     /// Changes the ops made that the kernel cannot know from its request and the reply.
     behind_kernel: Vec<Invalidation>,
+    /// The inode the next Create makes is unknown to the store (`Inode::absent`).
+    absent_create: Option<crate::attr::Ino>,
     _rank: lock_order::Held,
 }
 
@@ -163,6 +172,7 @@ impl Mutation<'_> {
         let privileges = |state: &State, ino| state.inode(ino).ok().map(privileges_of);
         let watched = attributes_not_in_reply(op);
         let before = watched.and_then(|ino| privileges(&self.state, ino));
+        let seen = policy::before(&self.state, op);
         self.state.apply(op)?;
         if matches!(op, Op::Rename { .. } | Op::Rmdir { .. }) {
             self.engine.namespace_epoch.fetch_add(1, Ordering::Release);
@@ -172,13 +182,60 @@ impl Mutation<'_> {
                 self.behind_kernel.push(Invalidation::Attributes { ino });
             }
         }
-        let route = policy::route(&self.state, op);
+        if let Op::Create { ino, .. } = *op {
+            if self.absent_create.take() == Some(ino) {
+                self.state.table.get_mut(ino)?.absent = true;
+            }
+        }
+        let (presence, needed) = policy::presence(&self.state, op, &seen);
+        let told = match presence {
+            policy::Presence::Skip => {
+                // Nothing reaches the levels; a host file the op left unused still goes.
+                let levels = self.engine.levels.read();
+                self.after_applied(&levels, op, &Route::VOLATILE);
+                return Ok(());
+            }
+            policy::Presence::Tell => *op,
+            policy::Presence::Instead(instead) => instead,
+        };
+        let mut route = policy::route(&self.state, &told);
+        if let Some(moved) = seen.moved {
+            // Removing or moving a SAFE file is as strong as creating one (MBFS §5.4).
+            route = route.stronger(Route::store(moved));
+        }
+        if let Some(dir) = needed {
+            self.make_present(dir, route);
+        }
         let levels = self.engine.levels.read();
-        levels.applied(op, &route);
-        self.after_applied(&levels, op, &route);
+        levels.applied(&told, &route);
+        self.after_applied(&levels, &told, &route);
         drop(levels);
         self.route = self.route.stronger(route);
         Ok(())
+    }
+
+    /// Marks the inode the next Create makes as unknown to the store (decision 0066).
+    pub(crate) fn create_absent(&mut self, ino: crate::attr::Ino) {
+        self.absent_create = Some(ino);
+    }
+
+    /// Makes `ino`, if unknown to the store, known to it (and the directories above it):
+    /// hands the levels the ops that create it as it is, with `route` (at least the store
+    /// default). A no-op for an inode the store knows.
+    pub(crate) fn make_present(&mut self, ino: crate::attr::Ino, route: Route) {
+        if !self.state.inode(ino).is_ok_and(|i| i.absent) {
+            return;
+        }
+        let route = route.stronger(Route::store(Durability::default()));
+        let levels = self.engine.levels.read();
+        let made = policy::make_present(&self.state, ino, |op| levels.applied(op, &route));
+        drop(levels);
+        for made in made {
+            if let Ok(inode) = self.state.table.get_mut(made) {
+                inode.absent = false;
+            }
+        }
+        self.route = self.route.stronger(route);
     }
 
     /// What the disk tier asks of the levels after `op` (data=ordered, decision 0057): the
@@ -250,6 +307,8 @@ impl Mutation<'_> {
             return Err(Errno::EINVAL);
         };
         self.state.apply(link)?;
+        // Named in a directory the store does not know: it must know the directory first.
+        self.make_present(parent, Route::store(Durability::default()));
         let levels = self.engine.levels.read();
         let mut route = None;
         policy::materialize_linked(&self.state, ino, parent, name, time_ns, |op| {
@@ -296,6 +355,10 @@ impl Engine {
             observer: RwLock::new(None),
             clock,
             namespace_epoch: AtomicU64::new(0),
+            categories: RwLock::new(Arc::new(crate::category::Categories::builtin(
+                crate::persist::persister::PersistConfig::default().commit_interval,
+            ))),
+            dir_paths: parking_lot::Mutex::new(category_ops::DirPaths::default()),
             disk: std::sync::OnceLock::new(),
             passthrough_available: std::sync::atomic::AtomicBool::new(false),
         }
@@ -393,6 +456,7 @@ impl Engine {
             state: self.state.write(),
             route: Route::VOLATILE,
             behind_kernel: Vec::new(),
+            absent_create: None,
             _rank: rank,
         };
         let out = body(&mut mutation, time_ns);
@@ -450,12 +514,16 @@ impl Engine {
                     time_ns,
                 })?;
                 // An inode with no links (unlinked, or unnamed) stays unknown to the levels.
-                let linked = m.state().inode(ino)?.nlink > 0;
-                if before == Durability::Volatile && durability != Durability::Volatile && linked {
-                    m.materialize(
-                        ino,
-                        Route::store(Durability::default().stronger(durability)),
-                    );
+                let inode = m.state().inode(ino)?;
+                let (linked, absent) = (inode.nlink > 0, inode.absent);
+                let route = Route::store(Durability::default().stronger(durability));
+                if absent && durability != Durability::Volatile && linked {
+                    m.make_present(ino, route);
+                } else if before == Durability::Volatile
+                    && durability != Durability::Volatile
+                    && linked
+                {
+                    m.materialize(ino, route);
                 }
                 Ok(())
             },

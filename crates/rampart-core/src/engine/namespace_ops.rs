@@ -126,6 +126,7 @@ impl Engine {
         rdev: u32,
         target: &[u8],
     ) -> FsResult<Attr> {
+        let categories = self.categories();
         self.mutate(
             ctx,
             |m, time_ns| {
@@ -139,6 +140,8 @@ impl Engine {
                     }
                 }
                 let (ino, generation) = m.state().table.next_allocation()?;
+                let kind = FileKind::from_mode(mode).ok_or(Errno::EINVAL)?;
+                let category = m.plan_category(&categories, parent, name, kind, ino);
                 m.apply(&Op::Create {
                     parent,
                     name,
@@ -151,6 +154,12 @@ impl Engine {
                     target,
                     time_ns,
                 })?;
+                if let Some((assigned, resolved)) = category {
+                    m.assign_category(ino, Some(&assigned), resolved, time_ns)?;
+                }
+                if kind == FileKind::Directory && categories.rules_need_path() {
+                    m.remember_new_dir(parent, name, ino);
+                }
                 looked_up(m, ctx, ino)
             },
             |_| {

@@ -1,7 +1,8 @@
 //! Extended attributes through the engine.
 
-use super::{Ctx, Engine, Invalidation};
+use super::{category_ops, Ctx, Engine, Invalidation};
 use crate::attr::Ino;
+use crate::category;
 use crate::error::{Errno, FsResult};
 use crate::op::Op;
 use crate::xattr;
@@ -15,6 +16,9 @@ impl Engine {
         value: &[u8],
         flags: i32,
     ) -> FsResult<()> {
+        if let Some(done) = self.set_category_xattr(ctx, ino, name, Some(value)) {
+            return done;
+        }
         self.mutate(
             ctx,
             |m, time_ns| {
@@ -32,6 +36,9 @@ impl Engine {
 
     pub fn getxattr(&self, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
         xattr::check_name(name)?;
+        if let Some(value) = self.get_category_xattr(ino, name) {
+            return value;
+        }
         let state = self.read_state();
         let inode = state.inode(ino)?;
         inode
@@ -47,12 +54,24 @@ impl Engine {
     pub fn listxattr(&self, ino: Ino, trusted: bool) -> FsResult<Vec<u8>> {
         let state = self.read_state();
         let inode = state.inode(ino)?;
-        Ok(inode.xattrs.as_ref().map_or_else(Vec::new, |x| {
-            x.list(|name| trusted || !name.starts_with(b"trusted."))
-        }))
+        let mut list = inode.xattrs.as_ref().map_or_else(Vec::new, |x| {
+            x.list(|name| {
+                (trusted || !name.starts_with(b"trusted.")) && name != category::CATEGORY_XATTR
+            })
+        });
+        // A category set on the file shows as the attribute that sets it (so `cp -a` and
+        // `getfattr -d` carry it); the store default does not.
+        if category_ops::assigned(&state, ino).is_some() {
+            list.extend_from_slice(category::USER_CATEGORY_XATTR);
+            list.push(0);
+        }
+        Ok(list)
     }
 
     pub fn removexattr(&self, ctx: &Ctx, ino: Ino, name: &[u8]) -> FsResult<()> {
+        if let Some(done) = self.set_category_xattr(ctx, ino, name, None) {
+            return done;
+        }
         self.mutate(
             ctx,
             |m, time_ns| m.apply(&Op::RemoveXattr { ino, name, time_ns }),

@@ -34,6 +34,8 @@ pub struct OpenOptions {
     create: bool,
     create_new: bool,
     mode: u32,
+    /// A category (or `spec:` and a raw spec) given to the file at open.
+    category: Option<String>,
 }
 
 impl Default for OpenOptions {
@@ -53,6 +55,7 @@ impl OpenOptions {
             create: false,
             create_new: false,
             mode: 0o644,
+            category: None,
         }
     }
 
@@ -99,11 +102,39 @@ impl OpenOptions {
         self
     }
 
+    /// Gives the file this category when opened (or created), over any rule, attribute or
+    /// directory (docs/CATEGORIES.md): a name such as `"SAFE"`, or `"spec:"` and a raw spec.
+    /// An unknown or unusable one fails the open with `InvalidInput` and what to do; a file
+    /// it created then stays, with the category rules gave it.
+    ///
+    /// ```
+    /// use std::io::Write;
+    /// use rampart_core::fs::OpenOptions;
+    /// # let fs = rampart_core::fs::Fs::in_memory();
+    /// let mut scratch = OpenOptions::new().write(true).create(true).category("TEMPORARY")
+    ///     .open(&fs, "scratch")?;
+    /// scratch.write_all(b"never written to the store")?;
+    /// assert_eq!(scratch.category()?.name, "TEMPORARY");
+    /// let e = OpenOptions::new().write(true).create(true).category("ROBUST")
+    ///     .open(&fs, "x").unwrap_err();
+    /// assert!(e.to_string().contains("needs a second copy (DA2)"));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn category(&mut self, name: &str) -> &mut Self {
+        self.category = Some(name.to_string());
+        self
+    }
+
     /// Opens `path` in `fs` with these options. Errors as open(2): `NotFound`,
     /// `AlreadyExists`, `IsADirectory` (writing a directory), `NotADirectory`, `InvalidInput`
-    /// (an inconsistent set of options), ELOOP and ENAMETOOLONG.
+    /// (an inconsistent set of options, or a category that cannot be used), ELOOP and
+    /// ENAMETOOLONG.
     pub fn open(&self, fs: &Fs, path: impl AsRef<Path>) -> io::Result<File> {
-        self.open_inner(fs, path.as_ref()).map_err(errno)
+        let file = self.open_inner(fs, path.as_ref()).map_err(errno)?;
+        if let Some(name) = &self.category {
+            file.set_category(Some(name))?;
+        }
+        Ok(file)
     }
 
     fn open_inner(&self, fs: &Fs, path: &Path) -> Result<File, Errno> {
@@ -259,6 +290,20 @@ impl File {
             .map_err(errno)
     }
 
+    /// Gives the file a category (`None`: back to the store default), as the library API
+    /// does (origin `api`): a name such as `"EDITED"`, or `"spec:"` and a raw spec.
+    pub fn set_category(&self, name: Option<&str>) -> io::Result<()> {
+        self.fs
+            .engine()
+            .set_category(self.fs.ctx(), self.ino, name, crate::category::Origin::Api)
+            .map_err(super::category_error)
+    }
+
+    /// The file's category: its name, where it came from and its spec.
+    pub fn category(&self) -> io::Result<crate::engine::CategoryInfo> {
+        self.fs.engine().category(self.ino).map_err(errno)
+    }
+
     /// Makes the file's data and attributes durable (fsync). The store commits every change
     /// before this one with it: one journal sync for all of them.
     pub fn sync_all(&self) -> io::Result<()> {
@@ -337,6 +382,13 @@ impl Seek for File {
 
 impl Drop for File {
     fn drop(&mut self) {
+        // `lm=until_close` (EDITED): durable once the handle is closed. A failure here has
+        // no caller to go to; it is logged, and the commit interval still applies.
+        if self.write && self.fs.engine().durable_at_close(self.ino) {
+            if let Err(e) = self.fs.sync() {
+                tracing::error!("closing inode {}: not made durable: {e}", self.ino);
+            }
+        }
         if self.counted {
             self.fs.engine().forget(self.ino, 1);
         }

@@ -62,6 +62,14 @@ use crate::error::{Errno, OpenError};
 use crate::rampart::{Options, Rampart};
 
 /// An errno as the `io::Error` that carries it.
+/// A refused category as an `io::Error` that says why and what to do.
+pub(crate) fn category_error(e: crate::category::CategoryError) -> io::Error {
+    match e {
+        crate::category::CategoryError::Refused(e) => errno(e),
+        e => io::Error::new(io::ErrorKind::InvalidInput, e.to_string()),
+    }
+}
+
 pub(crate) fn errno(e: Errno) -> io::Error {
     io::Error::from_raw_os_error(e.code())
 }

@@ -290,6 +290,23 @@ impl Fs {
             .map_err(errno)
     }
 
+    /// Gives a file or directory a category (follows symlinks; `None`: back to the store
+    /// default), as the library API does (origin `api`). A directory hands it to what is
+    /// created in it. Unknown or unusable names fail with `InvalidInput` and what to do.
+    pub fn set_category(&self, path: impl AsRef<Path>, name: Option<&str>) -> io::Result<()> {
+        let ino = self.metadata(path)?.ino();
+        self.engine()
+            .set_category(self.ctx(), ino, name, crate::category::Origin::Api)
+            .map_err(super::category_error)
+    }
+
+    /// The category of a file or directory (follows symlinks): its name, where it came from
+    /// and its spec.
+    pub fn category(&self, path: impl AsRef<Path>) -> io::Result<crate::engine::CategoryInfo> {
+        let ino = self.metadata(path)?.ino();
+        self.engine().category(ino).map_err(errno)
+    }
+
     /// Creates a symlink at `link` pointing to `original` (kept as given, resolved when
     /// followed), as `std::os::unix::fs::symlink`.
     pub fn symlink(&self, original: impl AsRef<Path>, link: impl AsRef<Path>) -> io::Result<()> {

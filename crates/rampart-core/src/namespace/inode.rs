@@ -33,6 +33,10 @@ pub struct Inode {
     pub generation: u32,
     /// `Durability::code`: how soon changes must reach the store.
     pub durability: u8,
+    /// Unknown to the store: created with a category that never reaches it (TEMPORARY,
+    /// DISPOSABLE), so no op about it was handed to the levels (`persist::policy`). In memory
+    /// only: such an inode never reaches the store, so no store holds this flag.
+    pub absent: bool,
     /// References the kernel holds (FUSE lookup count); the inode lives while this is non-zero
     /// even when `nlink` is zero (an unlinked file that is still open). Atomic so that lookups
     /// count under a shared lock; an inode is only freed under the exclusive lock.

@@ -151,7 +151,16 @@ pub fn encode_body(state: &State, created_ns: TimeNs, image: &mut Vec<u8>) {
     body.resize(HEADER_BYTES, 0);
     let mut owners: HashMap<(u32, u32, u32, u8), u64> = HashMap::new();
     let mut owner_list = Vec::new();
-    let durable: Vec<(Ino, &Inode)> = state.inodes().filter(|(_, i)| i.nlink > 0).collect();
+    // Inodes unknown to the store (decision 0066) are left out, with the entries naming them.
+    let mut any_absent = false;
+    let durable: Vec<(Ino, &Inode)> = state
+        .inodes()
+        .filter(|(_, i)| {
+            any_absent |= i.absent;
+            i.nlink > 0 && !i.absent
+        })
+        .collect();
+    let known = |ino: Ino| !any_absent || state.inode(ino).is_ok_and(|i| !i.absent);
     for (_, inode) in &durable {
         let key = (inode.mode, inode.uid, inode.gid, inode.durability);
         if let std::collections::hash_map::Entry::Vacant(slot) = owners.entry(key) {
@@ -178,7 +187,16 @@ pub fn encode_body(state: &State, created_ns: TimeNs, image: &mut Vec<u8>) {
             &mut body,
             owners[&(inode.mode, inode.uid, inode.gid, inode.durability)],
         );
-        put_varint(&mut body, u64::from(inode.nlink));
+        // A directory's link count holds its subdirectories' "..": not those left out.
+        let mut nlink = inode.nlink;
+        if let (true, Payload::Dir(d)) = (any_absent, &inode.payload) {
+            d.list_from(0, |e| {
+                let subdir = e.kind_code == FileKind::Directory.code();
+                nlink -= u32::from(subdir && !known(e.ino));
+                true
+            });
+        }
+        put_varint(&mut body, u64::from(nlink));
         put_zigzag(&mut body, inode.mtime_ns.wrapping_sub(prev_mtime));
         prev_mtime = inode.mtime_ns;
         put_zigzag(&mut body, inode.ctime_ns.wrapping_sub(inode.mtime_ns));
@@ -214,10 +232,19 @@ pub fn encode_body(state: &State, created_ns: TimeNs, image: &mut Vec<u8>) {
             }
             Payload::Dir(d) => {
                 put_varint(&mut body, d.parent);
-                put_varint(&mut body, d.len() as u64);
+                let mut count = d.len();
+                if any_absent {
+                    d.list_from(0, |e| {
+                        count -= usize::from(!known(e.ino));
+                        true
+                    });
+                }
+                put_varint(&mut body, count as u64);
                 d.list_from(0, |e| {
-                    put_varint(&mut body, e.ino);
-                    put_bytes(&mut body, e.name);
+                    if known(e.ino) {
+                        put_varint(&mut body, e.ino);
+                        put_bytes(&mut body, e.name);
+                    }
                     true
                 });
             }
@@ -424,6 +451,7 @@ fn read_inode<'a>(
         nlink,
         generation,
         durability,
+        absent: false,
         lookups: AtomicU64::new(0),
         size_bytes,
         atime_ns: AtomicI64::new(atime_ns),

@@ -5,6 +5,13 @@
 //! Data ops honour the inode's own durability; namespace ops (create, link, unlink, rename,
 //! rmdir) are always persisted, so that replay finds the structure later ops expect, and are
 //! as strong as the strongest directory and inode they touch (docs/decisions/0010).
+//!
+//! Except for inodes unknown to the store (`Inode::absent`, decision 0066): a file or
+//! directory created with a category that never reaches the store (TEMPORARY, DISPOSABLE),
+//! and whatever is created in such a directory unless it needs the store. No op about them
+//! reaches the levels ([`presence`]); an op that would make the store need one (a durable
+//! file created in an absent directory, a category that reaches the store) first hands the
+//! levels the ops that create it as it is ([`make_present`]).
 
 use crate::attr::{Durability, Ino};
 use crate::memory::file_data::CHUNK_BYTES;
@@ -192,4 +199,289 @@ pub fn materialize_linked(
         });
     }
     materialize(state, ino, emit);
+}
+
+/// What the levels must be told of an op, given the inodes unknown to the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Presence<'a> {
+    /// The op itself.
+    Tell,
+    /// Nothing: it only concerns inodes the store does not know.
+    Skip,
+    /// This op instead (a rename whose source the store does not know).
+    Instead(Op<'a>),
+}
+
+/// What an op is about to remove or move, seen before it is applied: whether its source is
+/// unknown to the store, and the inode at its target name with the same question.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Before {
+    /// The strongest durability among the inodes it removes or moves: a directory's change
+    /// is as strong as the strongest file deleted or moved in it (MBFS §5.4).
+    pub moved: Option<Durability>,
+    source_absent: bool,
+    /// The inode at the target name: unknown to the store, a directory.
+    target: Option<(Ino, bool, bool)>,
+}
+
+fn absent(state: &State, ino: Ino) -> bool {
+    state.inode(ino).is_ok_and(|i| i.absent)
+}
+
+fn named_absent(state: &State, parent: Ino, name: &[u8]) -> Option<(Ino, bool, bool)> {
+    state.child(parent, name).ok().map(|(ino, kind)| {
+        let dir = kind == crate::attr::FileKind::Directory.code();
+        (ino, absent(state, ino), dir)
+    })
+}
+
+/// Call before applying `op`.
+pub fn before(state: &State, op: &Op<'_>) -> Before {
+    let durability = |found: Option<(Ino, bool, bool)>| found.map(|(ino, _, _)| of(state, ino));
+    match *op {
+        Op::Unlink { parent, name, .. } | Op::Rmdir { parent, name, .. } => {
+            let source = named_absent(state, parent, name);
+            Before {
+                moved: durability(source),
+                source_absent: source.is_some_and(|(_, a, _)| a),
+                target: None,
+            }
+        }
+        Op::Rename {
+            parent,
+            name,
+            new_parent,
+            new_name,
+            ..
+        } => {
+            let source = named_absent(state, parent, name);
+            let target = named_absent(state, new_parent, new_name);
+            let moved = match (durability(source), durability(target)) {
+                (Some(a), Some(b)) => Some(a.stronger(b)),
+                (a, b) => a.or(b),
+            };
+            Before {
+                moved,
+                source_absent: source.is_some_and(|(_, a, _)| a),
+                target,
+            }
+        }
+        _ => Before::default(),
+    }
+}
+
+/// What the levels are told of `op`, just applied, and the directory that must be known to
+/// the store first (`make_present`), if any.
+pub fn presence<'a>(state: &State, op: &Op<'a>, before: &Before) -> (Presence<'a>, Option<Ino>) {
+    use crate::op::RENAME_EXCHANGE;
+    match *op {
+        Op::Create { parent, ino, .. } | Op::Link { parent, ino, .. } => {
+            if absent(state, ino) {
+                (Presence::Skip, None)
+            } else {
+                (Presence::Tell, Some(parent))
+            }
+        }
+        Op::Unlink { .. } | Op::Rmdir { .. } if before.source_absent => (Presence::Skip, None),
+        Op::Unlink { .. } | Op::Rmdir { .. } => (Presence::Tell, None),
+        Op::Rename {
+            parent,
+            name,
+            new_parent,
+            new_name,
+            flags,
+            time_ns,
+        } => {
+            let target_present = before.target.is_some_and(|(_, a, _)| !a);
+            let target_dir = before.target.is_some_and(|(_, _, d)| d);
+            let plain = |parent, name, new_parent, new_name| Op::Rename {
+                parent,
+                name,
+                new_parent,
+                new_name,
+                flags: 0,
+                time_ns,
+            };
+            let exchange = flags & RENAME_EXCHANGE != 0;
+            match (before.source_absent, target_present, exchange) {
+                (false, true, true) | (false, _, false) => (Presence::Tell, Some(new_parent)),
+                // The store's source moves to the target's name, the target's goes.
+                (false, false, true) => (
+                    Presence::Instead(plain(parent, name, new_parent, new_name)),
+                    Some(new_parent),
+                ),
+                // The store's target moves to the source's name.
+                (true, true, true) => (
+                    Presence::Instead(plain(new_parent, new_name, parent, name)),
+                    Some(parent),
+                ),
+                // An unknown file replaces a known one: for the store, the known one goes.
+                (true, true, false) if target_dir => (
+                    Presence::Instead(Op::Rmdir {
+                        parent: new_parent,
+                        name: new_name,
+                        time_ns,
+                    }),
+                    None,
+                ),
+                (true, true, false) => (
+                    Presence::Instead(Op::Unlink {
+                        parent: new_parent,
+                        name: new_name,
+                        time_ns,
+                    }),
+                    None,
+                ),
+                (true, false, _) => (Presence::Skip, None),
+            }
+        }
+        Op::Write { ino, .. }
+        | Op::WriteExtent { ino, .. }
+        | Op::Migrate { ino, .. }
+        | Op::Fallocate { ino, .. }
+        | Op::SetAttr { ino, .. }
+        | Op::SetXattr { ino, .. }
+        | Op::RemoveXattr { ino, .. }
+        | Op::SetDurability { ino, .. } => {
+            if absent(state, ino) {
+                (Presence::Skip, None)
+            } else {
+                (Presence::Tell, None)
+            }
+        }
+    }
+}
+
+/// The names of `ino`: (directory, name) for every entry that points to it.
+fn names_of(state: &State, ino: Ino) -> Vec<(Ino, Vec<u8>)> {
+    if let Ok(dir) = state.dir(ino) {
+        // A directory has one name, in its parent.
+        let parent = dir.parent;
+        let mut found = Vec::new();
+        if let Ok(p) = state.dir(parent) {
+            p.list_from(0, |e| {
+                if e.ino == ino {
+                    found.push((parent, e.name.to_vec()));
+                }
+                found.is_empty()
+            });
+        }
+        return found;
+    }
+    let mut found = Vec::new();
+    for (dir_ino, inode) in state.inodes() {
+        if let Some(d) = inode.dir() {
+            d.list_from(0, |e| {
+                if e.ino == ino {
+                    found.push((dir_ino, e.name.to_vec()));
+                }
+                true
+            });
+        }
+    }
+    found
+}
+
+/// The ops that make `ino`, unknown to the store, known to it as it is now: the directories
+/// above it first (those unknown too), then its creation under each of its names, its
+/// attributes and, for a file that reaches the store, its contents. The inodes made known are
+/// returned (to clear their `absent` flag, which the caller does before handing anything
+/// else). None is applied again: the live state already is what they describe.
+pub fn make_present(state: &State, ino: Ino, mut emit: impl FnMut(&Op<'_>)) -> Vec<Ino> {
+    let mut made = Vec::new();
+    if !absent(state, ino) {
+        return made;
+    }
+    let names = names_of(state, ino);
+    // Every directory holding a name of it, and the unknown ones above them, top first.
+    let mut dirs: Vec<Ino> = Vec::new();
+    for (parent, _) in &names {
+        let mut chain = Vec::new();
+        let mut d = *parent;
+        while absent(state, d) && !dirs.contains(&d) && !chain.contains(&d) {
+            chain.push(d);
+            match state.dir(d) {
+                Ok(dir) => d = dir.parent,
+                Err(_) => break,
+            }
+        }
+        dirs.extend(chain.into_iter().rev());
+    }
+    for d in dirs {
+        for (parent, name) in names_of(state, d) {
+            emit_inode(state, d, &[(parent, name)], &mut emit);
+        }
+        made.push(d);
+    }
+    emit_inode(state, ino, &names, &mut emit);
+    made.push(ino);
+    made
+}
+
+/// The creation of `ino` under `names`, its attributes and contents.
+fn emit_inode(state: &State, ino: Ino, names: &[(Ino, Vec<u8>)], emit: &mut impl FnMut(&Op<'_>)) {
+    let Ok(inode) = state.inode(ino) else { return };
+    let Some(((parent, name), more)) = names.split_first() else {
+        return;
+    };
+    let (rdev, target): (u32, &[u8]) = match &inode.payload {
+        crate::namespace::inode::Payload::Special { rdev } => (*rdev, b""),
+        crate::namespace::inode::Payload::Symlink(t) => (0, t),
+        _ => (0, b""),
+    };
+    emit(&Op::Create {
+        parent: *parent,
+        name,
+        ino,
+        generation: inode.generation,
+        mode: inode.mode,
+        uid: inode.uid,
+        gid: inode.gid,
+        rdev,
+        target,
+        time_ns: inode.ctime_ns,
+    });
+    for (parent, name) in more {
+        emit(&Op::Link {
+            ino,
+            parent: *parent,
+            name,
+            time_ns: inode.ctime_ns,
+        });
+    }
+    let durability = inode.durability();
+    if durability != Durability::default() {
+        emit(&Op::SetDurability {
+            ino,
+            durability: durability.code(),
+            time_ns: inode.ctime_ns,
+        });
+    }
+    let xattrs = inode.xattrs.iter().flat_map(|x| x.iter());
+    for (name, value) in xattrs.filter(|(n, _)| *n != CAPABILITY_XATTR) {
+        emit(&Op::SetXattr {
+            ino,
+            name,
+            value,
+            flags: 0,
+            time_ns: inode.ctime_ns,
+        });
+    }
+    if inode.file().is_some() {
+        if durability != Durability::Volatile {
+            materialize(state, ino, emit);
+        }
+    } else if !matches!(inode.payload, crate::namespace::inode::Payload::Symlink(_)) {
+        emit(&Op::SetAttr {
+            ino,
+            mode: None,
+            uid: None,
+            gid: None,
+            size_bytes: None,
+            atime_ns: Some(inode.atime()),
+            mtime_ns: Some(inode.mtime_ns),
+            ctime_ns: inode.ctime_ns,
+            kill_suidgid: false,
+        });
+    }
 }

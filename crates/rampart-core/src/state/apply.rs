@@ -239,6 +239,7 @@ impl State {
             nlink: if kind == FileKind::Directory { 2 } else { 1 },
             generation,
             durability: Durability::default().code(),
+            absent: false,
             lookups: AtomicU64::new(0),
             size_bytes: if kind == FileKind::Symlink {
                 target.len() as u64

@@ -219,6 +219,7 @@ impl State {
             nlink: 2,
             generation: 0,
             durability: Durability::default().code(),
+            absent: false,
             lookups: AtomicU64::new(0),
             size_bytes: 0,
             atime_ns: AtomicI64::new(now),

@@ -43,6 +43,7 @@ impl State {
             nlink: 0,
             generation: u.generation,
             durability: Durability::default().code(),
+            absent: false,
             lookups: AtomicU64::new(0),
             size_bytes: 0,
             atime_ns: AtomicI64::new(u.time_ns),

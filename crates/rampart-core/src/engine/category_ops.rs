@@ -1,0 +1,418 @@
+//! Categories through the engine (MBFS §5): how a file gets one, and what it does.
+//!
+//! A file's category is stored on the inode as the hidden attribute `CATEGORY_XATTR`
+//! (`ORIGIN NAME`), journaled like any attribute, and its spec sets the inode's durability in
+//! the same mutation. Programs read and set it as `user.rampart.category` (a name) and
+//! `user.rampart.spec` (a raw spec); the library API sets it with origin `api`. A file is
+//! given its category before it is created (`plan_category`), so that one that never reaches
+//! the store is unknown to it from the start (decision 0066).
+
+use std::sync::Arc;
+
+use super::{Ctx, Engine, Invalidation, Mutation};
+use crate::attr::{Durability, FileKind, Ino, ROOT_INO};
+use crate::category::{
+    Assigned, Categories, CategoryError, Origin, Resolved, Spec, CATEGORY_XATTR, RAW_SPEC_PREFIX,
+    USER_CATEGORY_XATTR, USER_ORIGIN_XATTR, USER_SPEC_XATTR,
+};
+use crate::error::{Errno, FsResult};
+use crate::op::Op;
+use crate::persist::level::Route;
+use crate::state::State;
+use crate::time::TimeNs;
+
+use crate::limits::RULE_PATH_DEPTH_MAX;
+
+/// A file's category as `rampart stat` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CategoryInfo {
+    pub name: String,
+    pub origin: Origin,
+    pub spec: Spec,
+    /// What the engine enforces on the store.
+    pub durability: Durability,
+}
+
+/// The category stored on an inode, if any.
+pub(crate) fn assigned(state: &State, ino: Ino) -> Option<Assigned> {
+    let inode = state.inode(ino).ok()?;
+    let value = inode.xattrs.as_ref()?.get(CATEGORY_XATTR)?;
+    Assigned::decode(value)
+}
+
+/// Only regular files and directories have categories (a directory's is what it hands down).
+fn has_category(kind: FileKind) -> bool {
+    matches!(kind, FileKind::RegularFile | FileKind::Directory)
+}
+
+/// The path of `dir` from the root, with a leading `/` (None past `RULE_PATH_DEPTH_MAX`).
+fn path_of(state: &State, mut dir: Ino) -> Option<Vec<u8>> {
+    let mut names: Vec<Vec<u8>> = Vec::new();
+    while dir != ROOT_INO {
+        if names.len() >= RULE_PATH_DEPTH_MAX {
+            return None;
+        }
+        let parent = state.dir(dir).ok()?.parent;
+        let mut found = None;
+        state.dir(parent).ok()?.list_from(0, |e| {
+            if e.ino == dir {
+                found = Some(e.name.to_vec());
+            }
+            found.is_none()
+        });
+        names.push(found?);
+        dir = parent;
+    }
+    let mut path = Vec::new();
+    for name in names.iter().rev() {
+        path.push(b'/');
+        path.extend_from_slice(name);
+    }
+    Some(path)
+}
+
+/// The paths of directories that filename rules matched against lately: finding a
+/// directory's name means scanning its parent's entries, so a create in a directory of a
+/// large one would otherwise scan it every time. Forgotten whenever a rename or rmdir may
+/// have changed a path (`Engine::namespace_epoch`); bounded by `RULE_DIR_PATHS_MAX`.
+#[derive(Debug, Default)]
+pub(crate) struct DirPaths {
+    epoch: u64,
+    paths: std::collections::HashMap<Ino, Vec<u8>>,
+}
+
+impl Mutation<'_> {
+    /// The path of directory `dir` from the root (with a leading `/`), remembered.
+    fn dir_path(&mut self, dir: Ino) -> Option<Vec<u8>> {
+        let epoch = self.engine.namespace_epoch();
+        {
+            let mut cache = self.engine.dir_paths.lock();
+            if cache.epoch != epoch {
+                cache.paths.clear();
+                cache.epoch = epoch;
+            }
+            if let Some(p) = cache.paths.get(&dir) {
+                return Some(p.clone());
+            }
+        }
+        let path = path_of(self.state(), dir)?;
+        self.remember_dir_path(dir, &path);
+        Some(path)
+    }
+
+    /// Remembers the path of directory `ino`, just created as `name` in `parent`, so that
+    /// what is created in it needs no scan (a build making many directories in a large one).
+    pub(crate) fn remember_new_dir(&mut self, parent: Ino, name: &[u8], ino: Ino) {
+        let epoch = self.engine.namespace_epoch();
+        let cached = {
+            let cache = self.engine.dir_paths.lock();
+            (cache.epoch == epoch)
+                .then(|| cache.paths.get(&parent).cloned())
+                .flatten()
+        };
+        if let Some(mut path) = cached {
+            path.push(b'/');
+            path.extend_from_slice(name);
+            self.remember_dir_path(ino, &path);
+        }
+    }
+
+    fn remember_dir_path(&mut self, dir: Ino, path: &[u8]) {
+        let epoch = self.engine.namespace_epoch();
+        let mut cache = self.engine.dir_paths.lock();
+        if cache.epoch != epoch || cache.paths.len() >= crate::limits::RULE_DIR_PATHS_MAX {
+            cache.paths.clear();
+            cache.epoch = epoch;
+        }
+        cache.paths.insert(dir, path.to_vec());
+    }
+
+    /// Gives `ino` the category `assigned` (None: back to the store default): stores it and
+    /// sets the durability its spec asks. A volatile file made durable has its content handed
+    /// to the levels (as `Engine::set_durability`).
+    pub(crate) fn assign_category(
+        &mut self,
+        ino: Ino,
+        assigned: Option<&Assigned>,
+        resolved: Resolved,
+        time_ns: TimeNs,
+    ) -> FsResult<()> {
+        let inode = self.state().inode(ino)?;
+        let kind = inode.kind();
+        let before = inode.durability();
+        let had = inode
+            .xattrs
+            .as_ref()
+            .is_some_and(|x| x.get(CATEGORY_XATTR).is_some());
+        match assigned {
+            Some(a) => self.apply(&Op::SetXattr {
+                ino,
+                name: CATEGORY_XATTR,
+                value: &a.encode(),
+                flags: 0,
+                time_ns,
+            })?,
+            None if had => self.apply(&Op::RemoveXattr {
+                ino,
+                name: CATEGORY_XATTR,
+                time_ns,
+            })?,
+            None => {}
+        }
+        // A directory cannot be volatile: it is as durable as the files it holds (MBFS §5.4).
+        let durability = match (kind, resolved.durability) {
+            (FileKind::Directory, Durability::Volatile) => Durability::default(),
+            (_, d) => d,
+        };
+        if durability != before {
+            self.apply(&Op::SetDurability {
+                ino,
+                durability: durability.code(),
+                time_ns,
+            })?;
+        }
+        let inode = self.state().inode(ino)?;
+        let (linked, absent) = (inode.nlink > 0, inode.absent);
+        let route = Route::store(Durability::default().stronger(durability));
+        if absent && resolved.durability != Durability::Volatile && linked {
+            // Unknown to the store, and now needs it: created there as it is.
+            self.make_present(ino, route);
+        } else if before == Durability::Volatile && durability != Durability::Volatile && linked {
+            self.materialize(ino, route);
+        }
+        Ok(())
+    }
+
+    /// Before creating `ino` of `kind` as `name` in `parent`: the category a rule or the
+    /// directory gives it (None for the store default), and marks it unknown to the store
+    /// when it never reaches it: its category is `lm=never`, or it has none and its
+    /// directory is unknown to the store (decision 0066). A category that cannot be used any
+    /// more (a directory's, from an older configuration) leaves the default, with a warning.
+    pub(crate) fn plan_category(
+        &mut self,
+        categories: &Categories,
+        parent: Ino,
+        name: &[u8],
+        kind: FileKind,
+        ino: Ino,
+    ) -> Option<(Assigned, Resolved)> {
+        let parent_absent = self.state().inode(parent).is_ok_and(|p| p.absent);
+        if !has_category(kind) {
+            if parent_absent {
+                self.create_absent(ino);
+            }
+            return None;
+        }
+        let from_parent = assigned(self.state(), parent);
+        if from_parent.is_none() && categories.rules().is_empty() {
+            return None;
+        }
+        let path = if categories.rules_need_path() {
+            self.dir_path(parent).map(|mut p| {
+                p.push(b'/');
+                p.extend_from_slice(name);
+                p
+            })
+        } else {
+            None
+        };
+        let new = categories.for_new(name, path.as_deref(), from_parent.as_ref())?;
+        match categories.resolve(&new.name) {
+            Ok(resolved) => {
+                if resolved.durability == Durability::Volatile {
+                    self.create_absent(ino);
+                }
+                Some((new, resolved))
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "{}: {e}; the file gets the store default",
+                    String::from_utf8_lossy(name)
+                );
+                None
+            }
+        }
+    }
+}
+
+impl Engine {
+    /// Installs the categories and rules in force (the store's `rampart.toml`).
+    pub fn set_categories(&self, categories: Arc<Categories>) {
+        *self.categories.write() = categories;
+    }
+
+    /// The categories and rules in force.
+    pub fn categories(&self) -> Arc<Categories> {
+        self.categories.read().clone()
+    }
+
+    /// Sets `ino`'s category (`name`: a category, or `spec:` and a raw spec; None: back to
+    /// the store default), recording `origin`. Unknown or unusable names are refused with
+    /// what to do; nothing changes then.
+    pub fn set_category(
+        &self,
+        ctx: &Ctx,
+        ino: Ino,
+        name: Option<&str>,
+        origin: Origin,
+    ) -> Result<(), CategoryError> {
+        let categories = self.categories();
+        let (assigned, resolved) = match name {
+            Some(name) => {
+                let name = categories.canonical(name)?;
+                let resolved = categories.resolve(&name)?;
+                (Some(Assigned { name, origin }), resolved)
+            }
+            None => (
+                None,
+                categories
+                    .resolve(&categories.default_category().name)
+                    .expect("the default is checked when the configuration is read"),
+            ),
+        };
+        self.mutate(
+            ctx,
+            |m, time_ns| {
+                if !has_category(m.state().inode(ino)?.kind()) {
+                    return Err(Errno::EPERM);
+                }
+                m.assign_category(ino, assigned.as_ref(), resolved, time_ns)
+            },
+            |_| vec![Invalidation::Inode { ino }],
+        )
+        .map_err(CategoryError::Refused)
+    }
+
+    /// `ino`'s category: its name, where it came from, its spec and what the engine enforces.
+    pub fn category(&self, ino: Ino) -> FsResult<CategoryInfo> {
+        let categories = self.categories();
+        let state = self.read_state();
+        let inode = state.inode(ino)?;
+        let (name, origin) = match assigned(&state, ino) {
+            Some(a) => (a.name, a.origin),
+            None => (categories.default_category().name.clone(), Origin::Default),
+        };
+        let spec = match categories.resolve(&name) {
+            Ok(r) => r.spec,
+            // Stored by an older configuration: say what is enforced.
+            Err(_) => categories.default_category().spec,
+        };
+        Ok(CategoryInfo {
+            name,
+            origin,
+            spec,
+            durability: inode.durability(),
+        })
+    }
+
+    /// Whether writes to `ino` are dropped (DISPOSABLE): only volatile files can be, so only
+    /// they pay for looking their category up.
+    pub(crate) fn discards_writes(&self, state: &State, ino: Ino) -> bool {
+        let Ok(inode) = state.inode(ino) else {
+            return false;
+        };
+        if inode.durability() != Durability::Volatile {
+            return false;
+        }
+        let categories = self.categories();
+        assigned(state, ino)
+            .and_then(|a| categories.resolve(&a.name).ok())
+            .is_some_and(|r| r.spec.discard)
+    }
+
+    /// Whether the store knows `ino`: false for what was created with a category that never
+    /// reaches it, and what was created under such a directory (decision 0066).
+    pub fn known_to_store(&self, ino: Ino) -> FsResult<bool> {
+        Ok(!self.read_state().inode(ino)?.absent)
+    }
+
+    /// Whether writes to `ino` are accepted and dropped (DISPOSABLE).
+    pub fn discards(&self, ino: Ino) -> bool {
+        self.discards_writes(&self.read_state(), ino)
+    }
+
+    /// Whether closing `ino` must make it durable (`lm=until_close`, e.g. EDITED).
+    pub fn durable_at_close(&self, ino: Ino) -> bool {
+        let categories = self.categories();
+        let state = self.read_state();
+        assigned(&state, ino)
+            .and_then(|a| categories.resolve(&a.name).ok())
+            .is_some_and(|r| r.spec.until_close())
+    }
+
+    /// Whether the kernel must send every write of `ino` at once (not keep it in its page
+    /// cache): its writes must be durable before they return, or are dropped.
+    pub fn writes_through(&self, ino: Ino) -> bool {
+        let state = self.read_state();
+        match state.inode(ino) {
+            Ok(i) if i.durability() == Durability::BeforeReturn => true,
+            Ok(i) if i.durability() == Durability::Volatile => self.discards_writes(&state, ino),
+            _ => false,
+        }
+    }
+
+    /// The virtual attributes `user.rampart.category` and `user.rampart.spec`, and the hidden
+    /// stored one; None for other names.
+    pub(crate) fn get_category_xattr(&self, ino: Ino, name: &[u8]) -> Option<FsResult<Vec<u8>>> {
+        if name == CATEGORY_XATTR {
+            return Some(Err(Errno::ENODATA));
+        }
+        if name != USER_CATEGORY_XATTR && name != USER_SPEC_XATTR && name != USER_ORIGIN_XATTR {
+            return None;
+        }
+        Some(self.category(ino).and_then(|info| {
+            let kind = self.getattr(ino)?.kind;
+            if !has_category(kind) {
+                return Err(Errno::ENODATA);
+            }
+            Ok(if name == USER_CATEGORY_XATTR {
+                info.name.into_bytes()
+            } else if name == USER_ORIGIN_XATTR {
+                info.origin.to_string().into_bytes()
+            } else {
+                info.spec.to_string().into_bytes()
+            })
+        }))
+    }
+
+    /// Sets or removes (`value` None) a category through its virtual attributes; None for
+    /// other names.
+    pub(crate) fn set_category_xattr(
+        &self,
+        ctx: &Ctx,
+        ino: Ino,
+        name: &[u8],
+        value: Option<&[u8]>,
+    ) -> Option<FsResult<()>> {
+        if name == CATEGORY_XATTR || name == USER_ORIGIN_XATTR {
+            // Only through the virtual attributes, which check what is set; the origin is
+            // what setting them records.
+            return Some(Err(Errno::EPERM));
+        }
+        if name != USER_CATEGORY_XATTR && name != USER_SPEC_XATTR {
+            return None;
+        }
+        let text = match value.map(std::str::from_utf8) {
+            None => None,
+            Some(Ok(t)) => Some(t.trim_matches(|c: char| c.is_whitespace() || c == '\0')),
+            Some(Err(_)) => return Some(Err(Errno::EINVAL)),
+        };
+        if value.is_none() && assigned(&self.read_state(), ino).is_none() {
+            return Some(Err(Errno::ENODATA));
+        }
+        let name = text.map(|t| {
+            if name == USER_SPEC_XATTR {
+                format!("{RAW_SPEC_PREFIX}{t}")
+            } else {
+                t.to_string()
+            }
+        });
+        Some(
+            self.set_category(ctx, ino, name.as_deref(), Origin::Xattr)
+                .map_err(|e| {
+                    tracing::warn!("inode {ino}: {e}");
+                    e.errno()
+                }),
+        )
+    }
+}
