@@ -115,6 +115,10 @@ enum Cmd {
     /// Write the manual pages (man1/*.1) and shell completions (bash, zsh, fish) into DIR.
     #[command(hide = true)]
     GenerateManuals { dir: PathBuf },
+    /// The page flusher's child process (a syncfs of MOUNTPOINT per line read; the daemon
+    /// starts it: docs/decisions/0026).
+    #[command(name = "page-flusher-child", hide = true)]
+    PageFlusherChild { mountpoint: PathBuf, device: String },
     /// Serve the FUSE floor at MOUNTPOINT until it is unmounted: a FUSE server whose handlers
     /// do nothing useful, mounted with rampart's FUSE settings (`rampart bench`'s `floor` peer;
     /// docs/decisions/0070).
@@ -484,6 +488,9 @@ fn main() -> ExitCode {
             json,
         } => return with_stdout_checked(fsck::run(&store, repair, json)),
         Cmd::GenerateManuals { dir } => manuals::generate(&dir),
+        Cmd::PageFlusherChild { mountpoint, device } => {
+            return page_flusher::child_main(&mountpoint, &device)
+        }
         Cmd::BenchFloor {
             mountpoint,
             threads,

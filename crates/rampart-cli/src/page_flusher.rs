@@ -4,7 +4,8 @@
 //! bytes when the kernel writes them back: at close, at fsync, or when the kernel's flusher
 //! finds them older than `vm.dirty_expire_centisecs` (30 s by default). A file kept open (a
 //! log) would miss the commit interval's promise by up to 30 s. `syncfs(2)` on the mount makes
-//! the kernel send every dirty page at once; a thread calls it every half interval and, if
+//! the kernel send every dirty page at once; a child process calls it every half interval
+//! (never the daemon itself: see [`start`]) and, if
 //! that brought writes, asks for a commit, so those bytes are durable within about half an
 //! interval more (docs/decisions/0026).
 
@@ -21,7 +22,7 @@ use rampart_fuse::{RequestCounters, RequestKind};
 /// The shortest pause between two flushes, whatever the commit interval.
 const PERIOD_MIN: Duration = Duration::from_millis(50);
 
-/// Stops the flusher thread when dropped (it is not joined: it may sit in a syncfs).
+/// Stops the flusher thread when dropped (it is not joined: it may wait for a syncfs).
 pub struct PageFlusher {
     stop: Arc<AtomicBool>,
 }
@@ -37,7 +38,18 @@ pub fn period(commit_interval: Duration) -> Duration {
     (commit_interval / 2).max(PERIOD_MIN)
 }
 
+/// The hidden subcommand that runs [`child_main`].
+pub const CHILD_COMMAND: &str = "page-flusher-child";
+
 /// Starts flushing `mountpoint`, whose mount has the device number `device` (`major:minor`).
+///
+/// The syncfs runs in a child process, never in the daemon: a syncfs waits for the daemon to
+/// answer the WRITEs it causes, and a daemon killed (`kill -9`) while one of its own threads
+/// sat in that syncfs could never finish dying — the thread waits for replies that only the
+/// dead threads could give, and the process keeps /dev/fuse open, so the kernel never aborts
+/// the connection (seen in the kill -9 tests: the store's lock stayed held for ever). The
+/// child holds no /dev/fuse: when the daemon dies, the connection is aborted, the child's
+/// syncfs fails and the child exits (it also dies with its parent: PR_SET_PDEATHSIG).
 pub fn start(
     mountpoint: PathBuf,
     device: String,
@@ -47,6 +59,7 @@ pub fn start(
 ) -> std::io::Result<PageFlusher> {
     let stop = Arc::new(AtomicBool::new(false));
     let stopped = stop.clone();
+    let mut child = Some(FlusherChild::spawn(&mountpoint, &device)?);
     std::thread::Builder::new()
         .name("page-flusher".into())
         .spawn(move || {
@@ -55,22 +68,40 @@ pub fn start(
             loop {
                 std::thread::sleep(period);
                 if stopped.load(Ordering::Acquire) {
+                    if let Some(child) = child.take() {
+                        child.stop();
+                    }
                     return;
                 }
                 let writes_before = counters.get(RequestKind::write);
-                match flush(&mountpoint, &device) {
-                    Err(Flush::Open(e)) if !warned => {
+                let answer = match child.as_mut() {
+                    Some(c) => c.flush(),
+                    None => Err(std::io::Error::other("not running")),
+                };
+                match answer {
+                    Ok(ChildAnswer::Flushed) | Ok(ChildAnswer::NotOurs) => {}
+                    Ok(ChildAnswer::OpenFailed(e)) if !warned => {
                         tracing::warn!(
                             "cannot open {} to flush the kernel's dirty pages: {e}",
                             mountpoint.display()
                         );
                         warned = true;
                     }
+                    Ok(ChildAnswer::OpenFailed(_)) => {}
                     // syncfs also reports writeback errors of any file since the last call
                     // (ENOSPC at the memory cap); their writers see them at fsync or close.
                     // Pages of other files did arrive: commit them all the same.
-                    Err(Flush::Sync(e)) => tracing::debug!("syncfs: {e}"),
-                    _ => {}
+                    Ok(ChildAnswer::SyncFailed(e)) => tracing::debug!("syncfs: {e}"),
+                    Err(e) => {
+                        // The child died (or never ran): start another for the next period.
+                        tracing::warn!("the page flusher's child process: {e}; restarting it");
+                        if let Some(old) = child.take() {
+                            old.stop();
+                        }
+                        child = FlusherChild::spawn(&mountpoint, &device)
+                            .map_err(|e| tracing::warn!("restarting the page flusher: {e}"))
+                            .ok();
+                    }
                 }
                 if counters.get(RequestKind::write) > writes_before {
                     // Errors reach the callers of fsync and the status; nobody waits here.
@@ -81,10 +112,120 @@ pub fn start(
     Ok(PageFlusher { stop })
 }
 
+/// The child process that does the syncfs, and the pipes to it: one line asks for a flush,
+/// one line answers.
+struct FlusherChild {
+    child: std::process::Child,
+    ask: std::process::ChildStdin,
+    answers: std::io::BufReader<std::process::ChildStdout>,
+}
+
+enum ChildAnswer {
+    Flushed,
+    NotOurs,
+    OpenFailed(String),
+    SyncFailed(String),
+}
+
+impl FlusherChild {
+    fn spawn(mountpoint: &std::path::Path, device: &str) -> std::io::Result<FlusherChild> {
+        use std::os::unix::process::CommandExt;
+        use std::process::{Command, Stdio};
+        // This very binary, even if it was replaced on disk since the mount started.
+        let mut child = Command::new("/proc/self/exe")
+            .arg0("rampart")
+            .arg(CHILD_COMMAND)
+            .arg(mountpoint)
+            .arg(device)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let (Some(ask), Some(answers)) = (child.stdin.take(), child.stdout.take()) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::other("no pipes to the child"));
+        };
+        Ok(FlusherChild {
+            child,
+            ask,
+            answers: std::io::BufReader::new(answers),
+        })
+    }
+
+    /// Asks for one syncfs and waits for its answer. A daemon killed meanwhile dies at once:
+    /// this thread waits in a pipe read, which a kill interrupts.
+    fn flush(&mut self) -> std::io::Result<ChildAnswer> {
+        use std::io::{BufRead, Write};
+        self.ask.write_all(b"flush\n")?;
+        self.ask.flush()?;
+        let mut line = String::new();
+        if self.answers.read_line(&mut line)? == 0 {
+            return Err(std::io::Error::other("it exited"));
+        }
+        let line = line.trim_end();
+        Ok(match line.split_once(' ') {
+            _ if line == "ok" => ChildAnswer::Flushed,
+            _ if line == "not-ours" => ChildAnswer::NotOurs,
+            Some(("open", e)) => ChildAnswer::OpenFailed(e.to_string()),
+            Some(("sync", e)) => ChildAnswer::SyncFailed(e.to_string()),
+            _ => return Err(std::io::Error::other(format!("it answered {line:?}"))),
+        })
+    }
+
+    /// Closes its input (it exits at the end of it) and reaps it.
+    fn stop(self) {
+        let FlusherChild { mut child, ask, .. } = self;
+        drop(ask);
+        let _ = child.wait();
+    }
+}
+
+/// The child's side (`rampart page-flusher-child MOUNTPOINT DEVICE`): a syncfs of the mount
+/// for each line read, an answer line for each; exits at the end of its input or when its
+/// parent dies.
+pub fn child_main(mountpoint: &std::path::Path, device: &str) -> std::process::ExitCode {
+    use std::io::{BufRead, Write};
+    // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a flag of this process; getppid reads one.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+    }
+    // SAFETY: as above. Parent already gone (adopted by init): nothing to flush for.
+    if unsafe { libc::getppid() } == 1 {
+        return std::process::ExitCode::SUCCESS;
+    }
+    // Descriptors inherited by mistake (a /dev/fuse without O_CLOEXEC) would keep a dead
+    // daemon's connection alive: close all but stdin, stdout and stderr.
+    // SAFETY: close_range only closes descriptors; this process owns no Rust object holding
+    // one above 2 yet (it has just started and opened nothing).
+    unsafe {
+        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+    }
+    let stdin = std::io::stdin();
+    let mut stdout = std::io::stdout();
+    for line in stdin.lock().lines() {
+        if line.is_err() {
+            break;
+        }
+        let answer = match flush(mountpoint, device) {
+            Ok(true) => "ok".to_string(),
+            Ok(false) => "not-ours".to_string(),
+            Err(Flush::Open(e)) => format!("open {e}"),
+            Err(Flush::Sync(e)) => format!("sync {e}"),
+        };
+        if writeln!(stdout, "{answer}")
+            .and_then(|()| stdout.flush())
+            .is_err()
+        {
+            break;
+        }
+    }
+    std::process::ExitCode::SUCCESS
+}
+
 /// One syncfs of the mount, unless the mount point no longer shows our mount (unmounted, or
 /// another mounted over it). The descriptor is held only for the call: while it is open the
 /// mount is busy, and an unmount then is refused (both unmount paths of rampart retry).
-fn flush(mountpoint: &std::path::Path, device: &str) -> Result<(), Flush> {
+fn flush(mountpoint: &std::path::Path, device: &str) -> Result<bool, Flush> {
     let root = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -92,13 +233,13 @@ fn flush(mountpoint: &std::path::Path, device: &str) -> Result<(), Flush> {
         .map_err(Flush::Open)?;
     let dev = root.metadata().map_err(Flush::Open)?.dev();
     if format!("{}:{}", libc::major(dev), libc::minor(dev)) != device {
-        return Ok(());
+        return Ok(false);
     }
     // SAFETY: syncfs only reads the descriptor, which `root` keeps open for the call.
     if unsafe { libc::syncfs(root.as_raw_fd()) } != 0 {
         return Err(Flush::Sync(std::io::Error::last_os_error()));
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Why a flush did not happen (`Open`) or reported an error (`Sync`).
