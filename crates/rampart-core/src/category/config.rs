@@ -110,11 +110,15 @@ pub(super) fn parse(
             .iter_mut()
             .find(|c| c.name.eq_ignore_ascii_case(name))
         {
-            Some(c) => c.spec = spec,
+            Some(c) => {
+                c.spec = spec;
+                c.configured = true;
+            }
             None => categories.list.push(Category {
                 name: name.clone(),
                 spec,
                 builtin: false,
+                configured: true,
             }),
         }
     }
