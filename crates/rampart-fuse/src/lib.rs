@@ -265,12 +265,13 @@ pub fn mount(
                  needs it; a category that does is refused on this mount)"
             ),
             _ => tracing::info!(
-                "{what} {} (--{option} {mode:?})",
+                "{what} {} (--{option} {})",
                 if skipped {
                     "not sent by the kernel"
                 } else {
                     "answered"
-                }
+                },
+                if mode == SkipMode::On { "on" } else { "off" }
             ),
         }
     }

@@ -282,9 +282,6 @@ impl Engine {
         }
         let state = self.read_state();
         for (ino, inode) in state.inodes() {
-            if inode.durability() == Durability::BeforeReturn && needs.open.is_none() {
-                needs.open = Some(format!("inode {ino} is durable before write returns"));
-            }
             let stored = inode.xattrs.as_ref().and_then(|x| x.get(CATEGORY_XATTR));
             if let Some(a) = stored.and_then(Assigned::decode) {
                 if let Ok(r) = categories.resolve(&a.name) {
@@ -292,6 +289,9 @@ impl Engine {
                         format!("inode {ino} has the category {}", a.name)
                     });
                 }
+            }
+            if inode.durability() == Durability::BeforeReturn && needs.open.is_none() {
+                needs.open = Some(format!("inode {ino} is durable before write returns"));
             }
             if needs.complete() {
                 break;
