@@ -764,7 +764,7 @@ mod tests {
 
     #[test]
     fn counts_round_trip_through_json() {
-        let floor = Floor::new(true, true);
+        let floor = Floor::new(true, true, true);
         floor.count("getattr");
         floor.count("getattr");
         floor.count("create");

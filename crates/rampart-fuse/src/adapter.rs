@@ -70,8 +70,6 @@ impl Default for CachePolicy {
 pub(crate) struct RampartFs {
     engine: Arc<Engine>,
     cache: CachePolicy,
-    /// `--no-open on` and `--no-flush on` (not chosen by `auto`): warned about at INIT.
-    forced_skips: (bool, bool),
     counters: Arc<RequestCounters>,
     /// Where refused writes go to have the kernel's view corrected (writeback cache only).
     refusals: Refusals,
@@ -176,7 +174,6 @@ impl RampartFs {
     pub(crate) fn new(
         engine: Arc<Engine>,
         cache: CachePolicy,
-        forced_skips: (bool, bool),
         counters: Arc<RequestCounters>,
         refusals: Refusals,
         passthrough_mode: PassthroughMode,
@@ -186,7 +183,6 @@ impl RampartFs {
         RampartFs {
             engine,
             cache,
-            forced_skips,
             counters,
             refusals,
             passthrough_mode,
@@ -376,23 +372,6 @@ impl Filesystem for RampartFs {
             tracing::warn!("kernel has no writeback cache for FUSE; writing through");
             self.cache.writeback_cache = false;
             self.negotiated.set(self.passthrough, false);
-        }
-        if self.cache.no_open
-            && self.cache.writeback_cache
-            && self.forced_skips.0
-            && !self.passthrough
-        {
-            tracing::warn!(
-                "no_open=on with the writeback cache: SAFE and DISPOSABLE files opened again \
-                 (not created) write through the page cache, so write(2) returns before their \
-                 data is durable (SAFE) or dropped (DISPOSABLE); fsync and close still hold"
-            );
-        }
-        if self.cache.no_flush && self.forced_skips.1 && !self.passthrough {
-            tracing::warn!(
-                "no_flush=on: close(2) of an `until_close` (EDITED) file returns before its \
-                 data is durable; fsync still holds"
-            );
         }
         // Large writes: one request per MiB instead of per 4 KiB page.
         let _ = config.set_max_write(1 << 20);

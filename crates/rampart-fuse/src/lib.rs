@@ -278,10 +278,6 @@ pub fn mount(
     let fs = adapter::RampartFs::new(
         engine.clone(),
         cache,
-        (
-            options.no_open == SkipMode::On,
-            options.no_flush == SkipMode::On,
-        ),
         counters.clone(),
         refusals,
         options.passthrough,
@@ -296,6 +292,19 @@ pub fn mount(
     engine.set_passthrough_available(negotiated.data_path() == "passthrough");
     // Passthrough answers OPEN (and FLUSH) of files whatever no-open says.
     let passthrough = negotiated.passthrough();
+    if options.no_open == SkipMode::On && negotiated.writeback_cache() && !passthrough {
+        tracing::warn!(
+            "no_open=on with the writeback cache: SAFE and DISPOSABLE files opened again \
+             (not created) write through the page cache, so write(2) returns before their \
+             data is durable (SAFE) or dropped (DISPOSABLE); fsync and close still hold"
+        );
+    }
+    if options.no_flush == SkipMode::On && !passthrough {
+        tracing::warn!(
+            "no_flush=on: close(2) of an `until_close` (EDITED) file returns before its data \
+             is durable; fsync still holds"
+        );
+    }
     engine.set_kernel_requests(
         rampart_core::KernelRequests {
             open: !cache.no_open || passthrough,
