@@ -33,6 +33,10 @@ category = "DISPOSABLE"
 [[rules]]
 glob = "*.o"
 category = "GENERATED"
+
+[[rules]]
+glob = "*.tex"
+category = "EDITED"
 """
 
 MARKER = b"temporary-category-marker-51c2"
@@ -61,6 +65,96 @@ def store_holds(m, needle):
             if name != "rampart.log" and os.path.isfile(p) and needle in read_file(p):
                 found.append(p)
     return found
+
+
+def kernel_requests(m):
+    s = m.status()
+    return s["kernel_open"], s["kernel_flush"]
+
+
+def test_a_store_that_names_safe_and_edited_has_open_and_flush_answered(test_base, rampart_env,
+                                                                       cleanup_mounts):
+    """--no-open auto and --no-flush auto (the defaults) answer OPEN and FLUSH when the
+    store's rampart.toml can give a file SAFE (or DISPOSABLE) and EDITED (decision 0063)."""
+    m = configured(test_base, rampart_env, "auto-answered", cleanup_mounts)
+    assert kernel_requests(m) == ("answered", "answered")
+    log = (m.store / "rampart.log").read_text()
+    assert "OPEN answered (--no-open auto): rule 1 of rampart.toml gives SAFE" in log, log
+    assert "FLUSH answered (--no-flush auto): rule 4 of rampart.toml gives EDITED" in log, log
+    unmount(m)
+    # Each alone: a category defined under [categories] counts, as does the default.
+    (m.store / "rampart.toml").write_text('[categories]\nSURE = "lm=before_write"\n')
+    remount(m)
+    assert kernel_requests(m) == ("answered", "no-flush")
+    unmount(m)
+    (m.store / "rampart.toml").write_text('default = "EDITED"\n')
+    remount(m)
+    assert kernel_requests(m) == ("no-open", "answered")
+    unmount(m)
+    assert_no_panic(m)
+
+
+def test_a_plain_store_skips_open_and_flush_and_refuses_what_needs_them(test_base, rampart_env,
+                                                                       cleanup_mounts):
+    """On a store whose configuration and files need neither, the kernel is told to send no
+    OPEN and no FLUSH (small files keep their speed), and a category set later that needs one
+    is refused with EOPNOTSUPP and a log line naming the file, never accepted and weakened.
+    Set with --no-open off --no-flush off, it is kept, and auto then answers both."""
+    m = configured(test_base, rampart_env, "auto-plain", cleanup_mounts, config="")
+    p = m.path
+    assert kernel_requests(m) == ("no-open", "no-flush")
+    (p / "f").write_bytes(b"plain")
+    os.mkdir(p / "d")
+    for target, name, value in [("f", "user.rampart.category", b"SAFE"),
+                                ("f", "user.rampart.category", b"disposable"),
+                                ("f", "user.rampart.category", b"EDITED"),
+                                ("f", "user.rampart.spec", b"lm=before_write"),
+                                ("f", "user.rampart.spec", b"lm=until_close"),
+                                ("d", "user.rampart.category", b"SAFE"),
+                                ("d", "user.rampart.category", b"EDITED")]:
+        with pytest.raises(OSError) as e:
+            os.setxattr(p / target, name, value)
+        assert e.value.errno == errno.EOPNOTSUPP, (target, value)
+    assert category(p / "f") == "SOON" and category(p / "d") == "SOON"
+    r = run(["setfattr", "-n", "user.rampart.category", "-v", "SAFE", str(p / "f")])
+    assert r.returncode != 0 and "Operation not supported" in r.stderr, r.stderr
+    log = (m.store / "rampart.log").read_text()
+    assert ("/f: category SAFE needs the kernel to send OPEN" in log
+            and "--no-open off" in log), log
+    assert "/d: category EDITED needs the kernel to send FLUSH" in log and "--no-flush off" in log
+    # What needs neither is set as before.
+    os.setxattr(p / "d", "user.rampart.category", b"TEMPORARY")
+    os.setxattr(p / "f", "user.rampart.category", b"SOMETIME")
+    assert category(p / "f") == "SOMETIME"
+    unmount(m)
+    # Mounted with both answered, SAFE and EDITED are accepted...
+    m.opts = list(LONG) + ["--no-open", "off", "--no-flush", "off"]
+    remount(m)
+    assert kernel_requests(m) == ("answered", "answered")
+    os.setxattr(p / "f", "user.rampart.category", b"SAFE")
+    os.mkdir(p / "e")
+    os.setxattr(p / "e", "user.rampart.category", b"EDITED")
+    unmount(m)
+    # ...and, since files have them, auto answers both from then on: the contracts hold for
+    # a file opened again and across kill -9.
+    m.opts = list(LONG)
+    remount(m)
+    assert kernel_requests(m) == ("answered", "answered")
+    log = (m.store / "rampart.log").read_text()
+    assert "has the category SAFE" in log and "has the category EDITED" in log, log
+    fd = os.open(p / "f", os.O_WRONLY)
+    os.pwrite(fd, b"acknowledged", 0)
+    with open(p / "e" / "notes", "wb") as f:
+        f.write(b"closed")
+    (p / "soon").write_bytes(b"lost")
+    crash(m)  # f still open
+    assert_fsck_clean_after_crash(m)
+    remount(m)
+    assert read_file(p / "f") == b"acknowledged"
+    assert read_file(p / "e" / "notes") == b"closed"
+    assert not (p / "soon").exists(), "a SOON file was durable without a sync"
+    unmount(m)
+    assert_no_panic(m)
 
 
 def test_a_config_that_is_wrong_refuses_the_mount_naming_the_line(test_base, rampart_env,
@@ -150,6 +244,7 @@ def test_a_safe_write_is_durable_when_write_returns(test_base, rampart_env, clea
     # Created SAFE by a rule, and one made SAFE by its attribute and opened again.
     created = os.open(p / "new.safe", os.O_WRONLY | os.O_CREAT, 0o644)
     (p / "later").write_bytes(b"")
+    assert kernel_requests(m)[0] == "answered"  # rampart.toml names SAFE
     os.setxattr(p / "later", "user.rampart.category", b"SAFE")
     reopened = os.open(p / "later", os.O_WRONLY)
     os.write(created, b"written before the crash, never closed")
@@ -172,6 +267,7 @@ def test_an_edited_file_is_durable_when_close_returns(test_base, rampart_env, cl
     m = configured(test_base, rampart_env, f"edited-{writeback}", cleanup_mounts,
                    opts=LONG + ("--writeback-cache", writeback))
     p = m.path
+    assert kernel_requests(m) == ("answered", "answered")  # rampart.toml names EDITED
     os.mkdir(p / "docs")
     os.setxattr(p / "docs", "user.rampart.category", b"edited")
     data = os.urandom(300_000)

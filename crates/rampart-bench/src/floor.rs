@@ -46,6 +46,8 @@ pub struct FloorOptions {
     pub io_uring: bool,
     pub writeback_cache: bool,
     pub no_open: bool,
+    /// FLUSH answered ENOSYS (as rampart on a store whose files need no FLUSH).
+    pub no_flush: bool,
     pub allow_other: bool,
 }
 
@@ -55,7 +57,9 @@ impl Default for FloorOptions {
             threads: rampart_fuse::MountOptions::default().threads,
             io_uring: true,
             writeback_cache: true,
+            // rampart's `auto` on a store whose files need neither OPEN nor FLUSH.
             no_open: true,
+            no_flush: true,
             // rampart mounts with allow_other when root mounts it.
             allow_other: nix::unistd::geteuid().is_root(),
         }
@@ -85,7 +89,7 @@ pub fn serve(
     if options.io_uring {
         config.io_uring_depth = Some(IO_URING_QUEUE_DEPTH);
     }
-    let floor = Floor::new(options.writeback_cache, options.no_open);
+    let floor = Floor::new(options.writeback_cache, options.no_open, options.no_flush);
     let session = Session::new(floor, mountpoint, &config)?;
     ready(session.uses_io_uring());
     session.run()
@@ -153,6 +157,7 @@ struct Floor {
     counts: Vec<AtomicU64>,
     writeback_cache: bool,
     no_open: bool,
+    no_flush: bool,
 }
 
 /// The kernel's coarse clock, as rampart stamps inodes (decision 0020): a create and a write
@@ -200,7 +205,7 @@ fn time_of(t: TimeOrNow) -> SystemTime {
 }
 
 impl Floor {
-    fn new(writeback_cache: bool, no_open: bool) -> Floor {
+    fn new(writeback_cache: bool, no_open: bool, no_flush: bool) -> Floor {
         let mut nodes = HashMap::new();
         let uid = nix::unistd::getuid().as_raw();
         let gid = nix::unistd::getgid().as_raw();
@@ -217,6 +222,7 @@ impl Floor {
             counts: OPS.iter().map(|_| AtomicU64::new(0)).collect(),
             writeback_cache,
             no_open,
+            no_flush,
         }
     }
 
@@ -558,8 +564,12 @@ impl Filesystem for Floor {
         reply: ReplyEmpty,
     ) {
         self.count("flush");
-        // As rampart answers it: ENOSYS, after which the kernel sends no more FLUSH.
-        reply.error(Errno::ENOSYS);
+        // As rampart answers it where no file needs it: ENOSYS, after which the kernel sends
+        // no more FLUSH.
+        if self.no_flush {
+            return reply.error(Errno::ENOSYS);
+        }
+        reply.ok();
     }
 
     fn release(
@@ -754,7 +764,7 @@ mod tests {
 
     #[test]
     fn counts_round_trip_through_json() {
-        let floor = Floor::new(true, true);
+        let floor = Floor::new(true, true, true);
         floor.count("getattr");
         floor.count("getattr");
         floor.count("create");

@@ -129,6 +129,14 @@ pub struct Status {
     /// How reads and writes of open disk-tier files travel: "passthrough" or "daemon".
     #[serde(default)]
     pub data_path: String,
+    /// Whether the daemon answers OPEN ("answered") or the kernel opens files itself
+    /// ("no-open"), as `--no-open` chose (decision 0063).
+    #[serde(default)]
+    pub kernel_open: String,
+    /// Whether the daemon answers FLUSH at close ("answered") or the kernel was told to send
+    /// none ("no-flush").
+    #[serde(default)]
+    pub kernel_flush: String,
 }
 
 /// Files and bytes on one tier.
@@ -188,6 +196,16 @@ pub fn status_of(sources: &Sources) -> Status {
             },
         },
         data_path: engine.data_path().to_string(),
+        kernel_open: match engine.kernel_requests() {
+            Some(k) if !k.open => "no-open",
+            _ => "answered",
+        }
+        .to_string(),
+        kernel_flush: match engine.kernel_requests() {
+            Some(k) if !k.flush => "no-flush",
+            _ => "answered",
+        }
+        .to_string(),
         memory_used_bytes: s.memory_used_bytes,
         memory_cap_bytes: s.memory_cap_bytes,
         persistence: {

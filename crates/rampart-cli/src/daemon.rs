@@ -25,7 +25,9 @@ pub struct ServeConfig {
     pub threads: usize,
     pub allow_other: bool,
     pub writeback_cache: bool,
-    pub no_open: bool,
+    /// Whether OPEN and FLUSH are answered (`auto`: as the store needs, decision 0063).
+    pub no_open: rampart_fuse::SkipMode,
+    pub no_flush: rampart_fuse::SkipMode,
     /// FUSE over io_uring when the kernel offers it.
     pub io_uring: bool,
     /// FUSE passthrough for disk-tier files.
@@ -174,9 +176,10 @@ fn mount_options(config: &ServeConfig, store_path: &Path) -> MountOptions {
         fs_name: store_path.display().to_string(),
         cache: CachePolicy {
             writeback_cache: config.writeback_cache,
-            no_open: config.no_open,
             ..CachePolicy::default()
         },
+        no_open: config.no_open,
+        no_flush: config.no_flush,
         io_uring: config.io_uring,
         passthrough: config.passthrough,
         kernel_flags: config.kernel_flags.clone(),

@@ -132,8 +132,12 @@ enum Cmd {
         fuse_io_uring: String,
         #[arg(long, value_parser = ["on", "off"], default_value = "on")]
         writeback_cache: String,
-        #[arg(long, value_parser = ["on", "off"], default_value = "on")]
+        /// As rampart's: `auto` is `on` here (the floor has no store whose files need OPEN).
+        #[arg(long, value_parser = ["auto", "on", "off"], default_value = "auto")]
         no_open: String,
+        /// As rampart's: `auto` is `on` here (no file needs FLUSH).
+        #[arg(long, value_parser = ["auto", "on", "off"], default_value = "auto")]
+        no_flush: String,
     },
 }
 
@@ -176,11 +180,19 @@ struct MountArgs {
     /// Cache writes in the kernel's page cache and send them in large batches.
     #[arg(long, value_parser = ["on", "off"], default_value = "on")]
     writeback_cache: String,
-    /// Skip FUSE OPEN/RELEASE round trips (the kernel opens files itself). Off by default:
-    /// a SAFE or DISPOSABLE file opened again then goes through the page cache, and its
-    /// writes are no longer durable (or dropped) when write(2) returns (decision 0063).
-    #[arg(long, value_parser = ["on", "off"], default_value = "off")]
+    /// Skip FUSE OPEN/RELEASE round trips (the kernel opens files itself). `auto`: unless
+    /// the store needs OPEN (its rampart.toml can give a file a SAFE-like or DISPOSABLE
+    /// category, or a file has one), and then a category that needs it is refused on this
+    /// mount. `on`: always (a SAFE or DISPOSABLE file opened again then goes through the
+    /// page cache). `off`: never (decision 0063).
+    #[arg(long, value_parser = ["auto", "on", "off"], default_value = "auto")]
     no_open: String,
+    /// Answer the first FLUSH (sent at close) with ENOSYS, after which the kernel sends none.
+    /// `auto`: unless the store needs it (an `until_close` category such as EDITED
+    /// reachable as for --no-open). `on`: always (close of an EDITED file then returns before
+    /// it is durable). `off`: never (decision 0063).
+    #[arg(long, value_parser = ["auto", "on", "off"], default_value = "auto")]
+    no_flush: String,
     /// Serve requests through FUSE over io_uring, one queue per CPU, when the kernel offers it
     /// (Linux 6.14+ with /sys/module/fuse/parameters/enable_uring set to Y); else /dev/fuse.
     #[arg(long, value_parser = ["on", "off"], default_value = "on")]
@@ -233,6 +245,10 @@ impl MountArgs {
             "on" | "off" => Ok(value.to_string()),
             _ => Err(format!("mount option {name}={value}: give on or off")),
         };
+        let auto_on_off = |name: &str, value: &str| match value {
+            "auto" | "on" | "off" => Ok(value.to_string()),
+            _ => Err(format!("mount option {name}={value}: give auto, on or off")),
+        };
         let mut flags = Vec::new();
         for option in mount_options::split(&self.options) {
             match mount_options::parse_one(option)? {
@@ -243,7 +259,8 @@ impl MountArgs {
                         "memory_cap" => self.memory_cap = parse_memory_cap(v).map_err(bad)?,
                         "threads" => self.threads = Some(parse_threads(v).map_err(bad)?),
                         "writeback_cache" => self.writeback_cache = on_off(name, v)?,
-                        "no_open" => self.no_open = on_off(name, v)?,
+                        "no_open" => self.no_open = auto_on_off(name, v)?,
+                        "no_flush" => self.no_flush = auto_on_off(name, v)?,
                         "fuse_io_uring" => self.fuse_io_uring = on_off(name, v)?,
                         "passthrough" => {
                             v.parse::<rampart_fuse::PassthroughMode>()
@@ -497,13 +514,15 @@ fn main() -> ExitCode {
             fuse_io_uring,
             writeback_cache,
             no_open,
+            no_flush,
         } => {
             let defaults = rampart_bench::floor::FloorOptions::default();
             let options = rampart_bench::floor::FloorOptions {
                 threads: threads.unwrap_or(defaults.threads),
                 io_uring: fuse_io_uring == "on",
                 writeback_cache: writeback_cache == "on",
-                no_open: no_open == "on",
+                no_open: no_open != "off",
+                no_flush: no_flush != "off",
                 ..defaults
             };
             rampart_bench::floor::serve(&mountpoint, &options, |uring| {
@@ -563,7 +582,14 @@ fn cmd_mount(args: MountArgs) -> Result<(), String> {
         allow_other: args.allow_other || (!args.private && nix::unistd::geteuid().is_root()),
         kernel_flags: args.kernel_flags.clone(),
         writeback_cache: args.writeback_cache == "on",
-        no_open: args.no_open == "on",
+        no_open: args
+            .no_open
+            .parse()
+            .map_err(|e: String| format!("--no-open {e}"))?,
+        no_flush: args
+            .no_flush
+            .parse()
+            .map_err(|e: String| format!("--no-flush {e}"))?,
         io_uring: args.fuse_io_uring == "on",
         passthrough: args
             .passthrough
@@ -659,6 +685,8 @@ fn daemon_child_args(args: &MountArgs, config: &daemon::ServeConfig) -> Vec<OsSt
         args.writeback_cache.clone().into(),
         "--no-open".into(),
         args.no_open.clone().into(),
+        "--no-flush".into(),
+        args.no_flush.clone().into(),
         "--fuse-io-uring".into(),
         args.fuse_io_uring.clone().into(),
         "--passthrough".into(),

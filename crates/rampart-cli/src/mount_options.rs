@@ -49,11 +49,12 @@ const IGNORED: [&str; 24] = [
 ];
 
 /// `rampart mount` options that take a value, by their `-o` name (also spelled with `-`).
-pub const VALUE_OPTIONS: [&str; 13] = [
+pub const VALUE_OPTIONS: [&str; 14] = [
     "memory_cap",
     "threads",
     "writeback_cache",
     "no_open",
+    "no_flush",
     "fuse_io_uring",
     "passthrough",
     "commit_interval",

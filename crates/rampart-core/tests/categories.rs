@@ -606,3 +606,59 @@ fn path_rules_see_the_path_after_a_rename() {
     let z = e.mknod(&c, deeper, b"z", FILE, 0).unwrap().ino;
     assert_eq!(e.category(z).unwrap().origin, Origin::Rule(1));
 }
+
+/// What the kernel of a mount must send (decision 0063): found from the configuration and the
+/// inodes at mount; a category needing what it does not send is refused, not weakened.
+#[test]
+fn a_category_the_kernel_cannot_serve_is_refused_and_one_held_is_found() {
+    use rampart_core::category::{CategoryError, KernelRequest};
+    use rampart_core::KernelRequests;
+    let e = Engine::new(EngineConfig::default());
+    let c = Ctx::library(0, 0);
+    let needs = e.kernel_needs();
+    assert_eq!((needs.open, needs.flush), (None, None));
+    let f = e.mknod(&c, ROOT_INO, b"f", FILE, 0).unwrap().ino;
+    let none = KernelRequests {
+        open: false,
+        flush: false,
+    };
+    e.set_kernel_requests(none, none);
+    for (name, request) in [
+        ("SAFE", KernelRequest::Open),
+        ("DISPOSABLE", KernelRequest::Open),
+        ("spec:lm=before_write", KernelRequest::Open),
+        ("EDITED", KernelRequest::Flush),
+    ] {
+        let err = e
+            .set_category(&c, f, Some(name), Origin::Xattr)
+            .unwrap_err();
+        assert!(
+            matches!(err, CategoryError::NotSentByKernel { request: r, .. } if r == request),
+            "{name}: {err}"
+        );
+        assert_eq!(err.errno(), rampart_core::Errno::EOPNOTSUPP);
+        assert!(err.to_string().contains("--no-"), "{err}");
+    }
+    assert_eq!(e.category(f).unwrap().name, "SOON");
+    e.set_category(&c, f, Some("TEMPORARY"), Origin::Xattr)
+        .unwrap();
+    // With both sent, they are kept, and the next mount finds them.
+    let all = KernelRequests {
+        open: true,
+        flush: true,
+    };
+    e.set_kernel_requests(all, none);
+    e.set_category(&c, f, Some("SAFE"), Origin::Xattr).unwrap();
+    let d = e.mkdir(&c, ROOT_INO, b"d", 0o755).unwrap().ino;
+    e.set_category(&c, d, Some("EDITED"), Origin::Xattr)
+        .unwrap();
+    let needs = e.kernel_needs();
+    assert_eq!(
+        needs.open.as_deref(),
+        Some(format!("inode {f} has the category SAFE").as_str())
+    );
+    assert_eq!(
+        needs.flush.as_deref(),
+        Some(format!("inode {d} has the category EDITED").as_str())
+    );
+}

@@ -42,8 +42,14 @@ pub struct CachePolicy {
     /// Answer OPEN and OPENDIR with ENOSYS, after which the kernel sends no OPEN, OPENDIR,
     /// RELEASE or RELEASEDIR at all (two round trips saved per open file). Possible while the
     /// engine keeps no per-open state. FUSE passthrough needs OPEN (it is set up there): when
-    /// it is in use, OPEN of files is answered whatever this says (decision 0058).
+    /// it is in use, OPEN of files is answered whatever this says (decision 0058). Set at
+    /// mount from `MountOptions::no_open`.
     pub no_open: bool,
+    /// Answer FLUSH with ENOSYS, after which the kernel sends none (a round trip saved per
+    /// close under the writeback cache, or without OPEN). Only `until_close` files need it.
+    /// Answered under passthrough whatever this says (its opens catch up with the host file
+    /// there). Set at mount from `MountOptions::no_flush`.
+    pub no_flush: bool,
 }
 
 impl Default for CachePolicy {
@@ -56,6 +62,7 @@ impl Default for CachePolicy {
             writeback_cache: false,
             // OPEN is where a file's category chooses direct I/O (decision 0063).
             no_open: false,
+            no_flush: false,
         }
     }
 }
@@ -365,13 +372,6 @@ impl Filesystem for RampartFs {
             tracing::warn!("kernel has no writeback cache for FUSE; writing through");
             self.cache.writeback_cache = false;
             self.negotiated.set(self.passthrough, false);
-        }
-        if self.cache.no_open && self.cache.writeback_cache {
-            tracing::warn!(
-                "no_open=on with the writeback cache: SAFE and DISPOSABLE files opened again \
-                 (not created) write through the page cache, so write(2) returns before their \
-                 data is durable (SAFE) or dropped (DISPOSABLE); fsync and close still hold"
-            );
         }
         // Large writes: one request per MiB instead of per 4 KiB page.
         let _ = config.set_max_write(1 << 20);
@@ -705,9 +705,13 @@ impl Filesystem for RampartFs {
         let timer = self.counters.start(RequestKind::flush);
         // close(2) of a file whose category holds until close (EDITED, `lm=until_close`)
         // returns once it is durable; the kernel has written its dirty pages before FLUSH.
-        // Other files have nothing to do, but FLUSH is not refused with ENOSYS, which would
-        // stop it for every file (decision 0063). Passthrough opens send it too: the engine
-        // takes the size and mtime the kernel's writes gave the host file.
+        // Other files have nothing to do. Where no file can need it (no-flush), the first is
+        // refused with ENOSYS, which stops it for every file (decision 0063). Passthrough
+        // opens send it too: the engine takes the size and mtime the kernel's writes gave the
+        // host file.
+        if self.cache.no_flush && !self.passthrough {
+            return reply.error(Errno::ENOSYS);
+        }
         guarded("flush", || {
             if self.passthrough && fh == FH_PASSTHROUGH {
                 self.catch_up_with_host(ino.0);

@@ -49,6 +49,48 @@ pub struct MountOptions {
     pub kernel_flags: Vec<String>,
     /// FUSE passthrough for disk-tier files (decision 0058).
     pub passthrough: PassthroughMode,
+    /// Whether OPEN is answered ENOSYS (no-open); sets `cache.no_open` at mount.
+    pub no_open: SkipMode,
+    /// Whether FLUSH is answered ENOSYS; sets `cache.no_flush` at mount.
+    pub no_flush: SkipMode,
+}
+
+/// Whether the first OPEN (or FLUSH) is answered ENOSYS, after which the kernel sends none
+/// on the connection (a round trip saved per open or close). SAFE-like and DISPOSABLE files
+/// need OPEN (its reply gives them direct I/O), `until_close` ones FLUSH (decision 0063).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SkipMode {
+    /// Answered only if the store needs it at mount (`Engine::kernel_needs`: its
+    /// configuration can give a file such a category, or a file has one); a category that
+    /// needs it set later on that mount is refused (EOPNOTSUPP).
+    #[default]
+    Auto,
+    /// Refused whatever the store needs (a warning says what it weakens).
+    On,
+    /// Always answered.
+    Off,
+}
+
+impl std::str::FromStr for SkipMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(SkipMode::Auto),
+            "on" => Ok(SkipMode::On),
+            "off" => Ok(SkipMode::Off),
+            _ => Err(format!("{s:?}: give auto, on or off")),
+        }
+    }
+}
+
+/// Whether the kernel is told to skip a request, as `mode` says and the store needs
+/// (`needed`: why, if it does).
+fn skips(mode: SkipMode, needed: &Option<String>) -> bool {
+    match mode {
+        SkipMode::On => true,
+        SkipMode::Off => false,
+        SkipMode::Auto => needed.is_none(),
+    }
 }
 
 /// Whether disk-tier files are read and written by the kernel itself (FUSE passthrough) or
@@ -93,6 +135,8 @@ impl Default for MountOptions {
             io_uring: false,
             kernel_flags: Vec::new(),
             passthrough: PassthroughMode::default(),
+            no_open: SkipMode::default(),
+            no_flush: SkipMode::default(),
         }
     }
 }
@@ -198,9 +242,42 @@ pub fn mount(
     let (refusals, refusals_worker) = refusals::channel();
     let negotiated = Arc::new(Negotiated::default());
     let notifier = Arc::new(std::sync::OnceLock::new());
+    // What the store's categories need the kernel to send (decision 0063).
+    let needs = engine.kernel_needs();
+    let mut cache = options.cache;
+    cache.no_open = skips(options.no_open, &needs.open);
+    cache.no_flush = skips(options.no_flush, &needs.flush);
+    for (what, mode, skipped, why) in [
+        ("OPEN", options.no_open, cache.no_open, &needs.open),
+        ("FLUSH", options.no_flush, cache.no_flush, &needs.flush),
+    ] {
+        let option = if what == "OPEN" {
+            "no-open"
+        } else {
+            "no-flush"
+        };
+        match (mode, why) {
+            (SkipMode::Auto, Some(why)) => {
+                tracing::info!("{what} answered (--{option} auto): {why}")
+            }
+            (SkipMode::Auto, None) => tracing::info!(
+                "{what} not sent by the kernel (--{option} auto: no file or rule of the store \
+                 needs it; a category that does is refused on this mount)"
+            ),
+            _ => tracing::info!(
+                "{what} {} (--{option} {})",
+                if skipped {
+                    "not sent by the kernel"
+                } else {
+                    "answered"
+                },
+                if mode == SkipMode::On { "on" } else { "off" }
+            ),
+        }
+    }
     let fs = adapter::RampartFs::new(
         engine.clone(),
-        options.cache,
+        cache,
         counters.clone(),
         refusals,
         options.passthrough,
@@ -213,6 +290,31 @@ pub fn mount(
     engine.set_observer(Some(Arc::new(KernelNotifier(session.notifier()))));
     // `rampart status` reads it from the engine.
     engine.set_passthrough_available(negotiated.data_path() == "passthrough");
+    // Passthrough answers OPEN (and FLUSH) of files whatever no-open says.
+    let passthrough = negotiated.passthrough();
+    if options.no_open == SkipMode::On && negotiated.writeback_cache() && !passthrough {
+        tracing::warn!(
+            "no_open=on with the writeback cache: SAFE and DISPOSABLE files opened again \
+             (not created) write through the page cache, so write(2) returns before their \
+             data is durable (SAFE) or dropped (DISPOSABLE); fsync and close still hold"
+        );
+    }
+    if options.no_flush == SkipMode::On && !passthrough {
+        tracing::warn!(
+            "no_flush=on: close(2) of an `until_close` (EDITED) file returns before its data \
+             is durable; fsync still holds"
+        );
+    }
+    engine.set_kernel_requests(
+        rampart_core::KernelRequests {
+            open: !cache.no_open || passthrough,
+            flush: !cache.no_flush || passthrough,
+        },
+        rampart_core::KernelRequests {
+            open: options.no_open == SkipMode::Auto,
+            flush: options.no_flush == SkipMode::Auto,
+        },
+    );
     tracing::info!("disk-tier data path: {}", negotiated.data_path());
     if negotiated.writeback_cache() {
         // Without it the worker is not started and refusals are dropped: the kernel's size

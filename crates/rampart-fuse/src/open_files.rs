@@ -59,6 +59,11 @@ impl Negotiated {
         }
     }
 
+    /// The kernel accepted FUSE passthrough (OPEN of files is then answered).
+    pub fn passthrough(&self) -> bool {
+        self.passthrough.load(Ordering::Relaxed)
+    }
+
     pub fn writeback_cache(&self) -> bool {
         self.writeback_cache.load(Ordering::Relaxed)
     }

@@ -16,11 +16,12 @@ use crate::cleanup;
 use crate::error::{BenchError, Result};
 
 /// rampart's mount options the floor takes too, so both mount alike.
-const SHARED_OPTIONS: [&str; 4] = [
+const SHARED_OPTIONS: [&str; 5] = [
     "--threads",
     "--fuse-io-uring",
     "--writeback-cache",
     "--no-open",
+    "--no-flush",
 ];
 
 impl Peer {
@@ -68,8 +69,9 @@ impl Peer {
              times in a small table in memory; written bytes dropped, reads return zeros), \
              mounted with rampart's FUSE settings: fuser with the vendored io_uring transport, \
              rampart's worker threads, INIT flags (parallel dirops, killpriv v2, writeback \
-             cache, 1 MiB writes), 1 h entry and attribute timeouts, negative entries, no-open, \
-             FLUSH answered ENOSYS, coarse timestamps",
+             cache, 1 MiB writes), 1 h entry and attribute timeouts, negative entries, no-open and \
+             FLUSH answered ENOSYS (rampart's `auto` on a store without SAFE, DISPOSABLE or \
+             EDITED files), coarse timestamps",
         );
         self.set("mount", text);
         self.set(
@@ -80,7 +82,7 @@ impl Peer {
             "options shared with rampart",
             if given.is_empty() {
                 "rampart's defaults (none of --threads, --fuse-io-uring, --writeback-cache, \
-                 --no-open given)"
+                 --no-open, --no-flush given)"
                     .to_string()
             } else {
                 format!("{} (given for rampart)", given.join(", "))

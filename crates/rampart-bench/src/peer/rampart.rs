@@ -93,7 +93,25 @@ impl Peer {
         self.set("writeback cache", named("--writeback-cache", "on"));
         self.set(
             "no-open (kernel skips OPEN/RELEASE)",
-            named("--no-open", "off"),
+            match &status {
+                Ok(s) => format!(
+                    "{} (reported by `rampart status`; {})",
+                    s["kernel_open"].as_str().unwrap_or("not reported"),
+                    named("--no-open", "auto")
+                ),
+                Err(_) => named("--no-open", "auto"),
+            },
+        );
+        self.set(
+            "no-flush (kernel skips FLUSH at close)",
+            match &status {
+                Ok(s) => format!(
+                    "{} (reported by `rampart status`; {})",
+                    s["kernel_flush"].as_str().unwrap_or("not reported"),
+                    named("--no-flush", "auto")
+                ),
+                Err(_) => named("--no-flush", "auto"),
+            },
         );
         self.set(
             "FUSE worker threads",

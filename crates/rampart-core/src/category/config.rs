@@ -110,11 +110,15 @@ pub(super) fn parse(
             .iter_mut()
             .find(|c| c.name.eq_ignore_ascii_case(name))
         {
-            Some(c) => c.spec = spec,
+            Some(c) => {
+                c.spec = spec;
+                c.configured = true;
+            }
             None => categories.list.push(Category {
                 name: name.clone(),
                 spec,
                 builtin: false,
+                configured: true,
             }),
         }
     }
@@ -202,6 +206,36 @@ mod tests {
         assert_eq!((n, r.category.as_str()), (2, "SCRATCH"));
         assert!(c.rules_need_path());
         assert!(c.rule_for(b"a.c", Some(b"/a.c")).is_none());
+    }
+
+    #[test]
+    fn what_the_kernel_must_send_follows_what_the_config_can_give() {
+        let needs = parse("").unwrap().kernel_needs();
+        assert_eq!(
+            (needs.open, needs.flush),
+            (None, None),
+            "SOON needs neither"
+        );
+        let needs = parse(
+            "[categories]\nSCRATCH = \"lm=never\"\n\
+             [[rules]]\nglob = \"*.tmp\"\ncategory = \"SCRATCH\"\n\
+             [[rules]]\nglob = \"*.c\"\ncategory = \"EDITED\"\n",
+        )
+        .unwrap()
+        .kernel_needs();
+        assert_eq!(needs.open, None);
+        assert_eq!(
+            needs.flush.as_deref(),
+            Some("rule 2 of rampart.toml gives EDITED")
+        );
+        let needs = parse("default = \"SAFE\"\n").unwrap().kernel_needs();
+        assert_eq!(needs.open.as_deref(), Some("the store default is SAFE"));
+        assert_eq!(needs.flush, None);
+        // Named under [categories], even unchanged: a user means to set it.
+        let needs = parse("[categories]\nDISPOSABLE = \"lm=never,discard\"\n")
+            .unwrap()
+            .kernel_needs();
+        assert!(needs.open.unwrap().contains("defines DISPOSABLE"));
     }
 
     #[test]

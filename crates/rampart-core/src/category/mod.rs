@@ -81,6 +81,8 @@ pub struct Category {
     pub spec: Spec,
     /// Defined by MBFS (and documented in docs/CATEGORIES.md), not by the store's config.
     pub builtin: bool,
+    /// Named under `[categories]` of the store's config (defined or given a spec there).
+    pub configured: bool,
 }
 
 /// A category stored on an inode: its name (or `spec:...`) and where it came from.
@@ -115,6 +117,12 @@ pub enum CategoryError {
         name: String,
         why: SpecError,
     },
+    /// Its contract needs a request the kernel was told at mount not to send (OPEN or
+    /// FLUSH, decision 0063): accepting it would weaken it silently.
+    NotSentByKernel {
+        name: String,
+        request: KernelRequest,
+    },
     /// The file refused it (it is gone, or is not a regular file or directory).
     Refused(crate::error::Errno),
 }
@@ -124,6 +132,7 @@ impl CategoryError {
     pub fn errno(&self) -> crate::error::Errno {
         match self {
             CategoryError::Refused(e) => *e,
+            CategoryError::NotSentByKernel { .. } => crate::error::Errno::EOPNOTSUPP,
             _ => crate::error::Errno::EINVAL,
         }
     }
@@ -138,6 +147,16 @@ impl fmt::Display for CategoryError {
                  `rampart rules --categories`"
             ),
             CategoryError::Unusable { name, why } => write!(f, "category {name}: {why}"),
+            CategoryError::NotSentByKernel { name, request } => write!(
+                f,
+                "category {name} needs the kernel to send {req} ({why}), and the kernel of this \
+                 mount does not (--{opt}: nothing in the store needed it when mounted, or `on`). \
+                 Name the category in the store's rampart.toml (a rule, or under [categories]) \
+                 and remount, and --{opt} auto answers {req}; or mount with --{opt} off",
+                req = request.name(),
+                why = request.why(),
+                opt = request.option(),
+            ),
             CategoryError::Refused(e) => write!(
                 f,
                 "refused ({e}): only regular files and directories have a category"
@@ -147,6 +166,88 @@ impl fmt::Display for CategoryError {
 }
 
 impl std::error::Error for CategoryError {}
+
+/// A request the kernel stops sending on a mount once the daemon answers its first one
+/// ENOSYS, and which some categories need (decision 0063).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelRequest {
+    /// OPEN, whose reply gives SAFE-like (`lm=before_write`) and DISPOSABLE files direct I/O.
+    Open,
+    /// FLUSH, sent at close(2), which an `until_close` file waits on.
+    Flush,
+}
+
+impl KernelRequest {
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelRequest::Open => "OPEN",
+            KernelRequest::Flush => "FLUSH",
+        }
+    }
+
+    /// The mount option that turns it off.
+    pub fn option(self) -> &'static str {
+        match self {
+            KernelRequest::Open => "no-open",
+            KernelRequest::Flush => "no-flush",
+        }
+    }
+
+    fn why(self) -> &'static str {
+        match self {
+            KernelRequest::Open => "its writes must reach the daemon when write(2) is made",
+            KernelRequest::Flush => "close(2) must wait for its data to be durable",
+        }
+    }
+
+    /// Whether a file of `spec` needs this request.
+    pub fn needed_by(self, spec: &Spec) -> bool {
+        match self {
+            KernelRequest::Open => {
+                spec.discard || spec.level(SpecLevel::Lm).stay == Stay::BeforeWrite
+            }
+            KernelRequest::Flush => spec.until_close(),
+        }
+    }
+}
+
+/// Why the store needs the kernel to send OPEN and FLUSH (None: nothing in it does), as found
+/// at mount: its configuration can give a file a category that needs them, or a file or
+/// directory already has one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KernelNeeds {
+    pub open: Option<String>,
+    pub flush: Option<String>,
+}
+
+impl KernelNeeds {
+    pub fn of(&self, request: KernelRequest) -> &Option<String> {
+        match request {
+            KernelRequest::Open => &self.open,
+            KernelRequest::Flush => &self.flush,
+        }
+    }
+
+    fn of_mut(&mut self, request: KernelRequest) -> &mut Option<String> {
+        match request {
+            KernelRequest::Open => &mut self.open,
+            KernelRequest::Flush => &mut self.flush,
+        }
+    }
+
+    /// Notes `why` for each request `spec` needs that has no reason yet.
+    pub fn note(&mut self, spec: &Spec, why: impl Fn() -> String) {
+        for request in [KernelRequest::Open, KernelRequest::Flush] {
+            if request.needed_by(spec) && self.of(request).is_none() {
+                *self.of_mut(request) = Some(why());
+            }
+        }
+    }
+
+    pub fn complete(&self) -> bool {
+        self.open.is_some() && self.flush.is_some()
+    }
+}
 
 /// What a category means to the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,6 +305,7 @@ fn builtin(commit_interval: Duration) -> Vec<Category> {
             name: name.to_string(),
             spec,
             builtin: true,
+            configured: false,
         })
         .collect()
 }
@@ -299,6 +401,30 @@ impl Categories {
 
     pub fn rules_need_path(&self) -> bool {
         self.rules_need_path
+    }
+
+    /// The requests of the kernel that a category this configuration can give a file needs:
+    /// the store default's, a rule's, or one named under `[categories]` (set later by a
+    /// user). Built-in categories it does not name are not counted.
+    pub fn kernel_needs(&self) -> KernelNeeds {
+        let mut needs = KernelNeeds::default();
+        let default = self.default_category();
+        needs.note(&default.spec, || {
+            format!("the store default is {}", default.name)
+        });
+        for (i, rule) in self.rules.iter().enumerate() {
+            if let Some(c) = self.get(&rule.category) {
+                needs.note(&c.spec, || {
+                    format!("rule {} of rampart.toml gives {}", i + 1, c.name)
+                });
+            }
+        }
+        for c in self.list.iter().filter(|c| c.configured) {
+            needs.note(&c.spec, || {
+                format!("rampart.toml defines {} ({})", c.name, c.spec)
+            });
+        }
+        needs
     }
 
     /// The category of a file created as `name` (at `path`) in a directory whose category is

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use super::{Ctx, Engine, Invalidation, Mutation};
 use crate::attr::{Durability, FileKind, Ino, ROOT_INO};
 use crate::category::{
-    Assigned, Categories, CategoryError, Origin, Resolved, Spec, CATEGORY_XATTR, RAW_SPEC_PREFIX,
-    USER_CATEGORY_XATTR, USER_ORIGIN_XATTR, USER_SPEC_XATTR,
+    Assigned, Categories, CategoryError, KernelNeeds, KernelRequest, Origin, Resolved, Spec,
+    CATEGORY_XATTR, RAW_SPEC_PREFIX, USER_CATEGORY_XATTR, USER_ORIGIN_XATTR, USER_SPEC_XATTR,
 };
 use crate::error::{Errno, FsResult};
 use crate::op::Op;
@@ -22,6 +22,32 @@ use crate::state::State;
 use crate::time::TimeNs;
 
 use crate::limits::RULE_PATH_DEPTH_MAX;
+
+/// What the kernel of a mount sends, of the requests it can be told not to (OPEN, FLUSH).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelRequests {
+    /// OPEN is answered (not no-open).
+    pub open: bool,
+    /// FLUSH is answered (not refused with ENOSYS).
+    pub flush: bool,
+}
+
+/// A mount's [`KernelRequests`], and which of them `auto` chose from what the store needed
+/// (where it did, no rule can give a file a category the kernel does not serve).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KernelMount {
+    sent: KernelRequests,
+    chosen_by_auto: KernelRequests,
+}
+
+impl KernelRequests {
+    pub fn sends(&self, request: KernelRequest) -> bool {
+        match request {
+            KernelRequest::Open => self.open,
+            KernelRequest::Flush => self.flush,
+        }
+    }
+}
 
 /// A file's category as `rampart stat` shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -219,6 +245,13 @@ impl Mutation<'_> {
         let new = categories.for_new(name, path.as_deref(), from_parent.as_ref())?;
         match categories.resolve(&new.name) {
             Ok(resolved) => {
+                // `auto` answers what any rule or any directory's category needs.
+                debug_assert!(
+                    self.engine.kernel_refuses(&resolved.spec, true).is_none(),
+                    "{}: {} needs a request auto chose not to have sent",
+                    String::from_utf8_lossy(name),
+                    new.name
+                );
                 if resolved.durability == Durability::Volatile {
                     self.create_absent(ino);
                 }
@@ -236,6 +269,65 @@ impl Mutation<'_> {
 }
 
 impl Engine {
+    /// Why the store needs the kernel to send OPEN and FLUSH: its configuration can give a
+    /// file a category that needs them (the default, a rule, a category named under
+    /// `[categories]`), or an inode already has one (directories too: they hand it down), or
+    /// is durable before write returns (set through the library). Read at mount, to choose
+    /// `--no-open auto` and `--no-flush auto` (decision 0063); one pass over the inodes.
+    pub fn kernel_needs(&self) -> KernelNeeds {
+        let categories = self.categories();
+        let mut needs = categories.kernel_needs();
+        if needs.complete() {
+            return needs;
+        }
+        let state = self.read_state();
+        for (ino, inode) in state.inodes() {
+            let stored = inode.xattrs.as_ref().and_then(|x| x.get(CATEGORY_XATTR));
+            if let Some(a) = stored.and_then(Assigned::decode) {
+                if let Ok(r) = categories.resolve(&a.name) {
+                    needs.note(&r.spec, || {
+                        format!("inode {ino} has the category {}", a.name)
+                    });
+                }
+            }
+            if inode.durability() == Durability::BeforeReturn && needs.open.is_none() {
+                needs.open = Some(format!("inode {ino} is durable before write returns"));
+            }
+            if needs.complete() {
+                break;
+            }
+        }
+        needs
+    }
+
+    /// Tells the engine what the mount's kernel sends (`chosen_by_auto`: which of the two
+    /// `--no-open auto`/`--no-flush auto` chose): a category that needs what it does not send
+    /// is refused from then on.
+    pub fn set_kernel_requests(&self, sent: KernelRequests, chosen_by_auto: KernelRequests) {
+        *self.kernel.write() = Some(KernelMount {
+            sent,
+            chosen_by_auto,
+        });
+    }
+
+    /// What the mount's kernel sends; None when there is no mount (the library).
+    pub fn kernel_requests(&self) -> Option<KernelRequests> {
+        self.kernel.read().map(|k| k.sent)
+    }
+
+    /// The request a file of `spec` needs and the mount's kernel does not send (only those
+    /// `auto` chose not to, with `auto_only`).
+    fn kernel_refuses(&self, spec: &Spec, auto_only: bool) -> Option<KernelRequest> {
+        let kernel = (*self.kernel.read())?;
+        [KernelRequest::Open, KernelRequest::Flush]
+            .into_iter()
+            .find(|&r| {
+                r.needed_by(spec)
+                    && !kernel.sent.sends(r)
+                    && (!auto_only || kernel.chosen_by_auto.sends(r))
+            })
+    }
+
     /// Installs the categories and rules in force (the store's `rampart.toml`).
     pub fn set_categories(&self, categories: Arc<Categories>) {
         *self.categories.write() = categories;
@@ -261,6 +353,9 @@ impl Engine {
             Some(name) => {
                 let name = categories.canonical(name)?;
                 let resolved = categories.resolve(&name)?;
+                if let Some(request) = self.kernel_refuses(&resolved.spec, false) {
+                    return Err(CategoryError::NotSentByKernel { name, request });
+                }
                 (Some(Assigned { name, origin }), resolved)
             }
             None => (
@@ -303,6 +398,43 @@ impl Engine {
             spec,
             durability: inode.durability(),
         })
+    }
+
+    /// A path of `ino` from the mount's root for messages (`/a/b`; `inode N` when it has
+    /// none): finding a file's name means scanning directories, so only on error paths.
+    fn some_path_of(&self, ino: Ino) -> Vec<u8> {
+        let state = self.read_state();
+        let unnamed = || format!("inode {ino}").into_bytes();
+        if ino == ROOT_INO {
+            return b"/".to_vec();
+        }
+        if state.dir(ino).is_ok() {
+            return path_of(&state, ino).unwrap_or_else(unnamed);
+        }
+        for (dir, _) in state.inodes() {
+            let Ok(d) = state.dir(dir) else { continue };
+            let mut name = None;
+            d.list_from(0, |e| {
+                if e.ino == ino {
+                    name = Some(e.name.to_vec());
+                }
+                name.is_none()
+            });
+            if let Some(name) = name {
+                let mut path = if dir == ROOT_INO {
+                    Vec::new()
+                } else {
+                    match path_of(&state, dir) {
+                        Some(p) => p,
+                        None => return unnamed(),
+                    }
+                };
+                path.push(b'/');
+                path.extend_from_slice(&name);
+                return path;
+            }
+        }
+        unnamed()
     }
 
     /// Whether writes to `ino` are dropped (DISPOSABLE): only volatile files can be, so only
@@ -410,7 +542,8 @@ impl Engine {
         Some(
             self.set_category(ctx, ino, name.as_deref(), Origin::Xattr)
                 .map_err(|e| {
-                    tracing::warn!("inode {ino}: {e}");
+                    let path = self.some_path_of(ino);
+                    tracing::warn!("{}: {e}", String::from_utf8_lossy(&path));
                     e.errno()
                 }),
         )

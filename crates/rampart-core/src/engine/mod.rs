@@ -12,7 +12,7 @@
 //! honour the durability (throttle; sync before returning where asked).
 
 mod category_ops;
-pub use category_ops::CategoryInfo;
+pub use category_ops::{CategoryInfo, KernelRequests};
 mod disk_ops;
 mod file_ops;
 pub use file_ops::ReadBuf;
@@ -141,6 +141,8 @@ pub struct Engine {
     disk: std::sync::OnceLock<Arc<crate::disk::DiskTier>>,
     /// Set by the FUSE adapter (`set_passthrough_available`), shown by `rampart status`.
     passthrough_available: std::sync::atomic::AtomicBool,
+    /// What the kernel of the mount sends (`set_kernel_requests`); None without a mount.
+    kernel: parking_lot::RwLock<Option<category_ops::KernelMount>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -361,6 +363,7 @@ impl Engine {
             dir_paths: parking_lot::Mutex::new(category_ops::DirPaths::default()),
             disk: std::sync::OnceLock::new(),
             passthrough_available: std::sync::atomic::AtomicBool::new(false),
+            kernel: parking_lot::RwLock::new(None),
         }
     }
 
