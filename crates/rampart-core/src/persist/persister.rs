@@ -857,11 +857,11 @@ impl Persister {
             (seq, base_seq, restarting)
         });
         job.pause = paused.elapsed();
-        drop(_writing);
-        self.sync_host_files(&hosts_in_image);
         // Every byte below `journal_bytes` is a whole, synced batch; the commit lock keeps it
         // from moving until here.
         let journal_bytes = locked(&self.durable).journal_bytes;
+        drop(_writing);
+        self.sync_host_files(&hosts_in_image);
         checkpoint::seal(&mut image, self.store_id, seq, created_ns);
         job.image_bytes = image.len() as u64;
         job.image = image;
