@@ -151,8 +151,10 @@ def d(mnt):
 
 @pytest.fixture
 def capped(mount_factory):
-    """A mount with --memory-cap 64M (tmpfs: size=64M)."""
-    return mount_factory("--memory-cap", "64M", tmpfs_opts="size=64M", name="capped")
+    """A mount with --memory-cap 64M and no disk tier (--large-file-threshold off): a file
+    system of 64 MiB, as tmpfs size=64M."""
+    return mount_factory("--memory-cap", "64M", "--large-file-threshold", "off",
+                         tmpfs_opts="size=64M", name="capped")
 
 
 @pytest.fixture

@@ -285,7 +285,7 @@ def test_posix_fallocate_reserves_memory(mount_factory):
     the memory is taken at once, other files cannot have it, and the range takes its writes
     when the cap is otherwise full."""
     cap = 64 << 20
-    m = mount_factory("--memory-cap", str(cap), name="capfalloc")
+    m = mount_factory("--memory-cap", str(cap), "--large-file-threshold", "off", name="capfalloc")
     a = os.path.join(m.path, "a")
     fd = os.open(a, os.O_CREAT | os.O_RDWR, 0o644)
     try:
@@ -323,10 +323,11 @@ def test_status_shows_when_the_next_checkpoint_is_due(mount_factory):
     m = mount_factory(name="ckauto")
     p = m.status()["persistence"]
     assert p["checkpoint_due_at_journal_bytes"] == 256 * MiB, p
-    # A mount holding more than 256 MiB: the next checkpoint waits for its image's size.
-    block = os.urandom(MiB)
-    with open(os.path.join(m.path, "f"), "wb") as f:
-        for _ in range(260):
+    # A mount holding more than 256 MiB in memory (small files: a large one would live on the
+    # disk tier, outside the image): the next checkpoint waits for its image's size.
+    block = os.urandom(MiB // 2)
+    for i in range(520):
+        with open(os.path.join(m.path, f"f{i}"), "wb") as f:
             f.write(block)
     assert m.umount().returncode == 0
     m.mount(mkfs=False)

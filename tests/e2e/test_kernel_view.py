@@ -44,7 +44,8 @@ def _same_view(path):
 
 
 def test_a_write_refused_at_the_memory_cap_leaves_no_size_or_pages_behind(mount_factory):
-    m = mount_factory("--memory-cap", "1M", tmpfs_opts="size=1M", name="capped")
+    m = mount_factory("--memory-cap", "1M", "--large-file-threshold", "off", tmpfs_opts="size=1M",
+                      name="capped")
     p = os.path.join(m.path, "big")
     err = _write_past_the_cap(p, 10 * MiB)
     assert err == errno.ENOSPC, errno.errorcode.get(err)
@@ -141,7 +142,8 @@ def test_copy_file_range_clears_setuid_for_an_unprivileged_caller(mnt):
 
 
 def test_copy_file_range_respects_the_memory_cap(mount_factory):
-    m = mount_factory("--memory-cap", "4M", tmpfs_opts="size=4M", name="capped")
+    m = mount_factory("--memory-cap", "4M", "--large-file-threshold", "off", tmpfs_opts="size=4M",
+                      name="capped")
     src, dst = os.path.join(m.path, "src"), os.path.join(m.path, "dst")
     with open(src, "wb") as f:
         f.write(b"c" * (3 * MiB))

@@ -12,42 +12,43 @@ use crate::persist::device::DATA_PREFIX;
 /// A disk-tier file's contents as the state sees them.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct HostFile {
-    /// The end of the bytes written to the host file, as far as the ops say (at most the
-    /// file's size): `st_blocks` counts these, holes included.
-    written_end_bytes: u64,
+    /// The bytes written to the host file as far as the ops say, at most the file's size: an
+    /// estimate of what it holds (holes left out; an overwrite is not counted twice only when
+    /// it reaches the size), for `st_blocks` and the per-tier figures. No I/O asks the host.
+    written_bytes: u64,
 }
 
 impl HostFile {
-    /// Contents that hold `size_bytes` (a migration, a checkpoint).
-    pub fn holding(size_bytes: u64) -> HostFile {
-        HostFile {
-            written_end_bytes: size_bytes,
-        }
+    /// Contents whose host file holds about `written_bytes` (a migration: the memory file's
+    /// stored bytes; a checkpoint: the recorded figure).
+    pub fn holding(written_bytes: u64) -> HostFile {
+        HostFile { written_bytes }
     }
 
     pub fn stored_bytes(&self) -> u64 {
-        self.written_end_bytes
+        self.written_bytes
     }
 
-    /// An extent was written: returns the change of stored bytes.
-    pub fn wrote(&mut self, end_bytes: u64) -> i64 {
-        let before = self.written_end_bytes;
-        self.written_end_bytes = before.max(end_bytes);
-        (self.written_end_bytes - before) as i64
+    /// `len` bytes were written, leaving the file `size_bytes` long: returns the change of
+    /// stored bytes.
+    pub fn wrote(&mut self, len: u64, size_bytes: u64) -> i64 {
+        let before = self.written_bytes;
+        self.written_bytes = before.saturating_add(len).min(size_bytes.max(before));
+        (self.written_bytes - before) as i64
     }
 
     /// The file shrank to `size_bytes`: returns the change of stored bytes.
     pub fn truncated(&mut self, size_bytes: u64) -> i64 {
-        let before = self.written_end_bytes;
-        self.written_end_bytes = before.min(size_bytes);
-        -((before - self.written_end_bytes) as i64)
+        let before = self.written_bytes;
+        self.written_bytes = before.min(size_bytes);
+        -((before - self.written_bytes) as i64)
     }
 
     pub fn check(&self, size_bytes: u64) -> Result<(), crate::error::Broken> {
-        if self.written_end_bytes > size_bytes {
+        if self.written_bytes > size_bytes {
             return Err(crate::error::Broken(format!(
-                "disk-tier contents end at {} past the size {size_bytes}",
-                self.written_end_bytes
+                "disk-tier contents of {} bytes past the size {size_bytes}",
+                self.written_bytes
             )));
         }
         Ok(())
@@ -107,8 +108,12 @@ mod tests {
     #[test]
     fn stored_bytes_follow_writes_and_truncates() {
         let mut f = HostFile::holding(10);
-        assert_eq!(f.wrote(5), 0);
-        assert_eq!(f.wrote(20), 10);
+        // Two bytes far apart: two bytes, not the span.
+        assert_eq!(f.wrote(1, 1 << 30), 1);
+        assert_eq!(f.wrote(1, 1 << 30), 1);
+        assert_eq!(f.stored_bytes(), 12);
+        // Never past the size.
+        assert_eq!(f.wrote(100, 20), 8);
         assert_eq!(f.truncated(4), -16);
         assert_eq!(f.stored_bytes(), 4);
         assert!(f.check(4).is_ok());

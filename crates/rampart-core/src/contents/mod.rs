@@ -157,13 +157,13 @@ impl Contents {
         }
     }
 
-    /// A disk-tier file's extent `[offset, offset + len)` was written to its host file.
-    pub fn wrote_extent(&mut self, offset: u64, len: u64) -> FsResult<Delta> {
+    /// `len` bytes were written to a disk-tier file's host file, leaving it `size_bytes` long.
+    pub fn wrote_extent(&mut self, len: u64, size_bytes: u64) -> FsResult<Delta> {
         match self {
             Contents::Memory(_) => Err(Errno::EIO),
             Contents::Disk(host) => Ok(Delta {
                 heap_bytes: 0,
-                stored_bytes: host.wrote(offset.saturating_add(len)),
+                stored_bytes: host.wrote(len, size_bytes),
             }),
         }
     }

@@ -613,6 +613,28 @@ impl Engine {
         moved
     }
 
+    /// Memory pressure on the file being written: a write that does not fit in memory moves
+    /// its own file to the disk tier when the file will be at least `--evict-min-size` long
+    /// (even below the threshold), rather than answering ENOSPC. Returns whether it moved.
+    pub(crate) fn evict_file(&self, ino: Ino, size_after: u64) -> bool {
+        let Some(disk) = self.disk().filter(|d| d.config.enabled()) else {
+            return false;
+        };
+        if size_after < disk.config.evict_min_size_bytes {
+            return false;
+        }
+        let _host = disk.exclusive(ino);
+        let kernel = Ctx {
+            kernel: true,
+            ..Ctx::library(0, 0)
+        };
+        self.mutate(
+            &kernel,
+            |m, time_ns| self.migrate_to_disk(disk, m, ino, time_ns),
+            |_| Vec::new(),
+        ) == Ok(true)
+    }
+
     /// The open host file of a disk-tier inode (None for memory-tier inodes, and when the
     /// device has no host files): the backing file for FUSE passthrough, and what O_DIRECT
     /// reads and writes go to.

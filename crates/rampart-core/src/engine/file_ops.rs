@@ -143,7 +143,8 @@ impl Engine {
                 // Memory is full: the coldest large files move to disk, then a new try
                 // (ENOSPC only once nothing more can move).
                 Err(Errno::ENOSPC)
-                    if self.evict_for(data.len() as u64 + crate::limits::EVICT_SLACK_BYTES) => {}
+                    if self.evict_for(data.len() as u64 + crate::limits::EVICT_SLACK_BYTES)
+                        || self.evict_file(ino, end) => {}
                 Err(e) => return Err(e),
             }
         }

@@ -14,7 +14,7 @@
 //!     | payload by kind | xattr count | (name, value)*
 //! payload    := regular file: size | tier byte (version 2 on; 0 memory, 1 disk)
 //!                 | memory: chunk count | (chunk index − previous index, bytes)*
-//!                 | disk: nothing (the bytes are in the host file data/{ino}-{generation})
+//!                 | disk: bytes held (the bytes are in the host file data/{ino}-{generation})
 //!             | directory:    parent | entry count | (child ino, name)*
 //!             | symlink:      target bytes
 //!             | device node:  rdev
@@ -191,9 +191,11 @@ pub fn encode_body(state: &State, created_ns: TimeNs, image: &mut Vec<u8>) {
                 put_varint(&mut body, 0);
             }
             Payload::File(f) if f.tier() == Tier::Disk => {
-                // The bytes stay in the host file, never in the image.
+                // The bytes stay in the host file, never in the image; how many it holds
+                // (for `st_blocks`) does.
                 put_varint(&mut body, inode.size_bytes);
                 body.push(Tier::Disk.code());
+                put_varint(&mut body, f.stored_bytes());
             }
             Payload::File(f) => {
                 put_varint(&mut body, inode.size_bytes);
@@ -453,7 +455,13 @@ fn read_payload<'a>(
                 if size_bytes > crate::limits::FILE_SIZE_BYTES_MAX {
                     return Err(bad(format!("file size {size_bytes} is too large")));
                 }
-                let host = crate::contents::HostFile::holding(size_bytes);
+                let written = varint(input, "bytes held on disk")?;
+                if written > size_bytes {
+                    return Err(bad(format!(
+                        "a disk-tier file holds {written} bytes, past its size {size_bytes}"
+                    )));
+                }
+                let host = crate::contents::HostFile::holding(written);
                 return Ok((
                     Payload::File(crate::contents::Contents::Disk(host)),
                     size_bytes,

@@ -137,7 +137,8 @@ impl State {
             return Err(Errno::EIO);
         }
         if len > 0 {
-            self.change_contents(ino, |c| c.wrote_extent(offset, len))?;
+            let size_after = inode.size_bytes.max(end);
+            self.change_contents(ino, |c| c.wrote_extent(len, size_after))?;
         }
         self.host_redo.remove(&ino);
         let inode = self.table.get_mut(ino).expect("inode");
@@ -165,9 +166,9 @@ impl State {
         if contents.tier() == tier {
             return Ok(());
         }
-        let size_bytes = inode.size_bytes;
         let new = match tier {
-            Tier::Disk => Contents::Disk(HostFile::holding(size_bytes)),
+            // The host file holds what memory held (holes stay holes).
+            Tier::Disk => Contents::Disk(HostFile::holding(contents.stored_bytes())),
             Tier::Memory => Contents::default(),
         };
         let contents = self
