@@ -157,9 +157,18 @@ fn render(s: &Status, since: Option<(Duration, &Status)>) -> String {
         human_bytes(s.data_bytes)
     ));
     out.push_str(&format!(
-        "memory {} of {} ({pct:.1}%)\n",
+        "memory {} of {} ({pct:.1}%)   tiers: memory {} files {}, disk {} files {} ({})\n",
         human_bytes(s.memory_used_bytes),
-        human_bytes(s.memory_cap_bytes)
+        human_bytes(s.memory_cap_bytes),
+        s.tiers.memory.files,
+        human_bytes(s.tiers.memory.bytes),
+        s.tiers.disk.files,
+        human_bytes(s.tiers.disk.bytes),
+        if s.data_path.is_empty() {
+            "daemon"
+        } else {
+            &s.data_path
+        }
     ));
     let before = since.map(|(_, b)| &b.persistence);
     out.push_str(&format!(

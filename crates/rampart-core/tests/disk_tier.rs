@@ -357,3 +357,81 @@ fn memory_pressure_moves_the_coldest_large_files_to_disk_before_enospc() {
     assert!(st.blocks_total * bs > 4 << 20, "{st:?}");
     assert!(st.blocks_free * bs > stats.memory_cap_bytes - stats.memory_used_bytes);
 }
+
+#[test]
+fn a_host_file_that_cannot_be_synced_fails_the_fsync_and_loses_nothing_else() {
+    use rampart_core::persist::device::{FailSyncs, Faults, Files, SimDevice, SyncOp};
+    use std::sync::Arc;
+    let device = Arc::new(SimDevice::new(9));
+    let fs = Rampart::open_device(device.clone(), [3; 16], &options()).unwrap();
+    let e = fs.engine();
+    let big = e.mknod(&c(), ROOT_INO, b"big", FILE, 0).unwrap().ino;
+    e.write(&c(), big, 0, &pattern(20_000, 1), false).unwrap();
+    e.sync().unwrap();
+    device.set_faults(Faults {
+        fail_syncs: Some(FailSyncs {
+            after: 0,
+            count: None,
+            ops: &[SyncOp::Sync],
+            files: Files::Prefix("data/".into()),
+        }),
+        ..Faults::default()
+    });
+    e.write(&c(), big, 100, b"lost?", false).unwrap();
+    let small = e.mknod(&c(), ROOT_INO, b"small", FILE, 0).unwrap().ino;
+    e.write(&c(), small, 0, b"kept", false).unwrap();
+    // fsync answers the error (through both ways of asking) ...
+    assert!(e.sync().is_err());
+    e.write(&c(), big, 200, b"again", false).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    e.sync_async(Box::new(move |r| {
+        tx.send(r.map_err(|e| e.raw_os_error())).unwrap()
+    }));
+    assert_eq!(rx.recv().unwrap(), Err(Some(libc::EIO)));
+    // ... and the rest of the store goes on: the journal took everything else.
+    device.clear_faults();
+    e.sync().unwrap();
+    let after = device.crash(rampart_core::persist::device::CrashMode::LoseUnsynced);
+    drop(fs);
+    let fs = Rampart::open_device(Arc::new(after), [3; 16], &options()).unwrap();
+    let e = fs.engine();
+    let small = e.lookup_path(b"/small").unwrap().ino;
+    assert_eq!(read_all(e, small), b"kept");
+    let big = e.lookup_path(b"/big").unwrap().ino;
+    assert_eq!(read_all(e, big).len(), 20_000);
+}
+
+#[test]
+fn a_journal_of_version_1_is_replaced_by_one_of_version_2_before_anything_is_appended() {
+    use rampart_core::persist::device::{Device, SimDevice};
+    use rampart_core::persist::journal;
+    use std::sync::Arc;
+    let id = [4; 16];
+    // A journal as version 1 wrote it (the header, then the zeros ahead), and no checkpoint.
+    let mut v1 = journal::Header {
+        store_id: id,
+        base_seq: 0,
+        created_ns: 1,
+    }
+    .encode_zeros_ahead()
+    .to_vec();
+    v1[8] = 1;
+    let crc = crc32c::crc32c(&v1[..60]);
+    v1[60..64].copy_from_slice(&crc.to_le_bytes());
+    v1.resize(64 + 4096, 0);
+    let device = Arc::new(SimDevice::new(1));
+    device.write("journal", &v1).unwrap();
+    device.sync("journal").unwrap();
+    let fs = Rampart::open_device(device.clone(), id, &options()).unwrap();
+    let version = |d: &SimDevice| {
+        let bytes = d.read("journal").unwrap().unwrap();
+        u32::from_le_bytes(bytes[8..12].try_into().unwrap())
+    };
+    assert_eq!(version(&device), journal::VERSION);
+    assert!(device.read("checkpoint").unwrap().is_some());
+    let e = fs.engine();
+    let f = e.mknod(&c(), ROOT_INO, b"big", FILE, 0).unwrap().ino;
+    e.write(&c(), f, 0, &pattern(20_000, 2), false).unwrap();
+    e.sync().unwrap();
+    assert_eq!(version(&device), journal::VERSION);
+}

@@ -60,6 +60,8 @@ use crate::time::now_ns;
 mod checkpoint_job;
 
 const CHECKPOINT_TMP: &str = "checkpoint.tmp";
+/// The committer thread's name (it must never wait for itself: `throttle`).
+const COMMITTER_THREAD: &str = "committer";
 const JOURNAL_TMP: &str = "journal.tmp";
 /// Space held for the checkpoint that restarts persistence after a full disk (decision 0036).
 pub const RESERVE_FILE: &str = "reserve";
@@ -224,6 +226,8 @@ pub struct Persister {
     pending_bytes: AtomicUsize,
     /// Host-file syncs that failed (`sync_host_files`).
     host_sync_failures: std::sync::atomic::AtomicU64,
+    /// `host_sync_failures` when waiters were last answered (`answer_waiters`).
+    host_failures_answered: std::sync::atomic::AtomicU64,
     /// Host files to remove now that their removal is durable (`remove_ready`). Held alone.
     ready_removals: Mutex<Vec<String>>,
 }
@@ -411,12 +415,13 @@ impl Persister {
             failed: AtomicBool::new(false),
             pending_bytes: AtomicUsize::new(0),
             host_sync_failures: std::sync::atomic::AtomicU64::new(0),
+            host_failures_answered: std::sync::atomic::AtomicU64::new(0),
             ready_removals: Mutex::new(Vec::new()),
         });
         persister.grow_reserve(persister.reserve_target_bytes());
         let worker = Arc::downgrade(&persister);
         let committer = std::thread::Builder::new()
-            .name("committer".into())
+            .name(COMMITTER_THREAD.into())
             .spawn(move || commit_loop(worker))
             .map_err(opening)?;
         *lock(&persister.committer) = Some(committer);
@@ -835,10 +840,14 @@ impl Persister {
         // still go to the old journal (its batches must stay contiguous), and recovery skips
         // them.
         let mut hosts_in_image = Vec::new();
+        let mut trims_in_image = Vec::new();
         let (seq, base_seq, restarting) = engine.with_state(|state| {
             let mut p = locked(&self.pending);
             // The image holds the sizes these ops gave: their data must be durable first.
             hosts_in_image.extend(p.host_files.iter().cloned());
+            // And the trims it holds must be on the host files (recovery only redoes those
+            // of the journal).
+            trims_in_image = engine.pending_trims();
             let seq = p.builder.next_seq();
             let restarting = self.failed.load(Ordering::Acquire);
             if restarting {
@@ -861,7 +870,6 @@ impl Persister {
         // from moving until here.
         let journal_bytes = locked(&self.durable).journal_bytes;
         drop(_writing);
-        self.sync_host_files(&hosts_in_image);
         checkpoint::seal(&mut image, self.store_id, seq, created_ns);
         job.image_bytes = image.len() as u64;
         job.image = image;
@@ -870,6 +878,14 @@ impl Persister {
         job.base_seq = base_seq;
         job.tail_from = journal_bytes;
         job.copied_to = journal_bytes;
+        // The disk tier (data=ordered): the host files of the ops the image holds are synced,
+        // and the trims it holds done, before the image is written.
+        self.sync_host_files(&hosts_in_image);
+        if let Err(e) = engine.finish_trims(&trims_in_image) {
+            // The image would claim trims the host files may not have: not written (the
+            // job, dropped, ends the checkpoint).
+            return Err(self.checkpoint_failed(PersistStep::WriteCheckpoint, &e));
+        }
         debug_assert!(job.base_seq <= seq);
         Ok(job)
     }
@@ -975,6 +991,10 @@ impl OpSink for Persister {
         if self.pending_bytes.load(Ordering::Acquire) <= self.config.pending_bytes_max {
             return;
         }
+        if std::thread::current().name() == Some(COMMITTER_THREAD) {
+            // The committer logs passthrough writes itself: it is the one that drains.
+            return;
+        }
         let mut p = locked(&self.pending);
         while p.builder.body_bytes() > self.config.pending_bytes_max
             && !self.stop.load(Ordering::Acquire)
@@ -1008,6 +1028,14 @@ impl Persister {
     fn answer_waiters(&self) {
         let durable = locked(&self.durable).seq;
         let error = self.sticky_error();
+        // A host-file sync failed since the last answers: the fsyncs answered now may have
+        // asked for that file's data, so each gets EIO (conservative: per file it is not
+        // known which asker wrote what; decision 0057).
+        let host_failures = self.host_sync_failures();
+        let host_failed = self
+            .host_failures_answered
+            .swap(host_failures, Ordering::AcqRel)
+            < host_failures;
         let ready: Vec<SyncDone> = {
             let mut p = locked(&self.pending);
             let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut p.waiters)
@@ -1019,6 +1047,7 @@ impl Persister {
         for done in ready {
             done(match &error {
                 Some(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+                None if host_failed => Err(std::io::Error::from_raw_os_error(libc::EIO)),
                 None => Ok(()),
             });
         }
