@@ -20,7 +20,7 @@ import time
 import pytest
 
 from disk_tier_helpers import KiB, MiB, assert_no_orphan_host_files, host_files, host_path
-from e2e_helpers import RAMPART_BIN, read_file, run, wait_until
+from e2e_helpers import EXTRA_MOUNT_OPTS, RAMPART_BIN, read_file, run, wait_until
 from test_persistence import assert_fsck_clean_after_crash, crash, fsck, remount, unmount
 
 pytestmark = pytest.mark.rampart_only("kill -9 of the rampart daemon with disk-tier files")
@@ -31,9 +31,12 @@ def _has_passthrough_option():
     return "--passthrough" in r.stdout
 
 
-# The kernel writes a passthrough file's host file behind the daemon: the same checks with it.
-PASSTHROUGH = pytest.param(("--passthrough", "on"), marks=pytest.mark.skipif(
-    not _has_passthrough_option(), reason="this rampart binary has no --passthrough (branch passthru not merged)"),
+# The kernel writes a passthrough file's host file behind the daemon: the same checks with it
+# (given once: RAMPART_E2E_MOUNT_OPTS may ask for it already).
+PASSTHROUGH = pytest.param(
+    () if "--passthrough" in EXTRA_MOUNT_OPTS else ("--passthrough", "on"),
+    marks=pytest.mark.skipif(not _has_passthrough_option(),
+                             reason="this rampart binary has no --passthrough (branch passthru not merged)"),
     id="passthrough")
 DAEMON_PATH = pytest.param((), id="daemon-path")
 
