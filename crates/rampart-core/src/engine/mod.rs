@@ -183,8 +183,7 @@ impl Mutation<'_> {
 
     /// What the disk tier asks of the levels after `op` (data=ordered, decision 0057): the
     /// host file of a disk-tier file whose size or bytes the op changed is synced before the
-    /// op's record; the host file of a file that moved back to memory goes once that is
-    /// durable.
+    /// op's record.
     fn after_applied(&self, levels: &Levels, op: &Op<'_>, route: &Route) {
         let ino = match *op {
             Op::WriteExtent { ino, .. }
@@ -212,7 +211,14 @@ impl Mutation<'_> {
                     }
                 ) =>
             {
-                self.engine.host_file_gone(levels, ino, &name)
+                // The host file stays (trimmed below a quarter of the threshold: small) until
+                // the file is freed or the next mount: removing it after the commit could race
+                // the file moving out again and back, and leave a durable disk-tier file
+                // without its host file.
+                let _ = levels;
+                if let Some(disk) = self.engine.disk.get() {
+                    disk.forget_file(ino);
+                }
             }
             _ => {}
         }
