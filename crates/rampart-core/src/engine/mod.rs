@@ -174,8 +174,10 @@ impl Mutation<'_> {
         }
         let route = policy::route(&self.state, op);
         let levels = self.engine.levels.read();
-        levels.applied(op, &route);
+        // Before the op is handed over: a commit may take it at once, and must find its host
+        // file among those to sync first.
         self.after_applied(&levels, op, &route);
+        levels.applied(op, &route);
         drop(levels);
         self.route = self.route.stronger(route);
         Ok(())
@@ -230,8 +232,8 @@ impl Mutation<'_> {
     pub(crate) fn materialize(&mut self, ino: crate::attr::Ino, route: Route) {
         let levels = self.engine.levels.read();
         policy::materialize(&self.state, ino, |op| {
-            levels.applied(op, &route);
             self.after_applied(&levels, op, &route);
+            levels.applied(op, &route);
         });
         self.route = self.route.stronger(route);
     }
