@@ -400,3 +400,38 @@ fn a_host_file_that_cannot_be_synced_fails_the_fsync_and_loses_nothing_else() {
     let big = e.lookup_path(b"/big").unwrap().ino;
     assert_eq!(read_all(e, big).len(), 20_000);
 }
+
+#[test]
+fn a_journal_of_version_1_is_replaced_by_one_of_version_2_before_anything_is_appended() {
+    use rampart_core::persist::device::{Device, SimDevice};
+    use rampart_core::persist::journal;
+    use std::sync::Arc;
+    let id = [4; 16];
+    // A journal as version 1 wrote it (the header, then the zeros ahead), and no checkpoint.
+    let mut v1 = journal::Header {
+        store_id: id,
+        base_seq: 0,
+        created_ns: 1,
+    }
+    .encode_zeros_ahead()
+    .to_vec();
+    v1[8] = 1;
+    let crc = crc32c::crc32c(&v1[..60]);
+    v1[60..64].copy_from_slice(&crc.to_le_bytes());
+    v1.resize(64 + 4096, 0);
+    let device = Arc::new(SimDevice::new(1));
+    device.write("journal", &v1).unwrap();
+    device.sync("journal").unwrap();
+    let fs = Rampart::open_device(device.clone(), id, &options()).unwrap();
+    let version = |d: &SimDevice| {
+        let bytes = d.read("journal").unwrap().unwrap();
+        u32::from_le_bytes(bytes[8..12].try_into().unwrap())
+    };
+    assert_eq!(version(&device), journal::VERSION);
+    assert!(device.read("checkpoint").unwrap().is_some());
+    let e = fs.engine();
+    let f = e.mknod(&c(), ROOT_INO, b"big", FILE, 0).unwrap().ino;
+    e.write(&c(), f, 0, &pattern(20_000, 2), false).unwrap();
+    e.sync().unwrap();
+    assert_eq!(version(&device), journal::VERSION);
+}

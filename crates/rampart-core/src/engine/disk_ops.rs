@@ -216,11 +216,12 @@ impl Engine {
         let Some(file) = self.on_disk(ino)? else {
             return Ok(None);
         };
-        let end = offset
-            .checked_add(data.len() as u64)
-            .filter(|&e| e <= crate::limits::FILE_SIZE_BYTES_MAX)
-            .ok_or(Errno::EFBIG)?;
-        let _ = end;
+        // Refused before the host file is touched: the op would refuse it after.
+        let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
+        if end > crate::limits::FILE_SIZE_BYTES_MAX {
+            return Err(Errno::EFBIG);
+        }
+        debug_assert!(file.size_bytes <= crate::limits::FILE_SIZE_BYTES_MAX);
         if !data.is_empty() {
             disk.device
                 .write_at_sparse(&file.name, offset, data)
