@@ -69,6 +69,11 @@ pub struct DiskTier {
     passthrough: Mutex<HashMap<Ino, u32>>,
     /// Descriptors handed out for passthrough, per inode (dropped when the host file goes).
     files: Mutex<HashMap<Ino, Arc<std::fs::File>>>,
+    /// Trims applied (their ops in the state) whose host files are not trimmed and synced
+    /// yet: (host file, (offset, len)). An entry lives while its thread holds the file's
+    /// exclusive host lock, so no write reaches the range meanwhile and a checkpoint may
+    /// punch it (`finish_trims`). At most one per thread trimming.
+    trims: Mutex<Vec<(String, (u64, u64))>>,
 }
 
 impl std::fmt::Debug for DiskTier {
@@ -114,7 +119,50 @@ impl DiskTier {
                 .collect(),
             passthrough: Mutex::new(HashMap::new()),
             files: Mutex::new(HashMap::new()),
+            trims: Mutex::new(Vec::new()),
         }
+    }
+
+    /// A trim of `name` was applied (under the engine's lock, its exclusive host lock held).
+    pub(crate) fn trim_pending(&self, name: &str, range: (u64, u64)) {
+        self.trims.lock().push((name.to_owned(), range));
+    }
+
+    /// The trims of `name` are done (trimmed and synced, or given up), and the host lock is
+    /// about to be released.
+    pub(crate) fn trim_done(&self, name: &str) {
+        self.trims.lock().retain(|(n, _)| n != name);
+    }
+
+    pub(crate) fn pending_trims(&self) -> Vec<(String, (u64, u64))> {
+        self.trims.lock().clone()
+    }
+
+    /// A checkpoint's image holds the trims of `snapshot`: those still pending (their
+    /// threads still hold the host locks, so no write raced them) are punched and synced now,
+    /// under the registry's lock, before the image is written. Punching twice is harmless.
+    pub(crate) fn finish_trims(&self, snapshot: &[(String, (u64, u64))]) -> std::io::Result<()> {
+        if snapshot.is_empty() {
+            return Ok(());
+        }
+        let trims = self.trims.lock();
+        let mut synced = HashSet::new();
+        for entry in snapshot {
+            if !trims.contains(entry) {
+                continue;
+            }
+            let (name, (offset, len)) = entry;
+            if let Some(host_len) = self.device.len(name)? {
+                if *offset < host_len {
+                    self.device
+                        .punch_hole(name, *offset, (*len).min(host_len - offset))?;
+                }
+                if synced.insert(name.clone()) {
+                    self.device.sync(name)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     fn stripe(&self, ino: Ino) -> &RwLock<()> {

@@ -398,7 +398,16 @@ impl Engine {
             }
             return self.mutate(ctx, apply, invalidate).map(Some);
         }
-        let attr = self.mutate(ctx, apply, invalidate)?;
+        let trim = (size, u64::MAX - size);
+        let attr = self.mutate(
+            ctx,
+            |m, t| {
+                let attr = apply(m, t)?;
+                disk.trim_pending(&file.name, trim);
+                Ok(attr)
+            },
+            invalidate,
+        )?;
         self.trim_after_commit(disk, &file.name, |device| device.set_len(&file.name, size));
         if disk.below_return_size(size) && disk.passthrough_count(ino) == 0 {
             self.migrate_to_memory(disk, ctx, ino)?;
@@ -416,13 +425,22 @@ impl Engine {
         name: &str,
         trim: impl FnOnce(&dyn crate::persist::device::Device) -> std::io::Result<()>,
     ) {
-        if let Err(e) = self.sync() {
-            tracing::error!("a trim of {name} waits: its op could not be made durable ({e})");
-            return;
+        let committed = self.sync();
+        match committed {
+            Err(e) => {
+                tracing::error!("a trim of {name} waits: its op could not be made durable ({e})")
+            }
+            // Synced at once: a checkpoint taken since holds the trim, and recovery would not
+            // redo it from the journal (`DiskTier::trim_pending`).
+            Ok(()) => {
+                if let Err(e) = trim(disk.device.as_ref()).and_then(|()| disk.device.sync(name)) {
+                    tracing::error!(
+                        "trimming the disk-tier file {name}: {e}; the next mount does it"
+                    );
+                }
+            }
         }
-        if let Err(e) = trim(disk.device.as_ref()) {
-            tracing::error!("trimming the disk-tier file {name}: {e}; the next mount does it");
-        }
+        disk.trim_done(name);
     }
 
     /// Brings a small disk-tier file back to memory (decision 0059): `Migrate` to memory, then
@@ -555,7 +573,17 @@ impl Engine {
                 .set_len(&file.name, end)
                 .map_err(|e| host_errno("growing the disk-tier file", &file.name, &e))?;
         }
-        self.mutate(ctx, |m, time_ns| m.apply(&op(time_ns)), invalidate)?;
+        self.mutate(
+            ctx,
+            |m, time_ns| {
+                m.apply(&op(time_ns))?;
+                if trims {
+                    disk.trim_pending(&file.name, (offset, length));
+                }
+                Ok(())
+            },
+            invalidate,
+        )?;
         if trims {
             self.trim_after_commit(disk, &file.name, |device| {
                 device.punch_hole(&file.name, offset, length)
@@ -612,6 +640,21 @@ impl Engine {
             }
         }
         moved
+    }
+
+    /// The trims applied before a checkpoint's image whose host files may not be trimmed yet
+    /// (their threads wait for the commit): the checkpoint does them itself, under the
+    /// registry's lock, before it writes the image (`DiskTier::finish_trims`).
+    pub fn pending_trims(&self) -> Vec<(String, (u64, u64))> {
+        self.disk().map_or_else(Vec::new, |d| d.pending_trims())
+    }
+
+    /// Does the trims of `snapshot` still pending, and syncs their host files.
+    pub fn finish_trims(&self, snapshot: &[(String, (u64, u64))]) -> std::io::Result<()> {
+        match self.disk() {
+            Some(disk) => disk.finish_trims(snapshot),
+            None => Ok(()),
+        }
     }
 
     /// Memory pressure on the file being written: a write that does not fit in memory moves

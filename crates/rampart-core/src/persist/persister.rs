@@ -840,10 +840,14 @@ impl Persister {
         // still go to the old journal (its batches must stay contiguous), and recovery skips
         // them.
         let mut hosts_in_image = Vec::new();
+        let mut trims_in_image = Vec::new();
         let (seq, base_seq, restarting) = engine.with_state(|state| {
             let mut p = locked(&self.pending);
             // The image holds the sizes these ops gave: their data must be durable first.
             hosts_in_image.extend(p.host_files.iter().cloned());
+            // And the trims it holds must be on the host files (recovery only redoes those
+            // of the journal).
+            trims_in_image = engine.pending_trims();
             let seq = p.builder.next_seq();
             let restarting = self.failed.load(Ordering::Acquire);
             if restarting {
@@ -869,8 +873,6 @@ impl Persister {
         let journal_bytes = locked(&self.durable).journal_bytes;
         job.pause = paused.elapsed();
         drop(_writing);
-        // Outside the commit lock: commits go on while the image's host files are synced.
-        self.sync_host_files(&hosts_in_image);
         checkpoint::seal(&mut image, self.store_id, seq, created_ns);
         job.image_bytes = image.len() as u64;
         job.image = image;
@@ -879,6 +881,14 @@ impl Persister {
         job.base_seq = base_seq;
         job.tail_from = journal_bytes;
         job.copied_to = journal_bytes;
+        // The disk tier (data=ordered): the host files of the ops the image holds are synced,
+        // and the trims it holds done, before the image is written.
+        self.sync_host_files(&hosts_in_image);
+        if let Err(e) = engine.finish_trims(&trims_in_image) {
+            // The image would claim trims the host files may not have: not written (the
+            // job, dropped, ends the checkpoint).
+            return Err(self.checkpoint_failed(PersistStep::WriteCheckpoint, &e));
+        }
         debug_assert!(job.base_seq <= seq);
         Ok(job)
     }
