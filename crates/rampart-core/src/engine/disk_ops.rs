@@ -576,30 +576,27 @@ impl Engine {
             time_ns,
         };
         let invalidate = |_: &()| vec![Invalidation::Inode { ino }];
-        let Some(file) = self.on_disk(ino)? else {
-            if keep_size || !disk.passes_threshold(end) || !self.host_file_free_for_reuse(disk, ino)
-            {
-                return Ok(None);
-            }
-            return self
-                .mutate(
+        let file = match self.on_disk(ino)? {
+            Some(file) => file,
+            None => {
+                if keep_size
+                    || !disk.passes_threshold(end)
+                    || !self.host_file_free_for_reuse(disk, ino)
+                {
+                    return Ok(None);
+                }
+                // It moves first, then takes the op as any disk-tier file (a zeroed range is
+                // punched in the host file after the commit).
+                let moved = self.mutate(
                     ctx,
-                    |m, time_ns| {
-                        if self.migrate_to_disk(disk, m, ino, time_ns)? {
-                            let name = host_file_name(ino, m.state().inode(ino)?.generation);
-                            let size = m.state().inode(ino)?.size_bytes;
-                            if end > size && length > 0 && end <= crate::limits::FILE_SIZE_BYTES_MAX
-                            {
-                                disk.device.set_len(&name, end).map_err(|e| {
-                                    host_errno("growing the disk-tier file", &name, &e)
-                                })?;
-                            }
-                        }
-                        m.apply(&op(time_ns))
-                    },
-                    invalidate,
-                )
-                .map(Some);
+                    |m, time_ns| self.migrate_to_disk(disk, m, ino, time_ns),
+                    |_| Vec::new(),
+                )?;
+                match self.on_disk(ino)? {
+                    Some(file) if moved => file,
+                    _ => return Ok(None),
+                }
+            }
         };
         let grows = !keep_size && end > file.size_bytes && length > 0;
         if grows && end <= crate::limits::FILE_SIZE_BYTES_MAX {

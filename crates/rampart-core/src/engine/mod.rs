@@ -174,8 +174,10 @@ impl Mutation<'_> {
         }
         let route = policy::route(&self.state, op);
         let levels = self.engine.levels.read();
-        levels.applied(op, &route);
+        // Before the op is handed over: a commit may take it at once, and must find its host
+        // file among those to sync first.
         self.after_applied(&levels, op, &route);
+        levels.applied(op, &route);
         drop(levels);
         self.route = self.route.stronger(route);
         Ok(())
@@ -183,8 +185,7 @@ impl Mutation<'_> {
 
     /// What the disk tier asks of the levels after `op` (data=ordered, decision 0057): the
     /// host file of a disk-tier file whose size or bytes the op changed is synced before the
-    /// op's record; the host file of a file that moved back to memory goes once that is
-    /// durable.
+    /// op's record.
     fn after_applied(&self, levels: &Levels, op: &Op<'_>, route: &Route) {
         let ino = match *op {
             Op::WriteExtent { ino, .. }
@@ -212,7 +213,14 @@ impl Mutation<'_> {
                     }
                 ) =>
             {
-                self.engine.host_file_gone(levels, ino, &name)
+                // The host file stays (trimmed below a quarter of the threshold: small) until
+                // the file is freed or the next mount: removing it after the commit could race
+                // the file moving out again and back, and leave a durable disk-tier file
+                // without its host file.
+                let _ = levels;
+                if let Some(disk) = self.engine.disk.get() {
+                    disk.forget_file(ino);
+                }
             }
             _ => {}
         }
@@ -224,8 +232,8 @@ impl Mutation<'_> {
     pub(crate) fn materialize(&mut self, ino: crate::attr::Ino, route: Route) {
         let levels = self.engine.levels.read();
         policy::materialize(&self.state, ino, |op| {
-            levels.applied(op, &route);
             self.after_applied(&levels, op, &route);
+            levels.applied(op, &route);
         });
         self.route = self.route.stronger(route);
     }
