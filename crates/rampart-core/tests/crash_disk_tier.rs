@@ -16,8 +16,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rampart_core::disk::{recover_host_files, DiskConfig, DiskTier};
-use rampart_core::persist::device::{CrashImages, CrashMode, Device, Faults, SimDevice, SyncOp};
+use rampart_core::disk::{recover_host_files, scan_host_files, DiskConfig, DiskTier};
+use rampart_core::persist::device::{
+    CrashImages, CrashMode, Delay, Device, Faults, Files, SimDevice, SyncOp,
+};
 use rampart_core::persist::persister::{PersistConfig, Persister};
 use rampart_core::persist::recovery::recover;
 use rampart_core::{Ctx, Engine, EngineConfig, FileKind, SetAttr, Tier, ROOT_INO};
@@ -298,4 +300,264 @@ fn crash_before_every_sync_point_of_the_disk_tier_with_torn_writes() {
     for seed in 0..seeds(4) {
         run_seed(500 + seed, CrashMode::TornTail);
     }
+}
+
+/// The checkpoint's race with a commit (the kill -9 e2e test's flake, issue 13): a commit that
+/// runs while `checkpoint_begin` syncs the host files its image refers to. Its batch must be
+/// in the new journal; when the old journal's length was read after that commit, the batch
+/// was left out: the truncate it held, durable and already trimmed from the host file, was
+/// lost with the switch (the file kept its old size over a host file cut short: "holds L of
+/// its N bytes"), and the next batch started past the new journal's `base_seq` (damaged).
+/// The device's matcher holds the checkpoint's first host-file sync until the commit is done,
+/// so the interleaving is the same on every run. What is checked is what a `kill -9` leaves:
+/// the device's current content, every write kept.
+mod checkpoint_race {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    /// The next host-file call is the checkpoint's sync: hold it.
+    pub static ARMED: AtomicBool = AtomicBool::new(false);
+    /// The checkpoint is inside that sync.
+    pub static IN_SYNC: AtomicBool = AtomicBool::new(false);
+    /// The other thread's commit is done: let the sync go on.
+    pub static COMMITTED: AtomicBool = AtomicBool::new(false);
+
+    /// Waits for `flag` (at most a minute, so that a broken test fails instead of hanging).
+    pub fn wait_for(flag: &AtomicBool) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !flag.load(Ordering::Acquire) {
+            assert!(
+                Instant::now() < deadline,
+                "the other thread never got there"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// A `Files::Matching` function that delays nothing, but blocks the first host-file call
+    /// after `ARMED` until `COMMITTED`.
+    pub fn hold_first_host_call(name: &str) -> bool {
+        if name.starts_with("data/") && ARMED.swap(false, Ordering::AcqRel) {
+            IN_SYNC.store(true, Ordering::Release);
+            wait_for(&COMMITTED);
+        }
+        false
+    }
+}
+
+#[test]
+fn a_commit_while_a_checkpoint_syncs_host_files_stays_in_the_new_journal() {
+    use checkpoint_race::{hold_first_host_call, wait_for, ARMED, COMMITTED, IN_SYNC};
+    use std::sync::atomic::Ordering;
+
+    let device = Arc::new(SimDevice::new(7));
+    let config = EngineConfig {
+        memory_cap_bytes: 1 << 30,
+        ..EngineConfig::default()
+    };
+    let engine = Arc::new(Engine::new(config.clone()));
+    let persister = Persister::start(
+        device.clone(),
+        STORE_ID,
+        0,
+        0,
+        PersistConfig {
+            commit_interval: Duration::from_secs(3600), // only explicit syncs commit
+            checkpoint_journal_bytes: u64::MAX,
+            ..PersistConfig::default()
+        },
+    )
+    .unwrap();
+    persister.attach(&engine);
+    engine.set_sink(Some(persister.clone()));
+    engine.set_disk_tier(DiskTier::new(device.clone(), disk_config()));
+    let c = Ctx::library(0, 0);
+    engine
+        .mknod(&c, ROOT_INO, b"big", libc::S_IFREG | 0o644, 0)
+        .unwrap();
+    let ino = engine.lookup_path(b"big").unwrap().ino;
+    let big = 3 * THRESHOLD;
+    engine
+        .write(&c, ino, 0, &vec![1; big as usize], false)
+        .unwrap();
+    engine.sync().unwrap();
+    assert_eq!(engine.tier(ino), Ok(Tier::Disk));
+    // Pending at the checkpoint: a write of the disk-tier file, so its image names the host
+    // file and syncs it.
+    engine.write(&c, ino, 100, &[2; 100], false).unwrap();
+    device.set_faults(Faults {
+        delay: Some(Delay {
+            files: Files::Matching(hold_first_host_call),
+            write: Duration::ZERO,
+            sync: Duration::ZERO,
+        }),
+        ..Faults::default()
+    });
+    ARMED.store(true, Ordering::Release);
+    let cut = 2 * THRESHOLD;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            wait_for(&IN_SYNC);
+            // Journal first, then the trim: the truncate commits while the checkpoint syncs.
+            let set = SetAttr {
+                size_bytes: Some(cut),
+                ..SetAttr::default()
+            };
+            engine.setattr(&c, ino, &set).unwrap();
+            COMMITTED.store(true, Ordering::Release);
+        });
+        let mut job = persister.checkpoint_begin(&engine).unwrap();
+        job.write_image().unwrap();
+        job.copy_tail().unwrap();
+        job.finish().unwrap();
+    });
+    assert!(
+        !ARMED.load(Ordering::Acquire),
+        "the checkpoint synced no host file"
+    );
+    // A batch after the switch: it must follow the new journal's last one.
+    engine.write(&c, ino, 0, &[3; 10], false).unwrap();
+    engine.sync().unwrap();
+    let expected = state_of(&engine);
+    assert_eq!(engine.getattr(ino).unwrap().size_bytes, cut);
+
+    // kill -9: every write the device took is there.
+    let (mut state, report) = recover(device.as_ref(), STORE_ID, &config)
+        .unwrap_or_else(|e| panic!("recovery after the checkpoint failed: {e}"));
+    let scan = scan_host_files(device.as_ref(), &state).unwrap();
+    assert!(
+        scan.damaged.is_empty(),
+        "missing or short host files after the checkpoint ({report}): {:?}",
+        scan.damaged
+    );
+    let hosts = recover_host_files(device.as_ref(), &mut state).unwrap();
+    assert!(hosts.damaged.is_empty(), "{:?}", hosts.damaged);
+    let recovered = Engine::from_state(state);
+    recovered.set_disk_tier(DiskTier::new(device.clone(), disk_config()));
+    assert_eq!(state_of(&recovered), expected, "{report}");
+}
+
+/// What a `kill -9` leaves at every host-file call of a file that comes back to memory and
+/// leaves again before the next commit (the suspect of the e2e flake, issue 13): the move to
+/// the disk rewrites the host file from its start, while the journal may still say the file
+/// is on the disk tier with that host file's bytes. The move back must be durable before the
+/// host file is reused, or a crash in between cuts an fsync'd file short.
+mod reuse_check {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use rampart_core::disk::scan_host_files;
+    use rampart_core::persist::device::SimDevice;
+    use rampart_core::persist::recovery::recover;
+    use rampart_core::EngineConfig;
+
+    pub static ARMED: AtomicBool = AtomicBool::new(false);
+    pub static DEVICE: Mutex<Option<Arc<SimDevice>>> = Mutex::new(None);
+    /// What recovery of the device's current content found wrong, per call checked.
+    pub static FOUND: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    pub static CHECKED: Mutex<u64> = Mutex::new(0);
+
+    /// A `Files::Matching` function that delays nothing: before each host-file write or sync
+    /// while `ARMED`, recovers the device as it is (every write kept, as after kill -9) and
+    /// notes missing or short host files.
+    pub fn check_before_host_calls(name: &str) -> bool {
+        if !name.starts_with("data/") || !ARMED.load(Ordering::Acquire) {
+            return false;
+        }
+        let device = DEVICE.lock().unwrap().clone().expect("device set");
+        let config = EngineConfig {
+            memory_cap_bytes: 1 << 30,
+            ..EngineConfig::default()
+        };
+        *CHECKED.lock().unwrap() += 1;
+        match recover(device.as_ref(), super::STORE_ID, &config) {
+            Err(e) => FOUND
+                .lock()
+                .unwrap()
+                .push(format!("before a call on {name}: recovery failed: {e}")),
+            Ok((state, _)) => {
+                let scan = scan_host_files(device.as_ref(), &state).unwrap();
+                if !scan.damaged.is_empty() {
+                    FOUND.lock().unwrap().push(format!(
+                        "before a call on {name}: missing or short host files {:?}",
+                        scan.damaged
+                    ));
+                }
+            }
+        }
+        false
+    }
+}
+
+#[test]
+fn a_file_back_in_memory_reuses_its_host_file_only_once_that_is_durable() {
+    use std::sync::atomic::Ordering;
+
+    let device = Arc::new(SimDevice::new(11));
+    let config = EngineConfig {
+        memory_cap_bytes: 1 << 30,
+        ..EngineConfig::default()
+    };
+    let engine = Arc::new(Engine::new(config.clone()));
+    let persister = Persister::start(
+        device.clone(),
+        STORE_ID,
+        0,
+        0,
+        PersistConfig {
+            commit_interval: Duration::from_secs(3600), // only explicit syncs commit
+            checkpoint_journal_bytes: u64::MAX,
+            ..PersistConfig::default()
+        },
+    )
+    .unwrap();
+    persister.attach(&engine);
+    engine.set_sink(Some(persister.clone()));
+    engine.set_disk_tier(DiskTier::new(device.clone(), disk_config()));
+    let c = Ctx::library(0, 0);
+    engine
+        .mknod(&c, ROOT_INO, b"f", libc::S_IFREG | 0o644, 0)
+        .unwrap();
+    let ino = engine.lookup_path(b"f").unwrap().ino;
+    engine
+        .write(&c, ino, 0, &vec![1; 3 * THRESHOLD as usize], false)
+        .unwrap();
+    engine.sync().unwrap();
+    assert_eq!(engine.tier(ino), Ok(Tier::Disk));
+    // Below a quarter of the threshold: committed, trimmed, then back to memory (not
+    // committed yet); its host file waits for that commit to go.
+    let small = THRESHOLD / 8;
+    let set = SetAttr {
+        size_bytes: Some(small),
+        ..SetAttr::default()
+    };
+    engine.setattr(&c, ino, &set).unwrap();
+    assert_eq!(engine.tier(ino), Ok(Tier::Memory));
+    *reuse_check::DEVICE.lock().unwrap() = Some(device.clone());
+    device.set_faults(Faults {
+        delay: Some(Delay {
+            files: Files::Matching(reuse_check::check_before_host_calls),
+            write: Duration::ZERO,
+            sync: Duration::ZERO,
+        }),
+        ..Faults::default()
+    });
+    reuse_check::ARMED.store(true, Ordering::Release);
+    // Past the threshold again, before any commit: the file moves back to the disk tier.
+    engine
+        .write(&c, ino, 2 * THRESHOLD, &[2; 100], false)
+        .unwrap();
+    engine.sync().unwrap();
+    reuse_check::ARMED.store(false, Ordering::Release);
+    assert_eq!(engine.tier(ino), Ok(Tier::Disk));
+    assert!(*reuse_check::CHECKED.lock().unwrap() >= 2);
+    let found = reuse_check::FOUND.lock().unwrap().clone();
+    assert!(found.is_empty(), "{}", found.join("\n"));
+    let expected = state_of(&engine);
+    let (mut state, _) = recover(device.as_ref(), STORE_ID, &config).unwrap();
+    let hosts = recover_host_files(device.as_ref(), &mut state).unwrap();
+    assert!(hosts.damaged.is_empty(), "{:?}", hosts.damaged);
+    let recovered = Engine::from_state(state);
+    recovered.set_disk_tier(DiskTier::new(device.clone(), disk_config()));
+    assert_eq!(state_of(&recovered), expected);
 }

@@ -247,6 +247,36 @@ impl Engine {
         )
     }
 
+    /// Before memory file `ino` moves to the disk tier (the caller holds its exclusive host
+    /// lock and no state lock): if its host file is still there, the file came back to memory
+    /// and the removal waits for that `Migrate` to be durable. `migrate_to_disk` rewrites the
+    /// host file from its start, while the journal may still say the file is on the disk tier
+    /// with that host file's bytes: a crash then would leave an fsync'd file cut short. So the
+    /// move back is made durable first (it is rare: a file cut below a quarter of the
+    /// threshold that grows past it again before the next commit). False if that sync failed:
+    /// the file stays in memory.
+    fn host_file_free_for_reuse(&self, disk: &DiskTier, ino: Ino) -> bool {
+        let name = {
+            let state = self.read_state();
+            match state.regular_file(ino) {
+                Ok(i) if i.file().map(Contents::tier) == Some(Tier::Memory) => {
+                    host_file_name(ino, i.generation)
+                }
+                _ => return true,
+            }
+        };
+        if let Ok(None) = disk.device.len(&name) {
+            return true;
+        }
+        match self.sync() {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("{name}: stays in memory, its move back is not durable ({e})");
+                false
+            }
+        }
+    }
+
     /// Moves memory file `ino` to the disk tier inside mutation `m` (its exclusive host lock
     /// is held by the caller): its bytes are copied to a new host file, then `Migrate` is
     /// applied (the persister syncs the host file before the record). A host-file error
@@ -307,6 +337,9 @@ impl Engine {
         times: WriteTimes,
     ) -> FsResult<Option<u32>> {
         let _host = disk.exclusive(ino);
+        if !self.host_file_free_for_reuse(disk, ino) {
+            return Ok(None);
+        }
         self.mutate(
             ctx,
             |m, time_ns| {
@@ -370,7 +403,7 @@ impl Engine {
         };
         let invalidate = |_: &crate::attr::Attr| vec![Invalidation::Inode { ino }];
         let Some(file) = file else {
-            if !disk.passes_threshold(size) {
+            if !disk.passes_threshold(size) || !self.host_file_free_for_reuse(disk, ino) {
                 return Ok(None);
             }
             return self
@@ -546,7 +579,10 @@ impl Engine {
         let file = match self.on_disk(ino)? {
             Some(file) => file,
             None => {
-                if keep_size || !disk.passes_threshold(end) {
+                if keep_size
+                    || !disk.passes_threshold(end)
+                    || !self.host_file_free_for_reuse(disk, ino)
+                {
                     return Ok(None);
                 }
                 // It moves first, then takes the op as any disk-tier file (a zeroed range is
@@ -623,6 +659,9 @@ impl Engine {
                 break;
             }
             let _host = disk.exclusive(ino);
+            if !self.host_file_free_for_reuse(disk, ino) {
+                continue;
+            }
             let done = self.mutate(
                 &kernel,
                 |m, time_ns| self.migrate_to_disk(disk, m, ino, time_ns),
@@ -663,6 +702,9 @@ impl Engine {
             return false;
         }
         let _host = disk.exclusive(ino);
+        if !self.host_file_free_for_reuse(disk, ino) {
+            return false;
+        }
         let kernel = Ctx {
             kernel: true,
             ..Ctx::library(0, 0)

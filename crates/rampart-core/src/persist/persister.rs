@@ -865,10 +865,13 @@ impl Persister {
             checkpoint::encode_body(state, created_ns, &mut image);
             (seq, base_seq, restarting)
         });
-        job.pause = paused.elapsed();
-        // Every byte below `journal_bytes` is a whole, synced batch; the commit lock keeps it
-        // from moving until here.
+        // Every byte below `journal_bytes` is a whole, synced batch, and the next batch (the
+        // first of the new journal, from `base_seq`) starts there: read under the commit lock,
+        // before a commit can move it. Read after the lock is dropped, a commit in between
+        // would leave its batch out of the new journal (whose header says `base_seq`), and
+        // its ops, durable, would be lost with the switch.
         let journal_bytes = locked(&self.durable).journal_bytes;
+        job.pause = paused.elapsed();
         drop(_writing);
         checkpoint::seal(&mut image, self.store_id, seq, created_ns);
         job.image_bytes = image.len() as u64;
