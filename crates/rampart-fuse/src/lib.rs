@@ -216,6 +216,44 @@ pub fn mount(
     mountpoint: &Path,
     options: &MountOptions,
 ) -> io::Result<Mounted> {
+    let config = session_config(options)?;
+    let counters = Arc::new(RequestCounters::default());
+    let (refusals, refusals_worker) = refusals::channel();
+    let negotiated = Arc::new(Negotiated::default());
+    let notifier = Arc::new(std::sync::OnceLock::new());
+    let cache = kernel_cache(&engine, options);
+    let fs = adapter::RampartFs::new(
+        engine.clone(),
+        cache,
+        counters.clone(),
+        refusals,
+        options.passthrough,
+        negotiated.clone(),
+        notifier.clone(),
+    );
+    // The handshake (INIT) happens here: `negotiated` is settled once it returns.
+    let session = Session::new(fs, mountpoint, &config)?;
+    let _ = notifier.set(session.notifier());
+    engine.set_observer(Some(Arc::new(KernelNotifier(session.notifier()))));
+    apply_negotiated(&engine, options, cache, &negotiated);
+    if negotiated.writeback_cache() {
+        // Without it the worker is not started and refusals are dropped: the kernel's size
+        // then follows the engine's (write-through).
+        match refusals::MountAt::of(mountpoint) {
+            Ok(at) => refusals_worker.start(at, engine.clone(), session.notifier())?,
+            Err(e) => tracing::warn!("cannot correct the kernel's view after refused writes: {e}"),
+        }
+    }
+    Ok(Mounted {
+        session,
+        engine,
+        counters,
+        negotiated,
+    })
+}
+
+/// The FUSE session's configuration: mount options, who may access it, worker threads.
+fn session_config(options: &MountOptions) -> io::Result<Config> {
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName(options.fs_name.clone()),
@@ -238,10 +276,12 @@ pub fn mount(
     if options.io_uring {
         config.io_uring_depth = Some(IO_URING_QUEUE_DEPTH);
     }
-    let counters = Arc::new(RequestCounters::default());
-    let (refusals, refusals_worker) = refusals::channel();
-    let negotiated = Arc::new(Negotiated::default());
-    let notifier = Arc::new(std::sync::OnceLock::new());
+    Ok(config)
+}
+
+/// The kernel cache policy: `options.cache`, with OPEN and FLUSH skipped as the no-open and
+/// no-flush modes and the store's categories decide (decision 0063); logs the choice.
+fn kernel_cache(engine: &Engine, options: &MountOptions) -> CachePolicy {
     // What the store's categories need the kernel to send (decision 0063).
     let needs = engine.kernel_needs();
     let mut cache = options.cache;
@@ -275,19 +315,17 @@ pub fn mount(
             ),
         }
     }
-    let fs = adapter::RampartFs::new(
-        engine.clone(),
-        cache,
-        counters.clone(),
-        refusals,
-        options.passthrough,
-        negotiated.clone(),
-        notifier.clone(),
-    );
-    // The handshake (INIT) happens here: `negotiated` is settled once it returns.
-    let session = Session::new(fs, mountpoint, &config)?;
-    let _ = notifier.set(session.notifier());
-    engine.set_observer(Some(Arc::new(KernelNotifier(session.notifier()))));
+    cache
+}
+
+/// After the handshake: tells the engine what the kernel settled on (data path, which
+/// requests it sends) and warns of the guarantees the skipped requests weaken.
+fn apply_negotiated(
+    engine: &Engine,
+    options: &MountOptions,
+    cache: CachePolicy,
+    negotiated: &Negotiated,
+) {
     // `rampart status` reads it from the engine.
     engine.set_passthrough_available(negotiated.data_path() == "passthrough");
     // Passthrough answers OPEN (and FLUSH) of files whatever no-open says.
@@ -316,20 +354,6 @@ pub fn mount(
         },
     );
     tracing::info!("disk-tier data path: {}", negotiated.data_path());
-    if negotiated.writeback_cache() {
-        // Without it the worker is not started and refusals are dropped: the kernel's size
-        // then follows the engine's (write-through).
-        match refusals::MountAt::of(mountpoint) {
-            Ok(at) => refusals_worker.start(at, engine.clone(), session.notifier())?,
-            Err(e) => tracing::warn!("cannot correct the kernel's view after refused writes: {e}"),
-        }
-    }
-    Ok(Mounted {
-        session,
-        engine,
-        counters,
-        negotiated,
-    })
 }
 
 impl Mounted {

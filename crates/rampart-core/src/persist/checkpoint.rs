@@ -201,71 +201,85 @@ pub fn encode_body(state: &State, created_ns: TimeNs, image: &mut Vec<u8>) {
         prev_mtime = inode.mtime_ns;
         put_zigzag(&mut body, inode.ctime_ns.wrapping_sub(inode.mtime_ns));
         put_zigzag(&mut body, inode.atime().wrapping_sub(inode.mtime_ns));
-        match &inode.payload {
-            Payload::File(_) if inode.durability() == crate::attr::Durability::Volatile => {
-                // Its data never reaches the store; recovery drops the file.
-                put_varint(&mut body, 0);
-                body.push(Tier::Memory.code());
-                put_varint(&mut body, 0);
+        encode_payload(&mut body, inode, any_absent, &known);
+        encode_xattrs(&mut body, inode);
+    }
+    *image = body;
+}
+
+/// An inode's payload in the image: a file's data (or where it is), a directory's entries
+/// (without those naming inodes left out, when `any_absent`), a symlink's target, a device's
+/// number.
+fn encode_payload(
+    body: &mut Vec<u8>,
+    inode: &Inode,
+    any_absent: bool,
+    known: &impl Fn(Ino) -> bool,
+) {
+    match &inode.payload {
+        Payload::File(_) if inode.durability() == crate::attr::Durability::Volatile => {
+            // Its data never reaches the store; recovery drops the file.
+            put_varint(body, 0);
+            body.push(Tier::Memory.code());
+            put_varint(body, 0);
+        }
+        Payload::File(f) if f.tier() == Tier::Disk => {
+            // The bytes stay in the host file, never in the image; how many it holds
+            // (for `st_blocks`) does.
+            put_varint(body, inode.size_bytes);
+            body.push(Tier::Disk.code());
+            put_varint(body, f.stored_bytes());
+        }
+        Payload::File(f) => {
+            put_varint(body, inode.size_bytes);
+            body.push(Tier::Memory.code());
+            let chunks: Vec<_> = f.chunks().collect();
+            put_varint(body, chunks.len() as u64);
+            let mut prev = 0usize;
+            for (i, (index, bytes)) in chunks.into_iter().enumerate() {
+                put_varint(body, (index - if i == 0 { 0 } else { prev + 1 }) as u64);
+                prev = index;
+                put_bytes(body, bytes);
             }
-            Payload::File(f) if f.tier() == Tier::Disk => {
-                // The bytes stay in the host file, never in the image; how many it holds
-                // (for `st_blocks`) does.
-                put_varint(&mut body, inode.size_bytes);
-                body.push(Tier::Disk.code());
-                put_varint(&mut body, f.stored_bytes());
-            }
-            Payload::File(f) => {
-                put_varint(&mut body, inode.size_bytes);
-                body.push(Tier::Memory.code());
-                let chunks: Vec<_> = f.chunks().collect();
-                put_varint(&mut body, chunks.len() as u64);
-                let mut prev = 0usize;
-                for (i, (index, bytes)) in chunks.into_iter().enumerate() {
-                    put_varint(
-                        &mut body,
-                        (index - if i == 0 { 0 } else { prev + 1 }) as u64,
-                    );
-                    prev = index;
-                    put_bytes(&mut body, bytes);
-                }
-            }
-            Payload::Dir(d) => {
-                put_varint(&mut body, d.parent);
-                let mut count = d.len();
-                if any_absent {
-                    d.list_from(0, |e| {
-                        count -= usize::from(!known(e.ino));
-                        true
-                    });
-                }
-                put_varint(&mut body, count as u64);
+        }
+        Payload::Dir(d) => {
+            put_varint(body, d.parent);
+            let mut count = d.len();
+            if any_absent {
                 d.list_from(0, |e| {
-                    if known(e.ino) {
-                        put_varint(&mut body, e.ino);
-                        put_bytes(&mut body, e.name);
-                    }
+                    count -= usize::from(!known(e.ino));
                     true
                 });
             }
-            Payload::Symlink(t) => put_bytes(&mut body, t),
-            Payload::Special { rdev } => {
-                if matches!(inode.kind(), FileKind::CharDevice | FileKind::BlockDevice) {
-                    put_varint(&mut body, u64::from(*rdev));
+            put_varint(body, count as u64);
+            d.list_from(0, |e| {
+                if known(e.ino) {
+                    put_varint(body, e.ino);
+                    put_bytes(body, e.name);
                 }
+                true
+            });
+        }
+        Payload::Symlink(t) => put_bytes(body, t),
+        Payload::Special { rdev } => {
+            if matches!(inode.kind(), FileKind::CharDevice | FileKind::BlockDevice) {
+                put_varint(body, u64::from(*rdev));
             }
         }
-        let xattrs: Vec<_> = inode
-            .xattrs
-            .as_ref()
-            .map_or_else(Vec::new, |x| x.iter().collect());
-        put_varint(&mut body, xattrs.len() as u64);
-        for (name, value) in xattrs {
-            put_bytes(&mut body, name);
-            put_bytes(&mut body, value);
-        }
     }
-    *image = body;
+}
+
+/// An inode's extended attributes in the image.
+fn encode_xattrs(body: &mut Vec<u8>, inode: &Inode) {
+    let xattrs: Vec<_> = inode
+        .xattrs
+        .as_ref()
+        .map_or_else(Vec::new, |x| x.iter().collect());
+    put_varint(body, xattrs.len() as u64);
+    for (name, value) in xattrs {
+        put_bytes(body, name);
+        put_bytes(body, value);
+    }
 }
 
 /// Completes an image made by [`encode_body`] with the same `created_ns`: the header in front,

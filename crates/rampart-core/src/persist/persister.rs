@@ -10,8 +10,8 @@
 //! - at a checkpoint, which writes the whole state; the new journal holds only what was
 //!   committed after the image was taken.
 //!
-//! Checkpoints run on a thread of their own, in four steps (`CheckpointJob`), so that commits
-//! go on meanwhile:
+//! Checkpoints run on a thread of their own, in four steps (`CheckpointJob`, in the submodule
+//! `checkpoint_job`), so that commits go on meanwhile:
 //! 1. `begin`: the image is encoded under the engine's shared lock (writers wait for that
 //!    long; `last_checkpoint_pause` reports it). It holds every op before `seq`.
 //! 2. `write_image`: the image goes to `checkpoint.tmp` and is synced. Commits keep writing
@@ -51,13 +51,13 @@ use crate::latency::LatencyHistogram;
 use crate::limits::STORE_RESERVE_BYTES_MAX;
 use crate::lock_order::{self, Rank};
 use crate::op::{Op, OpSink, SyncDone};
-use crate::persist::checkpoint;
 use crate::persist::device::Device;
 use crate::persist::journal::{self, BatchBuilder, BATCH_BODY_BYTES_MAX};
 use crate::persist::recovery::{CHECKPOINT_FILE, JOURNAL_FILE};
 use crate::time::now_ns;
 
 mod checkpoint_job;
+mod host_files;
 
 const CHECKPOINT_TMP: &str = "checkpoint.tmp";
 /// The committer thread's name (it must never wait for itself: `throttle`).
@@ -501,64 +501,6 @@ impl Persister {
         taken
     }
 
-    /// Makes the data of the host files `names` durable (data=ordered: before the records
-    /// that refer to it). A failure is logged and counted (`host_sync_failures`); the records
-    /// still go out, as ext4's data=ordered does after a writeback error: the metadata stays
-    /// consistent and the lost data reads as what the host file holds.
-    fn sync_host_files<'n>(&self, names: impl IntoIterator<Item = &'n String>) {
-        for name in names {
-            match self.device.sync(name) {
-                Ok(()) => {}
-                // Removed meanwhile (its inode freed): nothing to keep.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    self.host_sync_failures.fetch_add(1, Ordering::AcqRel);
-                    tracing::error!(
-                        "syncing the disk-tier file {name}: {e}; its latest data may be lost"
-                    );
-                }
-            }
-        }
-    }
-
-    /// Host files no longer needed, now that the ops that dropped them are durable: removed
-    /// by `remove_ready`, outside the commit lock (a removal takes the file's host lock,
-    /// which comes before it).
-    fn remove_host_files(&self, names: &[String]) {
-        if names.is_empty() {
-            return;
-        }
-        lock(&self.ready_removals).extend_from_slice(names);
-    }
-
-    /// Removes the host files whose removal is durable (`remove_host_files`), unless the file
-    /// is on the disk tier again meanwhile (moved back to memory, then out again). Called
-    /// with no lock held: by the committer after each commit, and after an explicit sync.
-    fn remove_ready(&self) {
-        let names = std::mem::take(&mut *lock(&self.ready_removals));
-        if names.is_empty() {
-            return;
-        }
-        let engine = lock(&self.engine).upgrade();
-        for name in names {
-            let removed = match &engine {
-                Some(engine) => engine.remove_host_file_if_unused(&name),
-                None => self.device.remove(&name),
-            };
-            if let Err(e) = removed {
-                // Recovery removes it (no live inode of that name): nothing is lost.
-                tracing::warn!(
-                    "removing the disk-tier file {name}: {e}; the next mount removes it"
-                );
-            }
-        }
-    }
-
-    /// Host-file syncs that failed so far (their data may be lost).
-    pub fn host_sync_failures(&self) -> u64 {
-        self.host_sync_failures.load(Ordering::Acquire)
-    }
-
     /// Writes and syncs every batch gathered, one sync per batch. The caller holds `writing`.
     fn commit_locked(&self) -> Result<(), PersistError> {
         if let Some(e) = locked(&self.durable).error.clone() {
@@ -785,112 +727,6 @@ impl Persister {
         let full = |e: &PersistError| e.kind == std::io::ErrorKind::StorageFull;
         d.error.as_ref().is_some_and(full)
             || d.checkpoint_error.as_ref().is_some_and(|(e, _)| full(e))
-    }
-
-    /// Step 1 of a checkpoint: encodes the image. Waits for a checkpoint already running.
-    pub fn checkpoint_begin(&self, engine: &Engine) -> Result<CheckpointJob<'_>, PersistError> {
-        {
-            let mut running = lock(&self.checkpointing);
-            while *running {
-                running = self
-                    .checkpoint_ended
-                    .wait(running)
-                    .unwrap_or_else(|e| e.into_inner());
-            }
-            *running = true;
-        }
-        let mut job = CheckpointJob {
-            persister: self,
-            image: Vec::new(),
-            image_bytes: 0,
-            seq: 0,
-            base_seq: 0,
-            tail_from: 0,
-            copied_to: 0,
-            restarting: false,
-            pause: Duration::ZERO,
-            finished: false,
-        };
-        // The image is at most the last one plus what the journal has added since (and at
-        // most the memory the engine uses). Touching that many pages now, before any lock,
-        // keeps page faults out of the writers' pause; if the memory is not there, the image
-        // grows as it is encoded instead.
-        let (last_image_bytes, journal_bytes) = {
-            let d = locked(&self.durable);
-            (d.image_bytes, d.journal_bytes)
-        };
-        let estimate_bytes = last_image_bytes
-            .saturating_add(journal_bytes)
-            .min(engine.stats().memory_used_bytes)
-            .min(IMAGE_PREFAULT_BYTES_MAX);
-        let mut image = Vec::new();
-        if image
-            .try_reserve_exact(usize::try_from(estimate_bytes).unwrap_or(0))
-            .is_ok()
-        {
-            // Not `vec![0; n]`: calloc hands out untouched pages, which would fault in the
-            // pause. Within the reserved capacity, so no allocation here.
-            image.resize(image.capacity(), 0u8);
-        }
-        let created_ns = now_ns();
-        let _writing = locked(&self.writing);
-        let paused = Instant::now();
-        // Under the engine's shared lock no op is being applied, so the image and the
-        // sequence number agree. Ops gathered but not yet committed are in the image; they
-        // still go to the old journal (its batches must stay contiguous), and recovery skips
-        // them.
-        let mut hosts_in_image = Vec::new();
-        let mut trims_in_image = Vec::new();
-        let (seq, base_seq, restarting) = engine.with_state(|state| {
-            let mut p = locked(&self.pending);
-            // The image holds the sizes these ops gave: their data must be durable first.
-            hosts_in_image.extend(p.host_files.iter().cloned());
-            // And the trims it holds must be on the host files (recovery only redoes those
-            // of the journal).
-            trims_in_image = engine.pending_trims();
-            let seq = p.builder.next_seq();
-            let restarting = self.failed.load(Ordering::Acquire);
-            if restarting {
-                // Persistence had stopped on an I/O error and the old journal may end in a
-                // failed write: the new journal starts empty at `seq`, and the ops from here
-                // on are gathered for it (no longer skipped) until `finish` writes them.
-                p.builder = BatchBuilder::new(seq);
-                self.pending_bytes.store(0, Ordering::Release);
-                self.failed.store(false, Ordering::Release);
-            }
-            // The next batch committed starts here (under `writing`, none is in flight);
-            // the new journal will hold it and the ones after.
-            let base_seq = p.builder.taken_to();
-            drop(p);
-            checkpoint::encode_body(state, created_ns, &mut image);
-            (seq, base_seq, restarting)
-        });
-        // Every byte below `journal_bytes` is a whole, synced batch, and the next batch (the
-        // first of the new journal, from `base_seq`) starts there: read under the commit lock,
-        // before a commit can move it. Read after the lock is dropped, a commit in between
-        // would leave its batch out of the new journal (whose header says `base_seq`), and
-        // its ops, durable, would be lost with the switch.
-        let journal_bytes = locked(&self.durable).journal_bytes;
-        job.pause = paused.elapsed();
-        drop(_writing);
-        checkpoint::seal(&mut image, self.store_id, seq, created_ns);
-        job.image_bytes = image.len() as u64;
-        job.image = image;
-        job.seq = seq;
-        job.restarting = restarting;
-        job.base_seq = base_seq;
-        job.tail_from = journal_bytes;
-        job.copied_to = journal_bytes;
-        // The disk tier (data=ordered): the host files of the ops the image holds are synced,
-        // and the trims it holds done, before the image is written.
-        self.sync_host_files(&hosts_in_image);
-        if let Err(e) = engine.finish_trims(&trims_in_image) {
-            // The image would claim trims the host files may not have: not written (the
-            // job, dropped, ends the checkpoint).
-            return Err(self.checkpoint_failed(PersistStep::WriteCheckpoint, &e));
-        }
-        debug_assert!(job.base_seq <= seq);
-        Ok(job)
     }
 
     /// Clean shutdown: stops the committer and writes a final checkpoint, so that the next

@@ -1,16 +1,21 @@
-//! The steps 2-4 of a checkpoint ([`CheckpointJob`]), after `Persister::checkpoint_begin`
-//! (the parent module's documentation says why they are in this order).
+//! The four steps of a checkpoint ([`CheckpointJob`]): `Persister::checkpoint_begin`, then
+//! `write_image`, `copy_tail` and `finish` (the parent module's documentation says why they
+//! are in this order).
 
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{
-    journal_header, lock, locked, CheckpointJob, CHECKPOINT_TMP, IMAGE_CHUNK_BYTES, JOURNAL_TMP,
-    RESERVE_ZEROS, TAIL_CHUNK_BYTES, TAIL_LEFT_FOR_FINISH_BYTES, TAIL_ROUNDS_MAX,
+    journal_header, lock, locked, CheckpointJob, Persister, CHECKPOINT_TMP, IMAGE_CHUNK_BYTES,
+    IMAGE_PREFAULT_BYTES_MAX, JOURNAL_TMP, RESERVE_ZEROS, TAIL_CHUNK_BYTES,
+    TAIL_LEFT_FOR_FINISH_BYTES, TAIL_ROUNDS_MAX,
 };
+use crate::engine::Engine;
 use crate::error::{PersistError, PersistStep};
+use crate::persist::checkpoint;
 use crate::persist::journal::{self, BatchBuilder};
 use crate::persist::recovery::{CHECKPOINT_FILE, JOURNAL_FILE};
+use crate::time::now_ns;
 
 impl CheckpointJob<'_> {
     /// The first op not in the image.
@@ -217,5 +222,146 @@ impl Drop for CheckpointJob<'_> {
         }
         *lock(&p.checkpointing) = false;
         p.checkpoint_ended.notify_all();
+    }
+}
+
+/// Where the image cuts the op stream, settled under the engine's shared lock.
+struct ImageCut {
+    /// The first op not in the image.
+    seq: u64,
+    /// The first op of the batches the new journal will hold.
+    base_seq: u64,
+    /// Persistence had stopped on an I/O error; this checkpoint restarts it.
+    restarting: bool,
+    /// Host files whose sizes the image holds: their data must be durable before it.
+    hosts_in_image: Vec<String>,
+    /// Trims the image holds: they must be done on the host files before it is written.
+    trims_in_image: Vec<(String, (u64, u64))>,
+}
+
+impl Persister {
+    /// Step 1 of a checkpoint: encodes the image. Waits for a checkpoint already running.
+    pub fn checkpoint_begin(&self, engine: &Engine) -> Result<CheckpointJob<'_>, PersistError> {
+        self.claim_checkpoint();
+        let mut job = CheckpointJob {
+            persister: self,
+            image: Vec::new(),
+            image_bytes: 0,
+            seq: 0,
+            base_seq: 0,
+            tail_from: 0,
+            copied_to: 0,
+            restarting: false,
+            pause: Duration::ZERO,
+            finished: false,
+        };
+        let mut image = self.prefaulted_image(engine);
+        let created_ns = now_ns();
+        let _writing = locked(&self.writing);
+        let paused = Instant::now();
+        // Under the engine's shared lock no op is being applied, so the image and the
+        // sequence number agree. Ops gathered but not yet committed are in the image; they
+        // still go to the old journal (its batches must stay contiguous), and recovery skips
+        // them.
+        let cut = engine.with_state(|state| {
+            let cut = self.cut_for_image(engine);
+            checkpoint::encode_body(state, created_ns, &mut image);
+            cut
+        });
+        // Every byte below `journal_bytes` is a whole, synced batch, and the next batch (the
+        // first of the new journal, from `base_seq`) starts there: read under the commit lock,
+        // before a commit can move it. Read after the lock is dropped, a commit in between
+        // would leave its batch out of the new journal (whose header says `base_seq`), and
+        // its ops, durable, would be lost with the switch.
+        let journal_bytes = locked(&self.durable).journal_bytes;
+        job.pause = paused.elapsed();
+        drop(_writing);
+        checkpoint::seal(&mut image, self.store_id, cut.seq, created_ns);
+        job.image_bytes = image.len() as u64;
+        job.image = image;
+        job.seq = cut.seq;
+        job.restarting = cut.restarting;
+        job.base_seq = cut.base_seq;
+        job.tail_from = journal_bytes;
+        job.copied_to = journal_bytes;
+        // The disk tier (data=ordered): the host files of the ops the image holds are synced,
+        // and the trims it holds done, before the image is written.
+        self.sync_host_files(&cut.hosts_in_image);
+        if let Err(e) = engine.finish_trims(&cut.trims_in_image) {
+            // The image would claim trims the host files may not have: not written (the
+            // job, dropped, ends the checkpoint).
+            return Err(self.checkpoint_failed(PersistStep::WriteCheckpoint, &e));
+        }
+        debug_assert!(job.base_seq <= cut.seq);
+        Ok(job)
+    }
+
+    /// Marks a checkpoint as running, once the one running (if any) has ended.
+    fn claim_checkpoint(&self) {
+        let mut running = lock(&self.checkpointing);
+        while *running {
+            running = self
+                .checkpoint_ended
+                .wait(running)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        *running = true;
+    }
+
+    /// A buffer for the image, its pages already touched.
+    fn prefaulted_image(&self, engine: &Engine) -> Vec<u8> {
+        // The image is at most the last one plus what the journal has added since (and at
+        // most the memory the engine uses). Touching that many pages now, before any lock,
+        // keeps page faults out of the writers' pause; if the memory is not there, the image
+        // grows as it is encoded instead.
+        let (last_image_bytes, journal_bytes) = {
+            let d = locked(&self.durable);
+            (d.image_bytes, d.journal_bytes)
+        };
+        let estimate_bytes = last_image_bytes
+            .saturating_add(journal_bytes)
+            .min(engine.stats().memory_used_bytes)
+            .min(IMAGE_PREFAULT_BYTES_MAX);
+        let mut image = Vec::new();
+        if image
+            .try_reserve_exact(usize::try_from(estimate_bytes).unwrap_or(0))
+            .is_ok()
+        {
+            // Not `vec![0; n]`: calloc hands out untouched pages, which would fault in the
+            // pause. Within the reserved capacity, so no allocation here.
+            image.resize(image.capacity(), 0u8);
+        }
+        image
+    }
+
+    /// Settles where the image cuts the op stream. Called under the engine's shared lock
+    /// and the commit lock (`writing`), so no op is applied nor batch committed meanwhile.
+    fn cut_for_image(&self, engine: &Engine) -> ImageCut {
+        let mut p = locked(&self.pending);
+        // The image holds the sizes these ops gave: their data must be durable first.
+        let hosts_in_image = p.host_files.iter().cloned().collect();
+        // And the trims it holds must be on the host files (recovery only redoes those
+        // of the journal).
+        let trims_in_image = engine.pending_trims();
+        let seq = p.builder.next_seq();
+        let restarting = self.failed.load(Ordering::Acquire);
+        if restarting {
+            // Persistence had stopped on an I/O error and the old journal may end in a
+            // failed write: the new journal starts empty at `seq`, and the ops from here
+            // on are gathered for it (no longer skipped) until `finish` writes them.
+            p.builder = BatchBuilder::new(seq);
+            self.pending_bytes.store(0, Ordering::Release);
+            self.failed.store(false, Ordering::Release);
+        }
+        // The next batch committed starts here (under `writing`, none is in flight);
+        // the new journal will hold it and the ones after.
+        let base_seq = p.builder.taken_to();
+        ImageCut {
+            seq,
+            base_seq,
+            restarting,
+            hosts_in_image,
+            trims_in_image,
+        }
     }
 }
