@@ -444,8 +444,37 @@ impl Engine {
         self.trim_after_commit(disk, &file.name, |device| device.set_len(&file.name, size));
         if disk.below_return_size(size) && disk.passthrough_count(ino) == 0 {
             self.migrate_to_memory(disk, ctx, ino)?;
+            self.remove_host_file_after_return(disk, ino, &file.name);
         }
         Ok(Some(attr))
+    }
+
+    /// A file just moved back to memory gives its host file back at once (the space, and
+    /// `data/` holding only disk-tier files): once the move is durable — before, the journal
+    /// may still name the host file's bytes — and only if the file is still in memory. The
+    /// caller holds the file's exclusive host lock, so no move out runs meanwhile; the sync
+    /// takes no engine lock (as a trim's). If the move cannot be made durable now the host
+    /// file stays until the file moves out again (it is then reused) or the next mount.
+    fn remove_host_file_after_return(&self, disk: &DiskTier, ino: Ino, name: &str) {
+        let in_memory = self.read_state().regular_file(ino).is_ok_and(|i| {
+            i.file().map(Contents::tier) == Some(Tier::Memory)
+                && host_file_name(ino, i.generation) == name
+        });
+        if !in_memory {
+            return;
+        }
+        if let Err(e) = self.sync() {
+            tracing::warn!(
+                "{name}: kept, the move of its file back to memory is not durable ({e})"
+            );
+            return;
+        }
+        disk.forget_file(ino);
+        match disk.device.remove(name) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!("{name}: kept after its file moved back to memory ({e})"),
+        }
     }
 
     /// Journal first: makes the op just applied durable, then trims the host file (the

@@ -272,10 +272,9 @@ impl Mutation<'_> {
                     }
                 ) =>
             {
-                // The host file stays (trimmed below a quarter of the threshold: small) until
-                // the file is freed or the next mount: removing it after the commit could race
-                // the file moving out again and back, and leave a durable disk-tier file
-                // without its host file.
+                // The host file is removed by the caller once this move is durable, under the
+                // file's host lock (`remove_host_file_after_return`): not by the committer
+                // after the commit, which could race the file moving out again and back.
                 let _ = levels;
                 if let Some(disk) = self.engine.disk.get() {
                     disk.forget_file(ino);

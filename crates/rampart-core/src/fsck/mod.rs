@@ -142,9 +142,14 @@ fn run(path: &Path, repair: bool, progress: &dyn Progress) -> Result<Report, Fsc
         phases::data_folder(&mut r, &ctx, state);
     }
     let clean = r.problems.is_empty();
-    let Some((state, _)) = base else {
+    let Some((mut state, _)) = base else {
         return Ok(finish(r, started));
     };
+    if clean && repair && (!r.data.orphans.is_empty() || !r.data.long.is_empty()) {
+        // Benign, and what every mount tidies; `--repair` tidies them too, without a new
+        // checkpoint (the state does not change).
+        write::tidy_data_folder(&mut r, &ctx, &mut state)?;
+    }
     if clean || !repair || r.unrepairable.is_some() {
         r.clean = clean;
         r.filesystem = Some(counts(&Engine::from_state(state)));

@@ -122,27 +122,7 @@ fn write(ctx: &Ctx<'_>, engine: &Arc<Engine>, plan: &Plan) -> Result<u64, FsckEr
 /// truncated to what its host file holds (a missing one becomes an empty file in memory),
 /// saying what was lost.
 fn repair_data_folder(r: &mut Report, ctx: &Ctx<'_>, state: &mut State) -> Result<(), FsckError> {
-    let done = crate::disk::recover_host_files(ctx.device.as_ref(), state).map_err(|error| {
-        FsckError::Write {
-            store: ctx.path.to_path_buf(),
-            error: crate::error::PersistError::new(
-                crate::error::PersistStep::WriteCheckpoint,
-                &error,
-            ),
-        }
-    })?;
-    if done.orphans_removed > 0 {
-        r.repairs.push(format!(
-            "removed {} host files no file uses from the data folder",
-            done.orphans_removed
-        ));
-    }
-    if done.trimmed > 0 {
-        r.repairs.push(format!(
-            "trimmed {} host files longer than their files",
-            done.trimmed
-        ));
-    }
+    let done = tidy_data_folder(r, ctx, state)?;
     let now = crate::time::now_ns();
     for (ino, size, len) in done.damaged {
         let kept = len.unwrap_or(0);
@@ -182,4 +162,38 @@ fn repair_data_folder(r: &mut Report, ctx: &Ctx<'_>, state: &mut State) -> Resul
         }
     }
     Ok(())
+}
+
+/// The benign part of the data folder's repair, as a mount does it: trims a crash cut off
+/// redone, host files no file uses removed, long ones trimmed. Returns what it found.
+pub(super) fn tidy_data_folder(
+    r: &mut Report,
+    ctx: &Ctx<'_>,
+    state: &mut State,
+) -> Result<crate::disk::HostFilesReport, FsckError> {
+    let done = crate::disk::recover_host_files(ctx.device.as_ref(), state).map_err(|error| {
+        FsckError::Write {
+            store: ctx.path.to_path_buf(),
+            error: crate::error::PersistError::new(
+                crate::error::PersistStep::WriteCheckpoint,
+                &error,
+            ),
+        }
+    })?;
+    if done.orphans_removed > 0 {
+        r.repairs.push(format!(
+            "removed {} host files no file uses from the data folder",
+            done.orphans_removed
+        ));
+    }
+    if done.trimmed > 0 {
+        r.repairs.push(format!(
+            "trimmed {} host files longer than their files",
+            done.trimmed
+        ));
+    }
+    if done.orphans_removed > 0 || done.trimmed > 0 {
+        r.repaired = true;
+    }
+    Ok(done)
 }
