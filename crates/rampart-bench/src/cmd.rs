@@ -135,19 +135,20 @@ pub fn run(cmd: &mut Command, cancel: &Cancel, timeout: Duration) -> Result<Outp
         cmd,
         cancel,
         timeout,
-        |_: &[u8], _: Instant| {},
+        |_: &[u8], _: Instant, _: libc::pid_t| {},
         WatchOptions::default(),
     )
 }
 
-/// [`run`], but `watch` sees stdout as it arrives: each chunk read from the pipe and the
-/// instant the read returned (postmark's phase markers are timed this way; [`run`] alone only
+/// [`run`], but `watch` sees stdout as it arrives: each chunk read from the pipe, the
+/// instant the read returned and the child's pid (postmark's phase markers are timed this
+/// way, and the child can be paused while something is read at a marker; [`run`] alone only
 /// hands the output back at the end). On success `watch` has seen all of stdout.
 pub fn run_watching(
     cmd: &mut Command,
     cancel: &Cancel,
     timeout: Duration,
-    mut watch: impl FnMut(&[u8], Instant) + Send + 'static,
+    mut watch: impl FnMut(&[u8], Instant, libc::pid_t) + Send + 'static,
     options: WatchOptions,
 ) -> Result<Output> {
     let line = describe(cmd);
@@ -169,14 +170,16 @@ pub fn run_watching(
     // joined after a kill: a process that left the group may still hold a pipe open.
     let out_pipe = child.stdout.take().expect("piped");
     let err_pipe = child.stderr.take().expect("piped");
+    let pid = child.id() as libc::pid_t;
     let out_reader = std::thread::spawn(move || {
         if options.realtime_reader {
             realtime_priority();
         }
-        drain(out_pipe, &mut watch)
+        drain(out_pipe, &mut |chunk: &[u8], at: Instant| {
+            watch(chunk, at, pid)
+        })
     });
     let err_reader = std::thread::spawn(move || drain(err_pipe, &mut |_, _| {}));
-    let pid = child.id() as libc::pid_t;
     // A waiter thread notes the exit instant, so `elapsed` is exact rather than rounded up to
     // the polling interval (an untar can take 30 ms).
     let (done_tx, done_rx) = std::sync::mpsc::channel();
@@ -355,7 +358,7 @@ mod tests {
             Command::new("sh").args(["-c", "printf one; sleep 0.05; printf two; echo x >&2"]),
             Cancel::never(),
             Duration::from_secs(10),
-            move |chunk: &[u8], at: Instant| {
+            move |chunk: &[u8], at: Instant, _: libc::pid_t| {
                 let mut seen = record.lock().unwrap();
                 seen.0.extend_from_slice(chunk);
                 seen.1.push(at);

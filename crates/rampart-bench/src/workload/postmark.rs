@@ -705,12 +705,24 @@ pub fn run_postmark(
         &mut command,
         cancel,
         timeout,
-        move |chunk: &[u8], at: Instant| {
+        move |chunk: &[u8], at: Instant, pid: libc::pid_t| {
             for marker in scan.feed(chunk) {
                 let _ = found_tx.send((marker, at));
                 // The counts at the transactions' start and end (after the time is taken).
+                // postmark is stopped while they are read: reading them asks the daemon, which
+                // on busy cores can take longer than a whole phase of a small run, and a
+                // postmark running on meanwhile would put its requests on the wrong side of the
+                // count and its next marker in the same read as this one. The pause is taken
+                // out of the phase it fell in.
                 if let (Some(counter), TRANSACT | DELETE) = (&counter, marker) {
-                    let _ = counts_tx.send((marker, counter.read().map_err(|e| e.to_string())));
+                    let paused_at = Instant::now();
+                    // SAFETY: kill(2) has no memory-safety preconditions; `pid` is our own
+                    // child, not yet reaped while its stdout is being read.
+                    unsafe { libc::kill(pid, libc::SIGSTOP) };
+                    let counts = counter.read().map_err(|e| e.to_string());
+                    // SAFETY: as above.
+                    unsafe { libc::kill(pid, libc::SIGCONT) };
+                    let _ = counts_tx.send((marker, counts, paused_at.elapsed()));
                 }
             }
         },
@@ -757,10 +769,13 @@ pub fn run_postmark(
             Ok(d)
         }
     };
+    let mut paused = [Duration::ZERO, Duration::ZERO];
     let requests = requests_source.map(|_| {
         let mut at = [None, None];
-        for (marker, counts) in counts_rx.try_iter() {
-            at[usize::from(marker == DELETE)] = Some(counts);
+        for (marker, counts, pause) in counts_rx.try_iter() {
+            let i = usize::from(marker == DELETE);
+            at[i] = Some(counts);
+            paused[i] = pause;
         }
         match at {
             [Some(before), Some(after)] => Ok(requests::between(&before?, &after?)),
@@ -773,9 +788,9 @@ pub fn run_postmark(
         requests_source,
         report,
         create_phase: phase("creation", create, transact)?,
-        transaction_phase: phase("transaction", transact, delete)?,
-        delete_phase: phase("deletion", delete, end)?,
-        total: phase("whole", create, end)?,
+        transaction_phase: phase("transaction", transact, delete)?.saturating_sub(paused[0]),
+        delete_phase: phase("deletion", delete, end)?.saturating_sub(paused[1]),
+        total: phase("whole", create, end)?.saturating_sub(paused[0] + paused[1]),
     })
 }
 
