@@ -9,6 +9,7 @@ mod adapter;
 pub mod counters;
 mod direct_io;
 mod open_files;
+pub mod own_mount;
 mod refusals;
 
 use std::ffi::OsStr;
@@ -23,6 +24,7 @@ use rampart_core::{Engine, Invalidation, Observer};
 pub use adapter::CachePolicy;
 pub use counters::{PendingRequest, RequestCounters, RequestKind, RequestTimer};
 pub use open_files::Negotiated;
+pub use own_mount::OwnMountCalls;
 
 /// Requests one CPU's io_uring queue can hold at once (fsyncs waiting for a commit hold one
 /// each, so 8 stalled a CPU's other requests under 16 writers); each costs a payload buffer of
@@ -147,6 +149,7 @@ pub struct Mounted {
     engine: Arc<Engine>,
     counters: Arc<RequestCounters>,
     negotiated: Arc<Negotiated>,
+    own_mount_calls: refusals::CallsSlot,
 }
 
 /// Unmounts a [`Mounted`] from another thread (signal handlers, shutdown).
@@ -219,6 +222,7 @@ pub fn mount(
     let config = session_config(options)?;
     let counters = Arc::new(RequestCounters::default());
     let (refusals, refusals_worker) = refusals::channel();
+    let own_mount_calls = refusals::CallsSlot::default();
     let negotiated = Arc::new(Negotiated::default());
     let notifier = Arc::new(std::sync::OnceLock::new());
     let cache = kernel_cache(&engine, options);
@@ -239,8 +243,13 @@ pub fn mount(
     if negotiated.writeback_cache() {
         // Without it the worker is not started and refusals are dropped: the kernel's size
         // then follows the engine's (write-through).
-        match refusals::MountAt::of(mountpoint) {
-            Ok(at) => refusals_worker.start(at, engine.clone(), session.notifier())?,
+        match own_mount::InProcess::of(mountpoint) {
+            Ok(at) => refusals_worker.start(
+                at,
+                own_mount_calls.clone(),
+                engine.clone(),
+                session.notifier(),
+            )?,
             Err(e) => tracing::warn!("cannot correct the kernel's view after refused writes: {e}"),
         }
     }
@@ -249,6 +258,7 @@ pub fn mount(
         engine,
         counters,
         negotiated,
+        own_mount_calls,
     })
 }
 
@@ -371,6 +381,13 @@ impl Mounted {
     /// FUSE requests served so far, by kind.
     pub fn counters(&self) -> Arc<RequestCounters> {
         self.counters.clone()
+    }
+
+    /// Where the calls on this mount that wait for its own replies are made from now on (a
+    /// process without /dev/fuse: `own_mount`); first call only. Set it before [`Mounted::run`]:
+    /// until then they are made from a thread of this process.
+    pub fn set_own_mount_calls(&self, calls: Arc<dyn OwnMountCalls>) {
+        let _ = self.own_mount_calls.set(calls);
     }
 
     pub fn unmounter(&mut self) -> Unmounter {
