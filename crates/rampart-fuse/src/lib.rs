@@ -8,6 +8,7 @@
 mod adapter;
 pub mod counters;
 mod direct_io;
+pub mod kernel_settings;
 mod open_files;
 pub mod own_mount;
 mod refusals;
@@ -18,19 +19,13 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use fuser::{Config, INodeNo, MountOption, Notifier, Session, SessionACL, SessionUnmounter};
+use fuser::{Config, INodeNo, MountOption, Notifier, Session, SessionUnmounter};
 use rampart_core::{Engine, Invalidation, Observer};
 
 pub use adapter::CachePolicy;
 pub use counters::{PendingRequest, RequestCounters, RequestKind, RequestTimer};
 pub use open_files::Negotiated;
 pub use own_mount::OwnMountCalls;
-
-/// Requests one CPU's io_uring queue can hold at once (fsyncs waiting for a commit hold one
-/// each, so 8 stalled a CPU's other requests under 16 writers); each costs a payload buffer of
-/// max_write (1 MiB), touched only when a request fills it, and fuser keeps all of them under
-/// 64 MiB (fewer per queue on machines with many CPUs).
-const IO_URING_QUEUE_DEPTH: u16 = 32;
 
 /// How to mount.
 #[derive(Clone, Debug)]
@@ -264,8 +259,7 @@ pub fn mount(
 
 /// The FUSE session's configuration: mount options, who may access it, worker threads.
 fn session_config(options: &MountOptions) -> io::Result<Config> {
-    let mut config = Config::default();
-    config.mount_options = vec![
+    let mut mount_options = vec![
         MountOption::FSName(options.fs_name.clone()),
         // The type /proc/mounts shows is `fuse.rampart` either way: fusermount3 reads
         // `subtype=` from its options, and the kernel takes it as a mount option when root
@@ -274,19 +268,14 @@ fn session_config(options: &MountOptions) -> io::Result<Config> {
         MountOption::DefaultPermissions,
     ];
     for name in &options.kernel_flags {
-        config.mount_options.push(kernel_flag(name)?);
+        mount_options.push(kernel_flag(name)?);
     }
-    config.acl = if options.allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
-    };
-    config.n_threads = Some(options.threads.max(1));
-    config.clone_fd = true;
-    if options.io_uring {
-        config.io_uring_depth = Some(IO_URING_QUEUE_DEPTH);
-    }
-    Ok(config)
+    Ok(kernel_settings::session_config(
+        mount_options,
+        options.allow_other,
+        options.threads,
+        options.io_uring,
+    ))
 }
 
 /// The kernel cache policy: `options.cache`, with OPEN and FLUSH skipped as the no-open and
