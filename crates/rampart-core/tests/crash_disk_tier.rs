@@ -166,7 +166,9 @@ fn allowed(got: &State, states: &[&State], written: &Written) -> Result<(), Stri
     Ok(())
 }
 
-fn run_seed(seed: u64, mode: CrashMode) -> usize {
+/// An engine whose persister (committing only at explicit syncs, never checkpointing by
+/// journal size) and disk tier share one simulated device (`seed`).
+fn disk_tier_engine(seed: u64) -> (Arc<SimDevice>, EngineConfig, Arc<Engine>, Arc<Persister>) {
     let device = Arc::new(SimDevice::new(seed));
     let config = EngineConfig {
         memory_cap_bytes: 1 << 30,
@@ -188,6 +190,11 @@ fn run_seed(seed: u64, mode: CrashMode) -> usize {
     persister.attach(&engine);
     engine.set_sink(Some(persister.clone()));
     engine.set_disk_tier(DiskTier::new(device.clone(), disk_config()));
+    (device, config, engine, persister)
+}
+
+fn run_seed(seed: u64, mode: CrashMode) -> usize {
+    let (device, config, engine, persister) = disk_tier_engine(seed);
     persister.checkpoint(&engine).unwrap();
     device.set_faults(Faults {
         crash_images: Some(CrashImages {
@@ -305,8 +312,8 @@ fn crash_before_every_sync_point_of_the_disk_tier_with_torn_writes() {
     assert!(disk_steps > 100, "{disk_steps}");
 }
 
-/// An engine whose persister (committing only on explicit syncs) and disk tier share one
-/// simulated device, with one file of three thresholds' bytes (all 1) on the disk tier, synced.
+/// [`disk_tier_engine`] with one file of three thresholds' bytes (all 1) on the disk tier,
+/// synced.
 struct OneDiskFile {
     device: Arc<SimDevice>,
     config: EngineConfig,
@@ -316,27 +323,7 @@ struct OneDiskFile {
 }
 
 fn one_disk_file(device_seed: u64, name: &str) -> OneDiskFile {
-    let device = Arc::new(SimDevice::new(device_seed));
-    let config = EngineConfig {
-        memory_cap_bytes: 1 << 30,
-        ..EngineConfig::default()
-    };
-    let engine = Arc::new(Engine::new(config.clone()));
-    let persister = Persister::start(
-        device.clone(),
-        STORE_ID,
-        0,
-        0,
-        PersistConfig {
-            commit_interval: Duration::from_secs(3600), // only explicit syncs commit
-            checkpoint_journal_bytes: u64::MAX,
-            ..PersistConfig::default()
-        },
-    )
-    .unwrap();
-    persister.attach(&engine);
-    engine.set_sink(Some(persister.clone()));
-    engine.set_disk_tier(DiskTier::new(device.clone(), disk_config()));
+    let (device, config, engine, persister) = disk_tier_engine(device_seed);
     let c = Ctx::library(0, 0);
     engine
         .mknod(&c, ROOT_INO, name.as_bytes(), libc::S_IFREG | 0o644, 0)
