@@ -40,6 +40,8 @@ category = "EDITED"
 """
 
 MARKER = b"temporary-category-marker-51c2"
+# In the names of TEMPORARY files: no store file may hold it either (decision 0066).
+NAME_MARKER = "tmpname-8e03"
 LONG = ("--commit-interval", "300s")
 
 
@@ -292,18 +294,20 @@ def test_temporary_files_leave_no_data_in_the_store_and_are_gone(test_base, ramp
     (p / "kept").write_bytes(b"kept")
     os.sync()
     journal_before = journal_len(m)
-    for i in range(20):
-        fd = os.open(p / "tmp" / f"f{i}", os.O_WRONLY | os.O_CREAT, 0o644)
+    names = [f"{NAME_MARKER}-{i}" for i in range(20)]
+    for name in names:
+        fd = os.open(p / "tmp" / name, os.O_WRONLY | os.O_CREAT, 0o644)
         os.write(fd, MARKER * 3000)
         os.fsync(fd)  # answered at once: nothing of it is kept (decision 0065)
         os.close(fd)
-    assert category(p / "tmp" / "f0") == "TEMPORARY"
+    assert category(p / "tmp" / names[0]) == "TEMPORARY"
     os.makedirs(p / "tmp" / "a" / "b")
-    os.symlink("f0", p / "tmp" / "a" / "b" / "link")
-    os.rename(p / "tmp" / "f1", p / "tmp" / "a" / "f1")
-    os.unlink(p / "tmp" / "f2")
+    os.symlink(names[0], p / "tmp" / "a" / "b" / "link")
+    os.rename(p / "tmp" / names[1], p / "tmp" / "a" / names[1])
+    os.unlink(p / "tmp" / names[2])
     os.sync()
     assert store_holds(m, MARKER) == []
+    assert store_holds(m, NAME_MARKER.encode()) == []
     # Nothing at all: not their names either (decision 0066).
     assert journal_len(m) == journal_before
     if end == "kill-9":
@@ -313,12 +317,13 @@ def test_temporary_files_leave_no_data_in_the_store_and_are_gone(test_base, ramp
     else:
         unmount(m)
     assert store_holds(m, MARKER) == []
+    assert store_holds(m, NAME_MARKER.encode()) == []
     remount(m)
     assert os.listdir(p / "tmp") == []
     assert category(p / "tmp") == "TEMPORARY"
     # A SAFE file in a temporary tree makes its directories durable before write returns.
     os.makedirs(p / "tmp" / "x" / "y")
-    (p / "tmp" / "x" / "y" / "scratch").write_bytes(MARKER)
+    (p / "tmp" / "x" / "y" / f"{NAME_MARKER}-scratch").write_bytes(MARKER)
     fd = os.open(p / "tmp" / "x" / "y" / "kept.safe", os.O_WRONLY | os.O_CREAT, 0o600)
     os.write(fd, b"safe in a temporary tree")
     crash(m)
@@ -327,6 +332,9 @@ def test_temporary_files_leave_no_data_in_the_store_and_are_gone(test_base, ramp
     assert os.listdir(p / "tmp" / "x" / "y") == ["kept.safe"]
     assert read_file(p / "kept") == b"kept"
     unmount(m)
+    # Not even in the final checkpoint of the clean unmount.
+    assert store_holds(m, MARKER) == []
+    assert store_holds(m, NAME_MARKER.encode()) == []
     assert_no_panic(m)
 
 

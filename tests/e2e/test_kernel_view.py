@@ -152,3 +152,90 @@ def test_copy_file_range_respects_the_memory_cap(mount_factory):
     assert e.value.errno == errno.ENOSPC
     with open(src, "rb") as f:
         assert f.read() == b"c" * (3 * MiB)
+
+
+# syncfs and read(2) by architecture, as /proc/PID/task/TID/syscall shows them.
+_SYSCALLS = {"x86_64": {"syncfs": 306, "read": 0}, "aarch64": {"syncfs": 267, "read": 63}}
+
+_REFUSER = r"""
+import os, sys
+root = sys.argv[1]
+i = 0
+while True:  # files past the cap, each refused when the kernel writes its pages back
+    p = os.path.join(root, f"refused{i % 4}")
+    try:
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(fd, b"\xab" * (4 << 20))
+        os.close(fd)
+    except OSError:
+        pass
+    i += 1
+"""
+
+
+def _thread_syscall(pid, name):
+    """The syscall number the daemon's thread `name` waits in, or None (running, or gone)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                if f.read().strip() != name:
+                    continue
+            with open(f"/proc/{pid}/task/{tid}/syscall") as f:
+                word = f.read().split()[0]
+        except OSError:
+            return None
+        return int(word) if word.lstrip("-").isdigit() else None
+    return None
+
+
+@pytest.mark.rampart_only
+def test_kill_9_while_the_kernel_view_is_corrected_leaves_a_store_that_mounts_again(mount_factory):
+    """After a refused write the daemon corrects the kernel's view with a syncfs of its own
+    mount; a daemon thread waiting in it would keep a daemon killed with -9 from ever dying
+    (decision 0087). The syncfs is the page flusher's child's: the daemon's `kernel-view`
+    thread waits for the child in read(2), never in syncfs, and a kill -9 then ends the
+    daemon, frees the store and leaves it mountable with what was made durable before."""
+    import platform
+    import signal
+    import subprocess
+    import sys
+
+    from e2e_helpers import in_mount_table, pid_alive
+    from test_persistence import EXIT_WAIT, lock_released, remount
+
+    numbers = _SYSCALLS.get(platform.machine())
+    if numbers is None:
+        pytest.skip(f"syscall numbers of {platform.machine()} not known to this test")
+    m = mount_factory("--memory-cap", "1M", "--large-file-threshold", "off", name="capped")
+    kept = os.path.join(m.path, "kept")
+    with open(kept, "wb") as f:
+        f.write(b"k" * 4096)
+        f.flush()
+        os.fsync(f.fileno())
+    refuser = subprocess.Popen([sys.executable, "-c", _REFUSER, str(m.path)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        seen = []
+
+        def waiting_for_the_child():
+            nr = _thread_syscall(m.pid, "kernel-view")
+            seen.append(nr)
+            return nr == numbers["read"]
+        # The correction in progress: the thread waits for the child's answer.
+        assert wait_until(waiting_for_the_child, timeout=60, interval=0.001), (
+            f"the kernel-view thread never waited for the child (syscalls seen: {set(seen)})")
+        assert numbers["syncfs"] not in seen, "a daemon thread called syncfs on its own mount"
+        pid = m.pid
+        os.kill(pid, signal.SIGKILL)
+        assert wait_until(lambda: not pid_alive(pid), EXIT_WAIT), f"daemon {pid} survived SIGKILL"
+    finally:
+        refuser.kill()
+        refuser.wait(timeout=EXIT_WAIT)
+    # Its leader may be a zombie while its last threads still exit, holding the store's lock.
+    assert wait_until(lambda: lock_released(m.store), EXIT_WAIT), f"daemon {pid} still holds the lock"
+    run(["fusermount3", "-u", "-z", m.path], timeout=60)
+    assert wait_until(lambda: not in_mount_table(m.path), EXIT_WAIT), "dead mount still in the mount table"
+    m.mounted = False
+    remount(m)
+    with open(kept, "rb") as f:
+        assert f.read() == b"k" * 4096

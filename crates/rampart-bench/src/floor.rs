@@ -19,18 +19,16 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, Session, SessionACL, TimeOrNow, WriteFlags,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, Session, TimeOrNow, WriteFlags,
 };
+use rampart_fuse::kernel_settings;
 
 /// The extended attribute of the floor's root that answers its request counts as JSON
 /// (`{"getattr": 12, ...}`, opcodes answered at least once).
 pub const REQUESTS_XATTR: &str = "user.rampart.floor.requests";
-
-/// rampart's io_uring queue depth (rampart-fuse's `IO_URING_QUEUE_DEPTH`, private there).
-const IO_URING_QUEUE_DEPTH: u16 = 32;
 
 /// The most entries the table holds: a workload that makes more is refused with ENOSPC, as a
 /// full file system would (PostMark's largest configuration makes 50,000 files).
@@ -73,22 +71,16 @@ pub fn serve(
     options: &FloorOptions,
     ready: impl FnOnce(bool),
 ) -> io::Result<()> {
-    let mut config = Config::default();
-    config.mount_options = vec![
-        MountOption::FSName("rampart-floor".into()),
-        MountOption::CUSTOM("subtype=rampart-floor".into()),
-        MountOption::DefaultPermissions,
-    ];
-    config.acl = if options.allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
-    };
-    config.n_threads = Some(options.threads.max(1));
-    config.clone_fd = true;
-    if options.io_uring {
-        config.io_uring_depth = Some(IO_URING_QUEUE_DEPTH);
-    }
+    let config = kernel_settings::session_config(
+        vec![
+            MountOption::FSName("rampart-floor".into()),
+            MountOption::CUSTOM("subtype=rampart-floor".into()),
+            MountOption::DefaultPermissions,
+        ],
+        options.allow_other,
+        options.threads,
+        options.io_uring,
+    );
     let floor = Floor::new(options.writeback_cache, options.no_open, options.no_flush);
     let session = Session::new(floor, mountpoint, &config)?;
     ready(session.uses_io_uring());
@@ -186,15 +178,6 @@ fn new_attr(ino: u64, kind: FileType, perm: u16, uid: u32, gid: u32) -> FileAttr
         blksize: 4096,
         flags: 0,
     }
-}
-
-/// "No such name", cached by the kernel for the entry timeout (as rampart answers it).
-fn negative_entry() -> FileAttr {
-    let mut attr = new_attr(0, FileType::RegularFile, 0, 0, 0);
-    (attr.atime, attr.mtime, attr.ctime, attr.crtime) =
-        (UNIX_EPOCH, UNIX_EPOCH, UNIX_EPOCH, UNIX_EPOCH);
-    attr.nlink = 0;
-    attr
 }
 
 fn time_of(t: TimeOrNow) -> SystemTime {
@@ -332,24 +315,11 @@ impl Floor {
 impl Filesystem for Floor {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         // rampart-fuse's flags and limits, so the kernel behaves as it does for rampart.
-        for flag in [
-            InitFlags::FUSE_PARALLEL_DIROPS,
-            InitFlags::FUSE_CACHE_SYMLINKS,
-            InitFlags::FUSE_HANDLE_KILLPRIV_V2,
-            InitFlags::FUSE_ABORT_ERROR,
-        ] {
-            let _ = config.add_capabilities(flag);
-        }
-        if self.writeback_cache
-            && config
-                .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
-                .is_err()
-        {
+        kernel_settings::add_capabilities(config, &kernel_settings::INIT_FLAGS);
+        if self.writeback_cache && !kernel_settings::add_writeback_cache(config) {
             self.writeback_cache = false;
         }
-        let _ = config.set_max_write(1 << 20);
-        let _ = config.set_max_readahead(1 << 20);
-        let _ = config.set_max_background(64);
+        kernel_settings::set_request_limits(config);
         Ok(())
     }
 
@@ -357,7 +327,7 @@ impl Filesystem for Floor {
         self.count("lookup");
         let mut t = self.table();
         let Some(&ino) = t.nodes.get(&parent.0).and_then(|p| p.children.get(name)) else {
-            return reply.entry(&ttl(), &negative_entry(), Generation(0));
+            return reply.entry(&ttl(), &kernel_settings::negative_entry(), Generation(0));
         };
         let node = t.nodes.get_mut(&ino).expect("an entry names a node");
         node.lookups += 1;
@@ -603,10 +573,7 @@ impl Filesystem for Floor {
         if self.no_open {
             return reply.error(Errno::ENOSYS);
         }
-        reply.opened(
-            FileHandle(0),
-            FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
-        );
+        reply.opened(FileHandle(0), kernel_settings::DIR_OPEN_FLAGS);
     }
 
     fn readdir(

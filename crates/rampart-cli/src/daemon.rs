@@ -259,6 +259,8 @@ fn start_page_flusher(
             mounted.counters(),
             engine.clone(),
         )
+        // The kernel-view corrections after refused writes go through its child too.
+        .inspect(|flusher| mounted.set_own_mount_calls(flusher.own_mount_calls()))
         .map_err(|e| tracing::warn!("cannot start the page flusher: {e}"))
         .ok(),
         (None, true) => {

@@ -2,16 +2,18 @@
 //! inheritance and the attributes; SAFE writes durable when they return and TEMPORARY files
 //! never in the store, with a crash at every sync point.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use rampart_core::category::{Categories, Origin};
 use rampart_core::persist::device::{CrashMode, SimDevice};
-use rampart_core::persist::persister::{PersistConfig, Persister};
-use rampart_core::persist::recovery::recover;
+use rampart_core::persist::persister::Persister;
 use rampart_core::{Ctx, Durability, Engine, EngineConfig, ROOT_INO};
 
-const ID: [u8; 16] = [3; 16];
+use common::{content, crash_and_recover, engine_on_sim_device};
+
 const FILE: u32 = libc::S_IFREG | 0o644;
 /// Long enough that no commit runs by the clock during a test, short enough for SOMETIME.
 const COMMIT: Duration = Duration::from_secs(60);
@@ -38,35 +40,8 @@ category = "DISPOSABLE"
 "#;
 
 fn setup(seed: u64) -> (Arc<SimDevice>, Arc<Engine>, Arc<Persister>) {
-    let device = Arc::new(SimDevice::new(seed));
-    let engine = Arc::new(Engine::new(EngineConfig::default()));
-    let config = PersistConfig {
-        commit_interval: COMMIT,
-        checkpoint_journal_bytes: u64::MAX,
-        ..PersistConfig::default()
-    };
-    engine.set_categories(Arc::new(
-        Categories::from_toml(CONFIG, "rampart.toml", COMMIT).unwrap(),
-    ));
-    let persister = Persister::start(device.clone(), ID, 0, 0, config).unwrap();
-    persister.attach(&engine);
-    engine.set_sink(Some(persister.clone()));
-    (device, engine, persister)
-}
-
-fn recovered(device: &SimDevice) -> Engine {
-    let image = device.crash(CrashMode::LoseUnsynced);
-    let (state, report) = recover(&image, ID, &EngineConfig::default()).unwrap();
-    let e = Engine::from_state(state);
-    assert!(e.check().is_empty(), "{:?} ({report})", e.check());
-    e
-}
-
-fn content(e: &Engine, path: &[u8]) -> Vec<u8> {
-    let a = e.lookup_path(path).unwrap();
-    let mut buf = Vec::new();
-    e.read(a.ino, 0, a.size_bytes as u32, &mut buf).unwrap();
-    buf
+    let categories = Categories::from_toml(CONFIG, "rampart.toml", COMMIT).unwrap();
+    engine_on_sim_device(seed, COMMIT, Some(categories))
 }
 
 #[test]
@@ -157,7 +132,7 @@ fn disposable_writes_are_dropped() {
     assert_eq!(e.getattr(null).unwrap().size_bytes, 0);
     assert!(e.writes_through(null));
     e.sync().unwrap();
-    let r = recovered(&device);
+    let r = crash_and_recover(&device);
     assert!(
         r.lookup_path(b"/x.null").is_err(),
         "volatile: gone after a crash"
@@ -174,7 +149,7 @@ fn categories_survive_a_crash_and_a_checkpoint() {
     let f = e.mknod(&c, d, b"f", FILE, 0).unwrap().ino;
     e.write(&c, f, 0, b"text", false).unwrap();
     e.sync().unwrap();
-    let r = recovered(&device);
+    let r = crash_and_recover(&device);
     let f2 = r.lookup_path(b"/d/f").unwrap().ino;
     let info = r.category(f2).unwrap();
     assert_eq!(
@@ -182,7 +157,7 @@ fn categories_survive_a_crash_and_a_checkpoint() {
         ("EDITED", Origin::Directory)
     );
     p.checkpoint(&e).unwrap();
-    let r = recovered(&device);
+    let r = crash_and_recover(&device);
     let d2 = r.lookup_path(b"/d").unwrap().ino;
     assert_eq!(r.category(d2).unwrap().origin, Origin::Xattr);
     assert_eq!(r.getxattr(d2, b"user.rampart.category").unwrap(), b"EDITED");
@@ -223,7 +198,7 @@ fn safe_writes_survive_and_temporary_files_leave_nothing_at_every_sync_point() {
         device.fail_after_syncs(k);
         let mut acked = Vec::new();
         workload(&e, &mut acked);
-        let r = recovered(&device);
+        let r = crash_and_recover(&device);
         for (path, data) in &acked {
             assert_eq!(
                 &content(&r, path.as_bytes()),
@@ -339,7 +314,7 @@ fn a_tree_of_temporary_files_writes_nothing_at_all() {
     );
     // A checkpoint leaves them out; recovery has the rest, consistent.
     _p.checkpoint(&e).unwrap();
-    let r = recovered(&device);
+    let r = crash_and_recover(&device);
     assert_eq!(content(&r, b"/keep"), b"kept");
     assert!(r.lookup_path(b"/tmp/a").is_err());
     assert_eq!(
@@ -382,7 +357,7 @@ fn a_durable_file_in_a_temporary_directory_makes_the_directories_durable_first()
     e.link(&c, late, t2, b"late2").unwrap();
     e.set_category(&c, late, Some("SOON"), Origin::Api).unwrap();
     e.sync().unwrap();
-    let r = recovered(&device);
+    let r = crash_and_recover(&device);
     assert_eq!(content(&r, b"/tmp/a/b/x.safe"), b"acknowledged");
     let rb = r.lookup_path(b"/tmp/a/b").unwrap().ino;
     assert_eq!(r.getxattr(rb, b"user.tag").unwrap(), b"kept with b");
@@ -542,7 +517,7 @@ fn random_ops_across_temporary_trees_recover_consistently_at_every_sync_point() 
             device.fail_after_syncs(k);
             let mut acked = Vec::new();
             let _ = workload(&e, &p, seed, &mut acked);
-            let r = recovered(&device);
+            let r = crash_and_recover(&device);
             for (path, data) in &acked {
                 assert_eq!(
                     &content(&r, path),
@@ -567,18 +542,18 @@ fn removing_or_moving_a_safe_file_is_durable_when_it_returns() {
     e.write(&c, plain, 0, b"p", false).unwrap();
     e.sync().unwrap();
     e.unlink(&c, ROOT_INO, b"a.safe").unwrap();
-    let r = recovered(&device);
+    let r = crash_and_recover(&device);
     assert!(
         r.lookup_path(b"/a.safe").is_err(),
         "the unlink of a SAFE file was not durable"
     );
     e.rename(&c, ROOT_INO, b"b.safe", ROOT_INO, b"moved", 0)
         .unwrap();
-    let r = recovered(&device);
+    let r = crash_and_recover(&device);
     assert_eq!(content(&r, b"/moved"), b"b");
     // A SOON file's unlink waits for the commit interval.
     e.unlink(&c, ROOT_INO, b"plain").unwrap();
-    let r = recovered(&device);
+    let r = crash_and_recover(&device);
     assert!(r.lookup_path(b"/plain").is_ok());
 }
 

@@ -166,7 +166,9 @@ fn allowed(got: &State, states: &[&State], written: &Written) -> Result<(), Stri
     Ok(())
 }
 
-fn run_seed(seed: u64, mode: CrashMode) -> usize {
+/// An engine whose persister (committing only at explicit syncs, never checkpointing by
+/// journal size) and disk tier share one simulated device (`seed`).
+fn disk_tier_engine(seed: u64) -> (Arc<SimDevice>, EngineConfig, Arc<Engine>, Arc<Persister>) {
     let device = Arc::new(SimDevice::new(seed));
     let config = EngineConfig {
         memory_cap_bytes: 1 << 30,
@@ -188,6 +190,11 @@ fn run_seed(seed: u64, mode: CrashMode) -> usize {
     persister.attach(&engine);
     engine.set_sink(Some(persister.clone()));
     engine.set_disk_tier(DiskTier::new(device.clone(), disk_config()));
+    (device, config, engine, persister)
+}
+
+fn run_seed(seed: u64, mode: CrashMode) -> usize {
+    let (device, config, engine, persister) = disk_tier_engine(seed);
     persister.checkpoint(&engine).unwrap();
     device.set_faults(Faults {
         crash_images: Some(CrashImages {
@@ -285,21 +292,73 @@ fn run_seed(seed: u64, mode: CrashMode) -> usize {
     on_disk
 }
 
+/// [`run_seed`] for each seed from `first`; returns the steps that had a file on the disk tier.
+fn run_seeds(first: u64, mode: CrashMode) -> usize {
+    (first..first + seeds(4))
+        .map(|seed| run_seed(seed, mode))
+        .sum()
+}
+
 #[test]
 fn crash_before_every_sync_point_of_the_disk_tier_losing_unsynced_writes() {
-    let mut disk_steps = 0;
-    for seed in 0..seeds(4) {
-        disk_steps += run_seed(seed, CrashMode::LoseUnsynced);
-    }
+    let disk_steps = run_seeds(0, CrashMode::LoseUnsynced);
     // The workload really kept files on the disk tier.
     assert!(disk_steps > 100, "{disk_steps}");
 }
 
 #[test]
 fn crash_before_every_sync_point_of_the_disk_tier_with_torn_writes() {
-    for seed in 0..seeds(4) {
-        run_seed(500 + seed, CrashMode::TornTail);
+    let disk_steps = run_seeds(500, CrashMode::TornTail);
+    assert!(disk_steps > 100, "{disk_steps}");
+}
+
+/// [`disk_tier_engine`] with one file of three thresholds' bytes (all 1) on the disk tier,
+/// synced.
+struct OneDiskFile {
+    device: Arc<SimDevice>,
+    config: EngineConfig,
+    engine: Arc<Engine>,
+    persister: Arc<Persister>,
+    ino: u64,
+}
+
+fn one_disk_file(device_seed: u64, name: &str) -> OneDiskFile {
+    let (device, config, engine, persister) = disk_tier_engine(device_seed);
+    let c = Ctx::library(0, 0);
+    engine
+        .mknod(&c, ROOT_INO, name.as_bytes(), libc::S_IFREG | 0o644, 0)
+        .unwrap();
+    let ino = engine.lookup_path(name.as_bytes()).unwrap().ino;
+    engine
+        .write(&c, ino, 0, &vec![1; 3 * THRESHOLD as usize], false)
+        .unwrap();
+    engine.sync().unwrap();
+    assert_eq!(engine.tier(ino), Ok(Tier::Disk));
+    OneDiskFile {
+        device,
+        config,
+        engine,
+        persister,
+        ino,
     }
+}
+
+/// What a `kill -9` now would leave (the device's current content, every write kept):
+/// recovered, with no host file missing or short; its state and the recovery's report.
+fn after_kill(device: &Arc<SimDevice>, config: &EngineConfig) -> (State, String) {
+    let (mut state, report) = recover(device.as_ref(), STORE_ID, config)
+        .unwrap_or_else(|e| panic!("recovery failed: {e}"));
+    let scan = scan_host_files(device.as_ref(), &state).unwrap();
+    assert!(
+        scan.damaged.is_empty(),
+        "missing or short host files ({report}): {:?}",
+        scan.damaged
+    );
+    let hosts = recover_host_files(device.as_ref(), &mut state).unwrap();
+    assert!(hosts.damaged.is_empty(), "{:?}", hosts.damaged);
+    let recovered = Engine::from_state(state);
+    recovered.set_disk_tier(DiskTier::new(device.clone(), disk_config()));
+    (state_of(&recovered), report.to_string())
 }
 
 /// The checkpoint's race with a commit (the kill -9 e2e test's flake, issue 13): a commit that
@@ -350,38 +409,14 @@ fn a_commit_while_a_checkpoint_syncs_host_files_stays_in_the_new_journal() {
     use checkpoint_race::{hold_first_host_call, wait_for, ARMED, COMMITTED, IN_SYNC};
     use std::sync::atomic::Ordering;
 
-    let device = Arc::new(SimDevice::new(7));
-    let config = EngineConfig {
-        memory_cap_bytes: 1 << 30,
-        ..EngineConfig::default()
-    };
-    let engine = Arc::new(Engine::new(config.clone()));
-    let persister = Persister::start(
-        device.clone(),
-        STORE_ID,
-        0,
-        0,
-        PersistConfig {
-            commit_interval: Duration::from_secs(3600), // only explicit syncs commit
-            checkpoint_journal_bytes: u64::MAX,
-            ..PersistConfig::default()
-        },
-    )
-    .unwrap();
-    persister.attach(&engine);
-    engine.set_sink(Some(persister.clone()));
-    engine.set_disk_tier(DiskTier::new(device.clone(), disk_config()));
+    let OneDiskFile {
+        device,
+        config,
+        engine,
+        persister,
+        ino,
+    } = one_disk_file(7, "big");
     let c = Ctx::library(0, 0);
-    engine
-        .mknod(&c, ROOT_INO, b"big", libc::S_IFREG | 0o644, 0)
-        .unwrap();
-    let ino = engine.lookup_path(b"big").unwrap().ino;
-    let big = 3 * THRESHOLD;
-    engine
-        .write(&c, ino, 0, &vec![1; big as usize], false)
-        .unwrap();
-    engine.sync().unwrap();
-    assert_eq!(engine.tier(ino), Ok(Tier::Disk));
     // Pending at the checkpoint: a write of the disk-tier file, so its image names the host
     // file and syncs it.
     engine.write(&c, ino, 100, &[2; 100], false).unwrap();
@@ -422,19 +457,8 @@ fn a_commit_while_a_checkpoint_syncs_host_files_stays_in_the_new_journal() {
     assert_eq!(engine.getattr(ino).unwrap().size_bytes, cut);
 
     // kill -9: every write the device took is there.
-    let (mut state, report) = recover(device.as_ref(), STORE_ID, &config)
-        .unwrap_or_else(|e| panic!("recovery after the checkpoint failed: {e}"));
-    let scan = scan_host_files(device.as_ref(), &state).unwrap();
-    assert!(
-        scan.damaged.is_empty(),
-        "missing or short host files after the checkpoint ({report}): {:?}",
-        scan.damaged
-    );
-    let hosts = recover_host_files(device.as_ref(), &mut state).unwrap();
-    assert!(hosts.damaged.is_empty(), "{:?}", hosts.damaged);
-    let recovered = Engine::from_state(state);
-    recovered.set_disk_tier(DiskTier::new(device.clone(), disk_config()));
-    assert_eq!(state_of(&recovered), expected, "{report}");
+    let (recovered, report) = after_kill(&device, &config);
+    assert_eq!(recovered, expected, "{report}");
 }
 
 /// What a `kill -9` leaves at every host-file call of a file that comes back to memory and
@@ -493,37 +517,14 @@ mod reuse_check {
 fn a_file_back_in_memory_reuses_its_host_file_only_once_that_is_durable() {
     use std::sync::atomic::Ordering;
 
-    let device = Arc::new(SimDevice::new(11));
-    let config = EngineConfig {
-        memory_cap_bytes: 1 << 30,
-        ..EngineConfig::default()
-    };
-    let engine = Arc::new(Engine::new(config.clone()));
-    let persister = Persister::start(
-        device.clone(),
-        STORE_ID,
-        0,
-        0,
-        PersistConfig {
-            commit_interval: Duration::from_secs(3600), // only explicit syncs commit
-            checkpoint_journal_bytes: u64::MAX,
-            ..PersistConfig::default()
-        },
-    )
-    .unwrap();
-    persister.attach(&engine);
-    engine.set_sink(Some(persister.clone()));
-    engine.set_disk_tier(DiskTier::new(device.clone(), disk_config()));
+    let OneDiskFile {
+        device,
+        config,
+        engine,
+        persister: _persister,
+        ino,
+    } = one_disk_file(11, "f");
     let c = Ctx::library(0, 0);
-    engine
-        .mknod(&c, ROOT_INO, b"f", libc::S_IFREG | 0o644, 0)
-        .unwrap();
-    let ino = engine.lookup_path(b"f").unwrap().ino;
-    engine
-        .write(&c, ino, 0, &vec![1; 3 * THRESHOLD as usize], false)
-        .unwrap();
-    engine.sync().unwrap();
-    assert_eq!(engine.tier(ino), Ok(Tier::Disk));
     // Below a quarter of the threshold: committed, trimmed, then back to memory (not
     // committed yet); its host file waits for that commit to go.
     let small = THRESHOLD / 8;
@@ -554,10 +555,6 @@ fn a_file_back_in_memory_reuses_its_host_file_only_once_that_is_durable() {
     let found = reuse_check::FOUND.lock().unwrap().clone();
     assert!(found.is_empty(), "{}", found.join("\n"));
     let expected = state_of(&engine);
-    let (mut state, _) = recover(device.as_ref(), STORE_ID, &config).unwrap();
-    let hosts = recover_host_files(device.as_ref(), &mut state).unwrap();
-    assert!(hosts.damaged.is_empty(), "{:?}", hosts.damaged);
-    let recovered = Engine::from_state(state);
-    recovered.set_disk_tier(DiskTier::new(device.clone(), disk_config()));
-    assert_eq!(state_of(&recovered), expected);
+    let (recovered, report) = after_kill(&device, &config);
+    assert_eq!(recovered, expected, "{report}");
 }

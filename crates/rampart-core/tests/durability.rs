@@ -2,44 +2,21 @@
 //! a volatile file made durable carries its content; before-return changes are durable when
 //! the call returns.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use rampart_core::persist::device::{CrashMode, Device, SimDevice};
+use rampart_core::persist::device::{Device, SimDevice};
 use rampart_core::persist::persister::{PersistConfig, Persister};
-use rampart_core::persist::recovery::recover;
 use rampart_core::{Ctx, Durability, Engine, EngineConfig, ROOT_INO};
 
-const ID: [u8; 16] = [1; 16];
+use common::{content, crash_and_recover, engine_on_sim_device, STORE_ID};
+
 const FILE: u32 = libc::S_IFREG | 0o644;
 
 fn setup(seed: u64) -> (Arc<SimDevice>, Arc<Engine>, Arc<Persister>) {
-    let device = Arc::new(SimDevice::new(seed));
-    let engine = Arc::new(Engine::new(EngineConfig::default()));
-    let config = PersistConfig {
-        commit_interval: Duration::from_secs(3600),
-        checkpoint_journal_bytes: u64::MAX,
-        ..PersistConfig::default()
-    };
-    let persister = Persister::start(device.clone(), ID, 0, 0, config).unwrap();
-    persister.attach(&engine);
-    engine.set_sink(Some(persister.clone()));
-    (device, engine, persister)
-}
-
-fn crash_and_recover(device: &SimDevice) -> Engine {
-    let image = device.crash(CrashMode::LoseUnsynced);
-    let (state, report) = recover(&image, ID, &EngineConfig::default()).unwrap();
-    let e = Engine::from_state(state);
-    assert!(e.check().is_empty(), "{:?} ({report})", e.check());
-    e
-}
-
-fn content(e: &Engine, path: &[u8]) -> Vec<u8> {
-    let a = e.lookup_path(path).unwrap();
-    let mut buf = Vec::new();
-    e.read(a.ino, 0, a.size_bytes as u32, &mut buf).unwrap();
-    buf
+    engine_on_sim_device(seed, Duration::from_secs(3600), None)
 }
 
 #[test]
@@ -136,7 +113,7 @@ fn background_checkpoints_keep_the_journal_bounded_and_lose_nothing() {
         checkpoint_scales_with_image: false,
         ..PersistConfig::default()
     };
-    let persister = Persister::start(device.clone(), ID, 0, 0, config).unwrap();
+    let persister = Persister::start(device.clone(), STORE_ID, 0, 0, config).unwrap();
     persister.attach(&engine);
     engine.set_sink(Some(persister.clone()));
     let c = Ctx::library(0, 0);
@@ -182,7 +159,7 @@ fn checkpoints_scaled_to_the_image_write_no_more_than_the_journal() {
         checkpoint_scales_with_image: true,
         ..PersistConfig::default()
     };
-    let persister = Persister::start(device.clone(), ID, 0, 0, config).unwrap();
+    let persister = Persister::start(device.clone(), STORE_ID, 0, 0, config).unwrap();
     persister.attach(&engine);
     engine.set_sink(Some(persister.clone()));
     let c = Ctx::library(0, 0);
@@ -250,7 +227,7 @@ fn writers_wait_when_too_much_waits_to_be_written() {
         pending_bytes_max: 1 << 20,
         ..PersistConfig::default()
     };
-    let persister = Persister::start(device.clone(), ID, 0, 0, config).unwrap();
+    let persister = Persister::start(device.clone(), STORE_ID, 0, 0, config).unwrap();
     persister.attach(&engine);
     engine.set_sink(Some(persister.clone()));
     let c = Ctx::library(0, 0);

@@ -23,6 +23,7 @@ use rampart_core::{Attr, Ctx, Engine, FileKind, SetAttr, SetTime, WriteTimes};
 
 use crate::counters::{PendingRequest, RequestCounters, RequestKind};
 use crate::direct_io::{self, DirectIo};
+use crate::kernel_settings;
 use crate::open_files::{Negotiated, OpenFiles, Opened, FH_PASSTHROUGH};
 use crate::refusals::Refusals;
 use crate::PassthroughMode;
@@ -117,27 +118,6 @@ fn file_attr(a: &Attr) -> FileAttr {
         uid: a.uid,
         gid: a.gid,
         rdev: a.rdev,
-        blksize: rampart_core::limits::BLOCK_SIZE_BYTES,
-        flags: 0,
-    }
-}
-
-/// The attributes of a negative entry: only `ino == 0` matters to the kernel.
-fn negative_entry() -> FileAttr {
-    FileAttr {
-        ino: INodeNo(0),
-        size: 0,
-        blocks: 0,
-        atime: UNIX_EPOCH,
-        mtime: UNIX_EPOCH,
-        ctime: UNIX_EPOCH,
-        crtime: UNIX_EPOCH,
-        kind: FileType::RegularFile,
-        perm: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
         blksize: rampart_core::limits::BLOCK_SIZE_BYTES,
         flags: 0,
     }
@@ -342,41 +322,18 @@ fn reply_xattr(reply: ReplyXattr, size: u32, result: rampart_core::FsResult<Vec<
 
 impl Filesystem for RampartFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        // Lookups and creates in one directory may run in parallel (the engine serialises
-        // what must be); symlink targets may stay in the page cache. HANDLE_KILLPRIV_V2: this
-        // file system clears setuid/setgid/capabilities on write, truncate and chown itself,
-        // which lets the kernel mark the mount SB_NOSEC and stop asking for
-        // security.capability before every write() (a round trip each). ABORT_ERROR: after an
-        // abort (fusectl) the kernel says ECONNABORTED instead of ENODEV, which tells an
-        // aborted connection from an unmount (the daemon then detaches the dead mount).
-        for flag in [
-            InitFlags::FUSE_PARALLEL_DIROPS,
-            InitFlags::FUSE_CACHE_SYMLINKS,
-            InitFlags::FUSE_HANDLE_KILLPRIV_V2,
-            InitFlags::FUSE_ABORT_ERROR,
-            // Files opened with direct I/O (SAFE, DISPOSABLE) can still be mapped shared.
-            InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP,
-        ] {
-            if config.add_capabilities(flag).is_err() {
-                tracing::debug!("kernel lacks {flag:?}");
-            }
-        }
+        kernel_settings::add_capabilities(config, &kernel_settings::INIT_FLAGS);
+        // Files opened with direct I/O (SAFE, DISPOSABLE) can still be mapped shared.
+        kernel_settings::add_capabilities(config, &[InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP]);
         self.negotiate_passthrough(config)?;
         self.negotiated
             .set(self.passthrough, self.cache.writeback_cache);
-        if self.cache.writeback_cache
-            && config
-                .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
-                .is_err()
-        {
+        if self.cache.writeback_cache && !kernel_settings::add_writeback_cache(config) {
             tracing::warn!("kernel has no writeback cache for FUSE; writing through");
             self.cache.writeback_cache = false;
             self.negotiated.set(self.passthrough, false);
         }
-        // Large writes: one request per MiB instead of per 4 KiB page.
-        let _ = config.set_max_write(1 << 20);
-        let _ = config.set_max_readahead(1 << 20);
-        let _ = config.set_max_background(64);
+        kernel_settings::set_request_limits(config);
         Ok(())
     }
 
@@ -392,7 +349,11 @@ impl Filesystem for RampartFs {
                 Err(e) if e == rampart_core::Errno::ENOENT => {
                     // A negative entry (inode 0) with a timeout: the kernel caches "no such
                     // name", which saves the lookup that precedes every create.
-                    reply.entry(&self.cache.entry_ttl, &negative_entry(), Generation(0));
+                    reply.entry(
+                        &self.cache.entry_ttl,
+                        &kernel_settings::negative_entry(),
+                        Generation(0),
+                    );
                 }
                 Err(e) => reply.error(errno(e)),
             }
@@ -782,10 +743,9 @@ impl Filesystem for RampartFs {
             return reply.error(Errno::ENOSYS);
         }
         guarded("opendir", || match self.engine.getattr(ino.0) {
-            Ok(a) if a.kind == FileKind::Directory => reply.opened(
-                FileHandle(0),
-                FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR,
-            ),
+            Ok(a) if a.kind == FileKind::Directory => {
+                reply.opened(FileHandle(0), kernel_settings::DIR_OPEN_FLAGS)
+            }
             Ok(_) => reply.error(Errno::ENOTDIR),
             Err(e) => reply.error(errno(e)),
         });

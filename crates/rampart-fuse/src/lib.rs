@@ -8,7 +8,9 @@
 mod adapter;
 pub mod counters;
 mod direct_io;
+pub mod kernel_settings;
 mod open_files;
+pub mod own_mount;
 mod refusals;
 
 use std::ffi::OsStr;
@@ -17,18 +19,13 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use fuser::{Config, INodeNo, MountOption, Notifier, Session, SessionACL, SessionUnmounter};
+use fuser::{Config, INodeNo, MountOption, Notifier, Session, SessionUnmounter};
 use rampart_core::{Engine, Invalidation, Observer};
 
 pub use adapter::CachePolicy;
 pub use counters::{PendingRequest, RequestCounters, RequestKind, RequestTimer};
 pub use open_files::Negotiated;
-
-/// Requests one CPU's io_uring queue can hold at once (fsyncs waiting for a commit hold one
-/// each, so 8 stalled a CPU's other requests under 16 writers); each costs a payload buffer of
-/// max_write (1 MiB), touched only when a request fills it, and fuser keeps all of them under
-/// 64 MiB (fewer per queue on machines with many CPUs).
-const IO_URING_QUEUE_DEPTH: u16 = 32;
+pub use own_mount::OwnMountCalls;
 
 /// How to mount.
 #[derive(Clone, Debug)]
@@ -147,6 +144,7 @@ pub struct Mounted {
     engine: Arc<Engine>,
     counters: Arc<RequestCounters>,
     negotiated: Arc<Negotiated>,
+    own_mount_calls: refusals::CallsSlot,
 }
 
 /// Unmounts a [`Mounted`] from another thread (signal handlers, shutdown).
@@ -219,6 +217,7 @@ pub fn mount(
     let config = session_config(options)?;
     let counters = Arc::new(RequestCounters::default());
     let (refusals, refusals_worker) = refusals::channel();
+    let own_mount_calls = refusals::CallsSlot::default();
     let negotiated = Arc::new(Negotiated::default());
     let notifier = Arc::new(std::sync::OnceLock::new());
     let cache = kernel_cache(&engine, options);
@@ -239,8 +238,13 @@ pub fn mount(
     if negotiated.writeback_cache() {
         // Without it the worker is not started and refusals are dropped: the kernel's size
         // then follows the engine's (write-through).
-        match refusals::MountAt::of(mountpoint) {
-            Ok(at) => refusals_worker.start(at, engine.clone(), session.notifier())?,
+        match own_mount::InProcess::of(mountpoint) {
+            Ok(at) => refusals_worker.start(
+                at,
+                own_mount_calls.clone(),
+                engine.clone(),
+                session.notifier(),
+            )?,
             Err(e) => tracing::warn!("cannot correct the kernel's view after refused writes: {e}"),
         }
     }
@@ -249,13 +253,13 @@ pub fn mount(
         engine,
         counters,
         negotiated,
+        own_mount_calls,
     })
 }
 
 /// The FUSE session's configuration: mount options, who may access it, worker threads.
 fn session_config(options: &MountOptions) -> io::Result<Config> {
-    let mut config = Config::default();
-    config.mount_options = vec![
+    let mut mount_options = vec![
         MountOption::FSName(options.fs_name.clone()),
         // The type /proc/mounts shows is `fuse.rampart` either way: fusermount3 reads
         // `subtype=` from its options, and the kernel takes it as a mount option when root
@@ -264,19 +268,14 @@ fn session_config(options: &MountOptions) -> io::Result<Config> {
         MountOption::DefaultPermissions,
     ];
     for name in &options.kernel_flags {
-        config.mount_options.push(kernel_flag(name)?);
+        mount_options.push(kernel_flag(name)?);
     }
-    config.acl = if options.allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
-    };
-    config.n_threads = Some(options.threads.max(1));
-    config.clone_fd = true;
-    if options.io_uring {
-        config.io_uring_depth = Some(IO_URING_QUEUE_DEPTH);
-    }
-    Ok(config)
+    Ok(kernel_settings::session_config(
+        mount_options,
+        options.allow_other,
+        options.threads,
+        options.io_uring,
+    ))
 }
 
 /// The kernel cache policy: `options.cache`, with OPEN and FLUSH skipped as the no-open and
@@ -371,6 +370,13 @@ impl Mounted {
     /// FUSE requests served so far, by kind.
     pub fn counters(&self) -> Arc<RequestCounters> {
         self.counters.clone()
+    }
+
+    /// Where the calls on this mount that wait for its own replies are made from now on (a
+    /// process without /dev/fuse: `own_mount`); first call only. Set it before [`Mounted::run`]:
+    /// until then they are made from a thread of this process.
+    pub fn set_own_mount_calls(&self, calls: Arc<dyn OwnMountCalls>) {
+        let _ = self.own_mount_calls.set(calls);
     }
 
     pub fn unmounter(&mut self) -> Unmounter {

@@ -13,19 +13,19 @@
 //! engine's, truncates it to the engine's (the kernel drops its pages past it), then has the
 //! kernel drop the file's remaining pages (refused bytes inside the file). Never from the
 //! request handler: the pages of the refused WRITE stay under writeback until its reply, and
-//! both steps wait for them (docs/decisions/0031).
+//! both steps wait for them (docs/decisions/0031). Nor from any thread of the daemon when it
+//! has a helper process: those calls wait on the daemon's own mount (`own_mount`, decision
+//! 0087).
 
 use std::collections::HashSet;
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::io::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use fuser::{INodeNo, Notifier};
 use parking_lot::Mutex;
 use rampart_core::{Engine, Ino};
+
+use crate::own_mount::{InProcess, OwnMountCalls};
 
 /// Inodes waiting for the worker; more refusals meanwhile are dropped with a warning (the next
 /// refusal of the same file brings it back).
@@ -79,46 +79,16 @@ impl Refusals {
     }
 }
 
-/// Where the worker reaches the mount: its path and the device number it had when mounted
-/// (another file system mounted over it later must not be touched).
-pub(crate) struct MountAt {
-    pub(crate) path: PathBuf,
-    pub(crate) device: u64,
-}
-
-impl MountAt {
-    /// The device of the mount just made at `path`, read without a FUSE request
-    /// (AT_STATX_DONT_SYNC: nothing serves requests yet).
-    pub(crate) fn of(path: &Path) -> std::io::Result<MountAt> {
-        let c_path = CString::new(path.as_os_str().as_bytes())?;
-        // SAFETY: an all-zero statx is a valid value of this plain C struct.
-        let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-        // SAFETY: `c_path` is a NUL-terminated string and `stx` a valid out-pointer, both
-        // alive for the call.
-        let rc = unsafe {
-            libc::statx(
-                libc::AT_FDCWD,
-                c_path.as_ptr(),
-                libc::AT_STATX_DONT_SYNC | libc::AT_SYMLINK_NOFOLLOW,
-                0,
-                &mut stx,
-            )
-        };
-        if rc != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(MountAt {
-            path: path.to_path_buf(),
-            device: libc::makedev(stx.stx_dev_major, stx.stx_dev_minor),
-        })
-    }
-}
+/// How the worker reaches the mount: through the helper the daemon sets once it has one
+/// ([`crate::Mounted::set_own_mount_calls`]), else from its own thread.
+pub(crate) type CallsSlot = Arc<OnceLock<Arc<dyn OwnMountCalls>>>;
 
 impl Worker {
     /// Starts the worker thread; it ends when the adapter (the sender) is dropped.
     pub(crate) fn start(
         self,
-        at: MountAt,
+        in_process: InProcess,
+        calls: CallsSlot,
         engine: Arc<Engine>,
         notifier: Notifier,
     ) -> std::io::Result<()> {
@@ -128,7 +98,11 @@ impl Worker {
                 let mut warned = false;
                 while let Ok(ino) = self.jobs.recv() {
                     self.queued.lock().remove(&ino);
-                    if let Err(e) = realign(&at, &engine, &notifier, ino) {
+                    let calls: &dyn OwnMountCalls = match calls.get() {
+                        Some(c) => c.as_ref(),
+                        None => &in_process,
+                    };
+                    if let Err(e) = realign(calls, &engine, &notifier, ino) {
                         if !warned {
                             tracing::warn!(
                                 "after a refused write to inode {ino}, the kernel's view of it \
@@ -144,92 +118,28 @@ impl Worker {
     }
 }
 
-/// `struct file_handle` with the 12 bytes of a FUSE handle (`fuse_encode_fh`: the node id's
-/// high and low halves, the generation; type FILEID_INO64_GEN).
-#[repr(C)]
-struct FuseHandle {
-    handle_bytes: u32,
-    handle_type: i32,
-    f_handle: [u32; 3],
-}
-
-const FILEID_INO64_GEN: i32 = 0x81;
-
-fn last_error<T>(rc: T) -> std::io::Result<T>
-where
-    T: Copy + PartialOrd + Default,
-{
-    if rc < T::default() {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(rc)
-    }
-}
-
 /// One correction: see the module's comment.
-fn realign(at: &MountAt, engine: &Engine, notifier: &Notifier, ino: Ino) -> std::io::Result<()> {
+fn realign(
+    calls: &dyn OwnMountCalls,
+    engine: &Engine,
+    notifier: &Notifier,
+    ino: Ino,
+) -> std::io::Result<()> {
     let Ok(attr) = engine.getattr(ino) else {
         return Ok(()); // gone: the kernel forgets it too
     };
-    let c_path = CString::new(at.path.as_os_str().as_bytes())?;
-    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-    // SAFETY: `c_path` is NUL-terminated; the descriptor returned is owned below.
-    let root = last_error(unsafe { libc::open(c_path.as_ptr(), flags) })?;
-    // SAFETY: `root` is a descriptor just opened and owned by nobody else.
-    let root = unsafe { OwnedFd::from_raw_fd(root) };
-    if fstat(root.as_raw_fd())?.st_dev != at.device {
-        return Ok(()); // unmounted, or something else mounted over it
-    }
-    let mut handle = FuseHandle {
-        handle_bytes: 12,
-        handle_type: FILEID_INO64_GEN,
-        f_handle: [(ino >> 32) as u32, ino as u32, attr.generation as u32],
-    };
-    // SAFETY: `handle` has the layout of a `struct file_handle` followed by `handle_bytes`
-    // bytes of handle, and lives for the call; the kernel only reads it. The descriptor
-    // returned is owned below. The kernel finds the inode in its own cache (fuse_get_dentry:
-    // without export support only a cached inode resolves, which is the one to correct).
-    let fd = last_error(unsafe {
-        libc::open_by_handle_at(
-            root.as_raw_fd(),
-            (&mut handle as *mut FuseHandle).cast::<libc::file_handle>(),
-            libc::O_WRONLY | libc::O_CLOEXEC,
-        )
-    });
-    let fd = match fd {
-        Ok(fd) => fd,
-        // Not in the kernel's cache (nothing to correct) or not ours any more.
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ESTALE) | Some(libc::ENOENT)) => {
-            return Ok(())
-        }
-        Err(e) => return Err(e),
-    };
-    // SAFETY: as for `root`.
-    let file = unsafe { OwnedFd::from_raw_fd(fd) };
     // The kernel's other dirty pages reach the engine first (they may be refused too), so that
-    // its size is compared with everything the engine will get. syncfs, not fsync or
-    // sync_file_range: those report and clear the file's writeback error (AS_ENOSPC), which
-    // the writer's close must still see; syncfs waits keeping errors (wait_sb_inodes). Its
-    // own result (the mount's errors since our descriptor opened) is not ours to report.
-    // SAFETY: a plain syscall on a descriptor `file` keeps open.
-    let _ = unsafe { libc::syncfs(file.as_raw_fd()) };
-    let kernel_size = fstat(file.as_raw_fd())?.st_size as u64;
+    // its size is compared with everything the engine will get.
+    let Some(kernel_size) = calls.sync_and_size(ino, attr.generation)? else {
+        return Ok(()); // not in the kernel's cache (nothing to correct), or not our mount
+    };
     let engine_size = engine.getattr(ino).map_or(kernel_size, |a| a.size_bytes);
     if kernel_size > engine_size {
-        // SAFETY: as above.
-        last_error(unsafe { libc::ftruncate(file.as_raw_fd(), engine_size as libc::off_t) })?;
+        calls.truncate_past(ino, attr.generation, engine_size)?;
     }
     // Refused bytes inside the file: the engine holds zeros (or older bytes) there.
     match notifier.inval_inode(INodeNo(ino), 0, 0) {
         Err(e) if e.raw_os_error() != Some(libc::ENOENT) => Err(e),
         _ => Ok(()),
     }
-}
-
-fn fstat(fd: i32) -> std::io::Result<libc::stat> {
-    // SAFETY: an all-zero stat is a valid value of this plain C struct.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `st` is a valid out-pointer for the call; `fd` is open.
-    last_error(unsafe { libc::fstat(fd, &mut st) })?;
-    Ok(st)
 }

@@ -11,6 +11,7 @@
 
 use std::sync::Arc;
 
+use super::file_ops::{kept_times, restore_times};
 use super::{Ctx, Engine, Invalidation, Mutation, WriteTimes};
 use crate::attr::Ino;
 use crate::contents::host_file::{host_file_name, parse_host_file_name};
@@ -222,26 +223,12 @@ impl Engine {
             return Err(Errno::EFBIG);
         }
         debug_assert!(file.size_bytes <= crate::limits::FILE_SIZE_BYTES_MAX);
-        if !data.is_empty() {
-            disk.device
-                .write_at_sparse(&file.name, offset, data)
-                .map_err(|e| host_errno("writing the disk-tier file", &file.name, &e))?;
-        }
+        write_host_file(disk, &file.name, offset, data)?;
         self.mutate(
             ctx,
             |m, time_ns| {
                 let kept = kept_times(m, ino, times, kill_suidgid);
-                m.apply(&Op::WriteExtent {
-                    ino,
-                    offset,
-                    len: data.len() as u64,
-                    time_ns,
-                    kill_suidgid,
-                })?;
-                if let Some(kept) = kept {
-                    super::file_ops::restore_times(m, ino, kept);
-                }
-                Ok(Some(data.len() as u32))
+                apply_write_extent(m, ino, offset, data.len(), time_ns, kill_suidgid, kept)
             },
             |_| vec![Invalidation::Inode { ino }],
         )
@@ -361,22 +348,8 @@ impl Engine {
                     return Ok(None);
                 }
                 let name = host_file_name(ino, m.state().inode(ino)?.generation);
-                if !data.is_empty() {
-                    disk.device
-                        .write_at_sparse(&name, offset, data)
-                        .map_err(|e| host_errno("writing the disk-tier file", &name, &e))?;
-                }
-                m.apply(&Op::WriteExtent {
-                    ino,
-                    offset,
-                    len: data.len() as u64,
-                    time_ns,
-                    kill_suidgid,
-                })?;
-                if let Some(kept) = kept {
-                    super::file_ops::restore_times(m, ino, kept);
-                }
-                Ok(Some(data.len() as u32))
+                write_host_file(disk, &name, offset, data)?;
+                apply_write_extent(m, ino, offset, data.len(), time_ns, kill_suidgid, kept)
             },
             |_| vec![Invalidation::Inode { ino }],
         )
@@ -868,19 +841,39 @@ impl Engine {
     }
 }
 
-/// The times to put back after a write when the kernel owns them (`WriteTimes`).
-fn kept_times(
-    m: &Mutation<'_>,
-    ino: Ino,
-    times: WriteTimes,
-    kill_suidgid: bool,
-) -> Option<(TimeNs, TimeNs)> {
-    match times {
-        WriteTimes::KeptByKernel if !kill_suidgid => {
-            m.state().inode(ino).ok().map(|i| (i.mtime_ns, i.ctime_ns))
-        }
-        _ => None,
+/// Writes `data` at `offset` of host file `name` (nothing for an empty write), with the
+/// error as the program sees it.
+fn write_host_file(disk: &DiskTier, name: &str, offset: u64, data: &[u8]) -> FsResult<()> {
+    if data.is_empty() {
+        return Ok(());
     }
+    disk.device
+        .write_at_sparse(name, offset, data)
+        .map_err(|e| host_errno("writing the disk-tier file", name, &e))
+}
+
+/// Records a write whose bytes are already in the host file: `WriteExtent`, then the times
+/// `kept` before it put back (`kept_times`). Returns the bytes written, as `write` does.
+fn apply_write_extent(
+    m: &mut Mutation<'_>,
+    ino: Ino,
+    offset: u64,
+    len: usize,
+    time_ns: TimeNs,
+    kill_suidgid: bool,
+    kept: Option<(TimeNs, TimeNs)>,
+) -> FsResult<Option<u32>> {
+    m.apply(&Op::WriteExtent {
+        ino,
+        offset,
+        len: len as u64,
+        time_ns,
+        kill_suidgid,
+    })?;
+    if let Some(kept) = kept {
+        restore_times(m, ino, kept);
+    }
+    Ok(Some(len as u32))
 }
 
 /// The most bytes a migration copies per device call.

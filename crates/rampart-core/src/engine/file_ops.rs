@@ -173,15 +173,9 @@ impl Engine {
                 if tier == Some(Tier::Disk) {
                     return Ok(None);
                 }
-                // The times before the write, to put back when the kernel owns them.
-                let kept_times = match times {
-                    WriteTimes::KeptByKernel if !kill_suidgid => {
-                        m.state().inode(ino).ok().map(|i| (i.mtime_ns, i.ctime_ns))
-                    }
-                    _ => None,
-                };
+                let kept = kept_times(m, ino, times, kill_suidgid);
                 let done = write_pieces(m, ino, offset, data, time_ns, kill_suidgid)?;
-                if let Some(kept) = kept_times {
+                if let Some(kept) = kept {
                     restore_times(m, ino, kept);
                 }
                 Ok(Some(done as u32))
@@ -239,16 +233,9 @@ impl Engine {
                 if bytes.is_empty() {
                     return Ok(0);
                 }
-                let kept_times = match times {
-                    WriteTimes::KeptByKernel if !kill_suidgid => m
-                        .state()
-                        .inode(ino_out)
-                        .ok()
-                        .map(|i| (i.mtime_ns, i.ctime_ns)),
-                    _ => None,
-                };
+                let kept = kept_times(m, ino_out, times, kill_suidgid);
                 let done = write_pieces(m, ino_out, offset_out, &bytes, time_ns, kill_suidgid)?;
-                if let Some(kept) = kept_times {
+                if let Some(kept) = kept {
                     restore_times(m, ino_out, kept);
                 }
                 Ok(done as u64)
@@ -341,6 +328,22 @@ fn write_pieces(
         }
     }
     Ok(done)
+}
+
+/// The times before a write to `ino`, to put back after it (`restore_times`) when the kernel
+/// owns them (`WriteTimes`); a write that clears setuid/setgid changes ctime all the same.
+pub(super) fn kept_times(
+    m: &Mutation<'_>,
+    ino: Ino,
+    times: WriteTimes,
+    kill_suidgid: bool,
+) -> Option<(TimeNs, TimeNs)> {
+    match times {
+        WriteTimes::KeptByKernel if !kill_suidgid => {
+            m.state().inode(ino).ok().map(|i| (i.mtime_ns, i.ctime_ns))
+        }
+        _ => None,
+    }
 }
 
 /// Under the writeback cache a WRITE arrives when the kernel flushes its pages, maybe long

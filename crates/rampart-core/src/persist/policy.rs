@@ -38,6 +38,26 @@ fn orphan(state: &State, ino: Ino) -> bool {
     state.inode(ino).map_or(true, |i| i.nlink == 0)
 }
 
+/// The inode whose contents or attributes `op` changes; None for a namespace op (one that
+/// adds, moves or removes a name).
+fn changed_inode(op: &Op<'_>) -> Option<Ino> {
+    match *op {
+        Op::Write { ino, .. }
+        | Op::WriteExtent { ino, .. }
+        | Op::Migrate { ino, .. }
+        | Op::Fallocate { ino, .. }
+        | Op::SetAttr { ino, .. }
+        | Op::SetXattr { ino, .. }
+        | Op::RemoveXattr { ino, .. }
+        | Op::SetDurability { ino, .. } => Some(ino),
+        Op::Create { .. }
+        | Op::Link { .. }
+        | Op::Unlink { .. }
+        | Op::Rmdir { .. }
+        | Op::Rename { .. } => None,
+    }
+}
+
 fn store_durability(state: &State, op: &Op<'_>) -> Durability {
     let namespace = |parents: &[Ino]| {
         parents
@@ -48,18 +68,7 @@ fn store_durability(state: &State, op: &Op<'_>) -> Durability {
     // making it durable again only needs its data re-journaled.
     let metadata = |ino: Ino| Durability::default().stronger(of(state, ino));
     match *op {
-        Op::Write { ino, .. }
-        | Op::WriteExtent { ino, .. }
-        | Op::Migrate { ino, .. }
-        | Op::Fallocate { ino, .. }
-        | Op::SetAttr { ino, .. }
-        | Op::SetXattr { ino, .. }
-        | Op::RemoveXattr { ino, .. }
-        | Op::SetDurability { ino, .. }
-            if orphan(state, ino) =>
-        {
-            Durability::Volatile
-        }
+        _ if changed_inode(op).is_some_and(|ino| orphan(state, ino)) => Durability::Volatile,
         Op::Write { ino, .. }
         | Op::WriteExtent { ino, .. }
         | Op::Migrate { ino, .. }
@@ -176,6 +185,16 @@ pub fn materialize_linked(
         target: b"",
         time_ns,
     });
+    let durability = emit_category(inode, ino, &mut emit);
+    if durability == Durability::Volatile {
+        return;
+    }
+    emit_xattrs(inode, ino, &mut emit);
+    materialize(state, ino, emit);
+}
+
+/// `inode`'s category as an op for `emit`, unless it is the store's default; returns it.
+fn emit_category(inode: &Inode, ino: Ino, emit: &mut impl FnMut(&Op<'_>)) -> Durability {
     let durability = inode.durability();
     if durability != Durability::default() {
         emit(&Op::SetDurability {
@@ -184,10 +203,12 @@ pub fn materialize_linked(
             time_ns: inode.ctime_ns,
         });
     }
-    if durability == Durability::Volatile {
-        return;
-    }
-    // The capability goes last, after the chown that would drop it (`materialize`).
+    durability
+}
+
+/// `inode`'s extended attributes as ops for `emit`, but the capability: it goes last, after
+/// the chown that would drop it (`materialize`).
+fn emit_xattrs(inode: &Inode, ino: Ino, emit: &mut impl FnMut(&Op<'_>)) {
     let xattrs = inode.xattrs.iter().flat_map(|x| x.iter());
     for (name, value) in xattrs.filter(|(n, _)| *n != CAPABILITY_XATTR) {
         emit(&Op::SetXattr {
@@ -198,7 +219,6 @@ pub fn materialize_linked(
             time_ns: inode.ctime_ns,
         });
     }
-    materialize(state, ino, emit);
 }
 
 /// What the levels must be told of an op, given the inodes unknown to the store.
@@ -335,20 +355,8 @@ pub fn presence<'a>(state: &State, op: &Op<'a>, before: &Before) -> (Presence<'a
                 (true, false, _) => (Presence::Skip, None),
             }
         }
-        Op::Write { ino, .. }
-        | Op::WriteExtent { ino, .. }
-        | Op::Migrate { ino, .. }
-        | Op::Fallocate { ino, .. }
-        | Op::SetAttr { ino, .. }
-        | Op::SetXattr { ino, .. }
-        | Op::RemoveXattr { ino, .. }
-        | Op::SetDurability { ino, .. } => {
-            if absent(state, ino) {
-                (Presence::Skip, None)
-            } else {
-                (Presence::Tell, None)
-            }
-        }
+        _ if changed_inode(op).is_some_and(|ino| absent(state, ino)) => (Presence::Skip, None),
+        _ => (Presence::Tell, None),
     }
 }
 
@@ -449,24 +457,8 @@ fn emit_inode(state: &State, ino: Ino, names: &[(Ino, Vec<u8>)], emit: &mut impl
             time_ns: inode.ctime_ns,
         });
     }
-    let durability = inode.durability();
-    if durability != Durability::default() {
-        emit(&Op::SetDurability {
-            ino,
-            durability: durability.code(),
-            time_ns: inode.ctime_ns,
-        });
-    }
-    let xattrs = inode.xattrs.iter().flat_map(|x| x.iter());
-    for (name, value) in xattrs.filter(|(n, _)| *n != CAPABILITY_XATTR) {
-        emit(&Op::SetXattr {
-            ino,
-            name,
-            value,
-            flags: 0,
-            time_ns: inode.ctime_ns,
-        });
-    }
+    let durability = emit_category(inode, ino, emit);
+    emit_xattrs(inode, ino, emit);
     if inode.file().is_some() {
         if durability != Durability::Volatile {
             materialize(state, ino, emit);

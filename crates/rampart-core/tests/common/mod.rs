@@ -1,18 +1,68 @@
 //! What the crash tests share: a full snapshot of a file system (the model's view of it), a
-//! seeded random number generator, and a workload of every kind of op the journal records.
+//! seeded random number generator, a workload of every kind of op the journal records, and an
+//! engine persisted on a simulated device with its recovery after a crash.
 
 #![allow(dead_code)] // each test file uses a part
 
 use std::collections::BTreeMap;
 use std::hash::Hasher;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rampart_core::category::Categories;
+use rampart_core::persist::device::{CrashMode, SimDevice};
+use rampart_core::persist::persister::{PersistConfig, Persister};
+use rampart_core::persist::recovery::recover;
 
 use rampart_core::op::{
     FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE, RENAME_EXCHANGE,
     RENAME_NOREPLACE,
 };
-use rampart_core::{Ctx, Durability, Engine, FileKind, SetAttr, SetTime, ROOT_INO};
+use rampart_core::{Ctx, Durability, Engine, EngineConfig, FileKind, SetAttr, SetTime, ROOT_INO};
 
 pub const STORE_ID: [u8; 16] = [7; 16];
+
+/// An engine persisted on a new simulated device (`seed`): commits at explicit syncs and every
+/// `commit_interval`, never a checkpoint by journal size; `categories`, if any, are the
+/// store's from the start.
+pub fn engine_on_sim_device(
+    seed: u64,
+    commit_interval: Duration,
+    categories: Option<Categories>,
+) -> (Arc<SimDevice>, Arc<Engine>, Arc<Persister>) {
+    let device = Arc::new(SimDevice::new(seed));
+    let engine = Arc::new(Engine::new(EngineConfig::default()));
+    let config = PersistConfig {
+        commit_interval,
+        checkpoint_journal_bytes: u64::MAX,
+        ..PersistConfig::default()
+    };
+    if let Some(categories) = categories {
+        engine.set_categories(Arc::new(categories));
+    }
+    let persister = Persister::start(device.clone(), STORE_ID, 0, 0, config).unwrap();
+    persister.attach(&engine);
+    engine.set_sink(Some(persister.clone()));
+    (device, engine, persister)
+}
+
+/// What a power cut now leaves of `device` (unsynced writes lost), recovered; it must pass
+/// the engine's consistency check.
+pub fn crash_and_recover(device: &SimDevice) -> Engine {
+    let image = device.crash(CrashMode::LoseUnsynced);
+    let (state, report) = recover(&image, STORE_ID, &EngineConfig::default()).unwrap();
+    let e = Engine::from_state(state);
+    assert!(e.check().is_empty(), "{:?} ({report})", e.check());
+    e
+}
+
+/// The bytes of the file at `path`.
+pub fn content(e: &Engine, path: &[u8]) -> Vec<u8> {
+    let a = e.lookup_path(path).unwrap();
+    let mut buf = Vec::new();
+    e.read(a.ino, 0, a.size_bytes as u32, &mut buf).unwrap();
+    buf
+}
 
 /// Everything durable about a file system, by path: kind, inode number, mode, uid, gid, rdev,
 /// size, mtime, ctime, nlink, contents (as a hash: snapshots are taken after every op), symlink
