@@ -9,6 +9,7 @@
 //! the inode's `Durability`, set from the category's spec whenever the category is.
 
 mod config;
+pub(crate) mod counts;
 mod rules;
 pub mod spec;
 
@@ -16,6 +17,7 @@ use std::fmt;
 use std::time::Duration;
 
 pub use config::ConfigError;
+pub use counts::CategoryCount;
 pub use rules::{Rule, RulePattern};
 pub use spec::{Replication, Spec, SpecError, SpecLevel, Stay};
 
