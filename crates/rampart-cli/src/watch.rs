@@ -94,7 +94,7 @@ fn stop_on_signals() -> Result<mpsc::Receiver<()>, String> {
 }
 
 /// `bytes` with a binary unit.
-fn human_bytes(bytes: u64) -> String {
+pub fn human_bytes(bytes: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
     let mut value = bytes as f64;
     let mut unit = 0;
