@@ -172,6 +172,16 @@ struct Gathered {
     at_risk: AtRisk,
 }
 
+impl Pending {
+    /// Whether what is gathered has reached a bound at which the committer is woken
+    /// (`applied`, `changed`, `remove_after_commit`).
+    fn wants_commit(&self) -> bool {
+        self.builder.body_bytes() > BATCH_BODY_BYTES_MAX / 4
+            || self.removals.len() >= crate::limits::HOST_REMOVALS_PENDING_MAX
+            || self.at_risk.is_full()
+    }
+}
+
 impl std::fmt::Debug for Pending {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pending")
@@ -1038,7 +1048,8 @@ fn commit_loop(persister: Weak<Persister>) {
                 }
                 guard.rearm = false;
                 guard = guard.wait_timeout(&p.wake, at - now);
-                if !guard.rearm {
+                // Woken for another reason too (a batch or a list grown to its bound): commit.
+                if !guard.rearm || guard.wants_commit() {
                     break;
                 }
             }

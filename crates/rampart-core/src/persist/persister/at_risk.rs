@@ -88,6 +88,11 @@ impl AtRisk {
         }
     }
 
+    /// Whether the per-inode table is full (`note` returned true).
+    pub(super) fn is_full(&self) -> bool {
+        self.by_ino.len() >= AT_RISK_INODES_MAX
+    }
+
     pub(super) fn of_ino(&self, ino: Ino) -> Option<Waiting> {
         self.by_ino.get(&ino).copied()
     }
