@@ -81,6 +81,36 @@ struct FileCategory {
     levels: Vec<Level>,
     /// What the store is asked: before the write returns, at close, within a time, never.
     on_the_store: String,
+    /// Data bytes written and not yet in the store (issue 14 item 8).
+    bytes_not_in_store: u64,
+    /// How long the oldest change not yet in the store has waited (null: nothing waits).
+    oldest_change_age_ms: Option<u64>,
+    /// How long from now until that change must be in the store (null: nothing waits, or it
+    /// never goes there; negative: overdue).
+    due_in_ms: Option<i64>,
+}
+
+/// What of a file is not yet in the store: (bytes, age of its oldest change, time left
+/// until its deadline), from `user.rampart.at_risk`.
+fn at_risk(path: &Path) -> Result<(u64, Option<u64>, Option<i64>), String> {
+    let text = attribute(path, "user.rampart.at_risk")
+        .map_err(|e| format!("{}: cannot read user.rampart.at_risk: {e}", path.display()))?;
+    let mut bytes = 0;
+    let mut age = None;
+    let mut deadline = None;
+    for field in text.split_whitespace() {
+        match field.split_once('=') {
+            Some(("bytes", v)) => bytes = v.parse().unwrap_or(0),
+            Some(("age_ms", v)) => age = v.parse::<u64>().ok(),
+            Some(("deadline_ms", v)) => deadline = v.parse::<u64>().ok(),
+            _ => {}
+        }
+    }
+    let due_in = match (age, deadline) {
+        (Some(a), Some(d)) => Some(d as i64 - a as i64),
+        _ => None,
+    };
+    Ok((bytes, age, due_in))
 }
 
 fn describe(spec: &Spec) -> (Vec<Level>, String) {
@@ -133,7 +163,11 @@ fn file_category(
     };
     let spec = Spec::parse(&spec_text).map_err(|e| format!("{}: {e}", path.display()))?;
     let (levels, on_the_store) = describe(&spec);
+    let (bytes_not_in_store, oldest_change_age_ms, due_in_ms) = at_risk(path)?;
     Ok(FileCategory {
+        bytes_not_in_store,
+        oldest_change_age_ms,
+        due_in_ms,
         path: path.to_path_buf(),
         category,
         origin,
@@ -155,6 +189,27 @@ fn origin_text(f: &FileCategory) -> String {
         (None, "directory") => "inherited from the directory it was created in".into(),
         (None, "default") => "the store default".into(),
         (None, other) => other.to_string(),
+    }
+}
+
+fn at_risk_text(f: &FileCategory) -> String {
+    match (f.oldest_change_age_ms, f.due_in_ms) {
+        (None, _) if f.on_the_store.starts_with("never") => {
+            "nothing: this file never goes to the store".to_string()
+        }
+        (None, _) => "nothing: every change is in the store".to_string(),
+        (Some(age), Some(due)) if due >= 0 => format!(
+            "{} bytes not in the store yet; oldest change {age} ms ago, due within {due} ms",
+            f.bytes_not_in_store
+        ),
+        (Some(age), Some(due)) => format!(
+            "{} bytes not in the store yet; oldest change {age} ms ago, {} ms past its deadline",
+            f.bytes_not_in_store, -due
+        ),
+        (Some(age), None) => format!(
+            "{} bytes not in the store; oldest change {age} ms ago",
+            f.bytes_not_in_store
+        ),
     }
 }
 
@@ -181,6 +236,7 @@ pub fn stat(paths: &[PathBuf], json: bool) -> Result<(), String> {
             outln!("  from:      {}", origin_text(f));
             outln!("  spec:      {}", f.spec);
             outln!("  store:     {}", f.on_the_store);
+            outln!("  at risk:   {}", at_risk_text(f));
             for l in &f.levels {
                 outln!("  {:<4} stays {:<13} {}", l.level, l.stay, l.replication);
             }

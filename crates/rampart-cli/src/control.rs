@@ -90,11 +90,18 @@ impl From<&LatencyHistogram> for Latency {
 /// field changes meaning or goes away; new fields keep it.
 pub const STATUS_SCHEMA_VERSION: u32 = 1;
 
+/// Raised when fields are added (`categories`: 1); consumers of the same
+/// [`STATUS_SCHEMA_VERSION`] read any minor version.
+pub const STATUS_SCHEMA_MINOR_VERSION: u32 = 1;
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Status {
     /// [`STATUS_SCHEMA_VERSION`] of the daemon that answered.
     #[serde(default)]
     pub schema_version: u32,
+    /// [`STATUS_SCHEMA_MINOR_VERSION`] of the daemon that answered (0: before it existed).
+    #[serde(default)]
+    pub schema_minor_version: u32,
     pub pid: u32,
     pub store: PathBuf,
     pub mountpoint: PathBuf,
@@ -137,6 +144,44 @@ pub struct Status {
     /// none ("no-flush").
     #[serde(default)]
     pub kernel_flush: String,
+    /// Per category, by name: files, bytes per tier, bytes not yet durable and deadlines.
+    #[serde(default)]
+    pub categories: BTreeMap<String, CategoryFigures>,
+}
+
+/// One category in `rampart status` (docs/CATEGORIES.md, "Watching the categories").
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct CategoryFigures {
+    /// Its spec (null: a name the configuration no longer knows).
+    pub spec: Option<String>,
+    pub files: u64,
+    pub memory_bytes: u64,
+    pub disk_bytes: u64,
+    /// Data bytes written and not yet in the store.
+    pub bytes_at_risk: u64,
+    /// The age of the oldest change not yet in the store (null: nothing waits).
+    pub oldest_at_risk_age_ms: Option<f64>,
+    /// How long its spec lets a change wait before it must be in the store (null: never
+    /// goes there; 0: before the write returns).
+    pub deadline_ms: Option<f64>,
+    /// The longest any change of it waited before it was in the store, since the mount.
+    pub lag_ms_max: f64,
+}
+
+impl From<&rampart_core::CategoryStatus> for CategoryFigures {
+    fn from(c: &rampart_core::CategoryStatus) -> CategoryFigures {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        CategoryFigures {
+            spec: c.spec.map(|s| s.to_string()),
+            files: c.files,
+            memory_bytes: c.memory_bytes,
+            disk_bytes: c.disk_bytes,
+            bytes_at_risk: c.bytes_at_risk,
+            oldest_at_risk_age_ms: c.oldest_at_risk_age.map(ms),
+            deadline_ms: c.deadline.map(ms),
+            lag_ms_max: ms(c.lag_max),
+        }
+    }
 }
 
 /// Files and bytes on one tier.
@@ -176,6 +221,12 @@ pub fn status_of(sources: &Sources) -> Status {
     let s = engine.stats();
     Status {
         schema_version: STATUS_SCHEMA_VERSION,
+        schema_minor_version: STATUS_SCHEMA_MINOR_VERSION,
+        categories: engine
+            .category_status()
+            .iter()
+            .map(|c| (c.name.clone(), CategoryFigures::from(c)))
+            .collect(),
         pid: std::process::id(),
         store: store.to_path_buf(),
         mountpoint: mountpoint.to_path_buf(),

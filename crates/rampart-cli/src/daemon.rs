@@ -255,7 +255,11 @@ fn start_page_flusher(
         (Some(own), true) => crate::page_flusher::start(
             mountpoint.to_path_buf(),
             own.device.clone(),
-            config.commit_interval,
+            // A category due sooner than the commit interval needs the kernel's pages sooner.
+            engine
+                .categories()
+                .shortest_deadline()
+                .map_or(config.commit_interval, |d| d.min(config.commit_interval)),
             mounted.counters(),
             engine.clone(),
         )

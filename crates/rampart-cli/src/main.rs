@@ -896,6 +896,7 @@ fn cmd_status(mountpoint: &Path, json: bool) -> Result<(), String> {
         outln!("checkpoint failing (commits go on): {e}");
     }
     outln!("fuse_transport: {}", status.fuse_transport);
+    out!("{}", watch::category_table(&status));
     let errors = watch::errors_line(&status);
     if !errors.is_empty() {
         out!("{errors}");

@@ -597,6 +597,7 @@ fn render_contents(out: &mut String, sources: &Sources) {
         "Most memory the file system may hold (--memory-cap).",
         s.memory_cap_bytes,
     );
+    render_categories(out, sources);
     family(out, "rampart_inodes", "gauge", "Inodes in use, by kind.");
     for (kind, n) in [
         ("file", s.files),
@@ -605,6 +606,75 @@ fn render_contents(out: &mut String, sources: &Sources) {
         ("other", s.other),
     ] {
         let _ = writeln!(out, "rampart_inodes{{kind=\"{kind}\"}} {n}");
+    }
+}
+
+/// A label value as the text format wants it (`\\`, `\"`, `\n` escaped).
+fn label_value(text: &str) -> String {
+    text.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Per category: files, bytes per tier, bytes at risk, the longest wait (decision 0085).
+fn render_categories(out: &mut String, sources: &Sources) {
+    let categories = sources.engine.category_status();
+    family(
+        out,
+        "rampart_category_bytes",
+        "gauge",
+        "Bytes of file contents stored, by category and tier.",
+    );
+    for c in &categories {
+        let name = label_value(&c.name);
+        for (tier, bytes) in [("memory", c.memory_bytes), ("disk", c.disk_bytes)] {
+            let _ = writeln!(
+                out,
+                "rampart_category_bytes{{category=\"{name}\",tier=\"{tier}\"}} {bytes}"
+            );
+        }
+    }
+    family(
+        out,
+        "rampart_category_files",
+        "gauge",
+        "Regular files, by category.",
+    );
+    for c in &categories {
+        let _ = writeln!(
+            out,
+            "rampart_category_files{{category=\"{}\"}} {}",
+            label_value(&c.name),
+            c.files
+        );
+    }
+    family(
+        out,
+        "rampart_category_bytes_at_risk",
+        "gauge",
+        "Bytes written and not yet in the store, by category.",
+    );
+    for c in &categories {
+        let _ = writeln!(
+            out,
+            "rampart_category_bytes_at_risk{{category=\"{}\"}} {}",
+            label_value(&c.name),
+            c.bytes_at_risk
+        );
+    }
+    family(
+        out,
+        "rampart_category_deadline_lag_seconds_max",
+        "gauge",
+        "The longest any change waited before it was in the store, by category, since the mount.",
+    );
+    for c in &categories {
+        let _ = writeln!(
+            out,
+            "rampart_category_deadline_lag_seconds_max{{category=\"{}\"}} {}",
+            label_value(&c.name),
+            c.lag_max.as_secs_f64()
+        );
     }
 }
 

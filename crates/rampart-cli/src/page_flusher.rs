@@ -66,6 +66,8 @@ pub fn period(commit_interval: Duration) -> Duration {
 pub const CHILD_COMMAND: &str = "page-flusher-child";
 
 /// Starts flushing `mountpoint`, whose mount has the device number `device` (`major:minor`).
+/// `commit_interval` is the shortest deadline it keeps up with (the commit interval, or a
+/// category's shorter one).
 ///
 /// The syncfs runs in a child process, never in the daemon: a syncfs waits for the daemon to
 /// answer the WRITEs it causes, and a daemon killed (`kill -9`) while one of its own threads

@@ -94,7 +94,7 @@ fn stop_on_signals() -> Result<mpsc::Receiver<()>, String> {
 }
 
 /// `bytes` with a binary unit.
-fn human_bytes(bytes: u64) -> String {
+pub fn human_bytes(bytes: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
     let mut value = bytes as f64;
     let mut unit = 0;
@@ -196,7 +196,59 @@ fn render(s: &Status, since: Option<(Duration, &Status)>) -> String {
         out.push_str(&format!("fsyncs answered EIO: {}\n", s.fuse_sync_failures));
     }
     out.push_str(&errors_line(s));
+    out.push_str(&category_table(s));
     out.push_str(&requests_table(s, since));
+    out
+}
+
+/// A duration in ms as people read it (`-` for none).
+fn human_ms(ms: Option<f64>) -> String {
+    match ms {
+        None => "-".to_string(),
+        Some(ms) if ms < 1000.0 => format!("{ms:.0} ms"),
+        Some(ms) if ms < 120_000.0 => format!("{:.1} s", ms / 1e3),
+        Some(ms) if ms < 7_200_000.0 => format!("{:.0} min", ms / 60e3),
+        Some(ms) => format!("{:.1} h", ms / 3_600e3),
+    }
+}
+
+/// The categories that hold files or waited for the store, one line each (all of them are
+/// in `--json`).
+pub(crate) fn category_table(status: &Status) -> String {
+    use std::fmt::Write as _;
+    let rows: Vec<_> = status
+        .categories
+        .iter()
+        .filter(|(_, c)| c.files > 0 || c.bytes_at_risk > 0 || c.lag_ms_max > 0.0)
+        .collect();
+    if rows.is_empty() {
+        return "categories: no files\n".to_string();
+    }
+    let mut out = String::from("categories:\n");
+    let _ = writeln!(
+        out,
+        "  {:<16} {:>7} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9}",
+        "CATEGORY", "FILES", "MEMORY", "DISK", "AT RISK", "OLDEST", "DEADLINE", "LAG MAX"
+    );
+    for (name, c) in rows {
+        let deadline = match c.deadline_ms {
+            None => "never".to_string(),
+            Some(0.0) => "at write".to_string(),
+            d => human_ms(d),
+        };
+        let _ = writeln!(
+            out,
+            "  {:<16} {:>7} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9}",
+            name,
+            c.files,
+            human_bytes(c.memory_bytes),
+            human_bytes(c.disk_bytes),
+            human_bytes(c.bytes_at_risk),
+            human_ms(c.oldest_at_risk_age_ms),
+            deadline,
+            human_ms(Some(c.lag_ms_max)),
+        );
+    }
     out
 }
 

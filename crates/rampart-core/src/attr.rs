@@ -66,7 +66,9 @@ pub enum Durability {
     /// Never written to the store; gone after a restart (like tmpfs). Regular files only.
     Volatile,
     /// Durable at most the deadline of this class after the change; class 0 is the store's
-    /// commit interval (5 s by default).
+    /// commit interval (5 s by default), classes 1 to 64 longer ones (met at the commit
+    /// interval), classes from [`Durability::SHORT_CLASS_BASE`] deadlines shorter than the
+    /// commit interval, which make the persister commit early (`short_deadline`).
     Within(u8),
     /// Durable before the call that changed it returns.
     BeforeReturn,
@@ -79,6 +81,37 @@ impl Default for Durability {
 }
 
 impl Durability {
+    /// The first class of a deadline shorter than the commit interval: class `BASE + k` is
+    /// due within 2^k ms (the spec's duration rounded down to a power of two, so the
+    /// persister commits no later than asked).
+    pub const SHORT_CLASS_BASE: u8 = 128;
+
+    /// A deadline of `ms` milliseconds (at least 1), shorter than the commit interval.
+    pub fn within_ms(ms: u64) -> Durability {
+        Durability::Within(Self::SHORT_CLASS_BASE + ms.max(1).ilog2() as u8)
+    }
+
+    /// The deadline of a class shorter than the commit interval; None for other durabilities
+    /// (met at the commit interval, at once, or never).
+    pub fn short_deadline(self) -> Option<std::time::Duration> {
+        match self {
+            Durability::Within(c) if (Self::SHORT_CLASS_BASE..254).contains(&c) => Some(
+                std::time::Duration::from_millis(1u64 << (c - Self::SHORT_CLASS_BASE).min(63)),
+            ),
+            _ => None,
+        }
+    }
+
+    /// Orders deadline classes, smaller first: the short ones, then the commit interval's and
+    /// the longer ones.
+    fn urgency(class: u8) -> u16 {
+        if class >= Self::SHORT_CLASS_BASE {
+            u16::from(class - Self::SHORT_CLASS_BASE)
+        } else {
+            256 + u16::from(class)
+        }
+    }
+
     /// One byte: 0 volatile, 1 + class for a deadline, 255 before-return.
     pub fn code(self) -> u8 {
         match self {
@@ -102,7 +135,13 @@ impl Durability {
             (Durability::BeforeReturn, _) | (_, Durability::BeforeReturn) => {
                 Durability::BeforeReturn
             }
-            (Durability::Within(a), Durability::Within(b)) => Durability::Within(a.min(b)),
+            (Durability::Within(a), Durability::Within(b)) => {
+                Durability::Within(if Self::urgency(a) <= Self::urgency(b) {
+                    a
+                } else {
+                    b
+                })
+            }
             (Durability::Within(a), _) | (_, Durability::Within(a)) => Durability::Within(a),
             _ => Durability::Volatile,
         }

@@ -181,3 +181,12 @@ const _: () = assert!(
     LINK_COUNT_MAX < u32::MAX,
     "a link count can grow by one unchecked"
 );
+
+/// Category names the per-category counters tell apart (`category::counts`): built-in and
+/// user-defined categories and raw specs. Names past this many are counted together under
+/// `category::counts::OTHER_NAME`, so a program setting endless raw specs cannot grow them.
+pub const CATEGORY_SLOTS_MAX: usize = 256;
+
+/// Inodes whose not-yet-durable changes the persister tracks one by one (for `rampart stat`);
+/// when this many are gathered, the committer commits at once (like `HOST_REMOVALS_PENDING_MAX`).
+pub const AT_RISK_INODES_MAX: usize = 65_536;

@@ -248,7 +248,7 @@ mod tests {
                 "category X: malformed spec",
             ),
             ("[categories]\n\nX = \"lm=before_write,da1=5s\"\n", 3, "DA2"),
-            ("[categories]\nX = \"lm=1s\"\n", 2, "commit interval"),
+            ("[categories]\nX = \"lm=0s\"\n", 2, "before_write"),
             ("default = \"FAST\"\n", 1, "unknown category \"FAST\""),
             (
                 "default = \"ROBUST\"\n",

@@ -9,6 +9,7 @@
 //! the inode's `Durability`, set from the category's spec whenever the category is.
 
 mod config;
+pub(crate) mod counts;
 mod rules;
 pub mod spec;
 
@@ -16,6 +17,7 @@ use std::fmt;
 use std::time::Duration;
 
 pub use config::ConfigError;
+pub use counts::CategoryCount;
 pub use rules::{Rule, RulePattern};
 pub use spec::{Replication, Spec, SpecError, SpecLevel, Stay};
 
@@ -30,6 +32,11 @@ pub const USER_SPEC_XATTR: &[u8] = b"user.rampart.spec";
 /// The read-only virtual attribute that says where a file's category came from (`api`,
 /// `xattr`, `ruleN`, `directory`, `default`), for `rampart stat`.
 pub const USER_ORIGIN_XATTR: &[u8] = b"user.rampart.origin";
+/// The read-only virtual attribute that says what of a file is not yet in the store, for
+/// `rampart stat`: `bytes=N age_ms=N deadline_ms=N` (`deadline_ms=never` for a file that never
+/// goes there), or `bytes=0` when nothing waits. Changes still in the kernel's page cache
+/// (writeback cache) are not seen until the kernel sends them.
+pub const USER_AT_RISK_XATTR: &[u8] = b"user.rampart.at_risk";
 /// The name under which a raw spec is kept as a category: `spec:` and the spec.
 pub const RAW_SPEC_PREFIX: &str = "spec:";
 /// The longest category name.
@@ -348,6 +355,19 @@ impl Categories {
 
     pub fn commit_interval(&self) -> Duration {
         self.commit_interval
+    }
+
+    /// The shortest `lm` deadline of a category defined here, if shorter than the commit
+    /// interval: what the page flusher must keep up with (a raw spec set on a file later is
+    /// not known in advance).
+    pub fn shortest_deadline(&self) -> Option<Duration> {
+        self.list
+            .iter()
+            .filter_map(|c| match c.spec.level(SpecLevel::Lm).stay {
+                Stay::For(d) if d < self.commit_interval => Some(d),
+                _ => None,
+            })
+            .min()
     }
 
     pub fn get(&self, name: &str) -> Option<&Category> {

@@ -243,13 +243,14 @@ impl Spec {
             Stay::BeforeWrite => Durability::BeforeReturn,
             // Close makes it durable (the mount's FLUSH); in between, the commit interval.
             Stay::UntilClose => Durability::Within(0),
+            Stay::For(d) if d.is_zero() => {
+                return unsupported(
+                    "lm=0s asks for no time at all: use lm=before_write".to_string(),
+                )
+            }
+            // Shorter than the commit interval: the persister commits early for it.
             Stay::For(d) if d < commit_interval => {
-                return unsupported(format!(
-                    "lm={} is shorter than the store's commit interval ({}), the shortest \
-                     deadline it meets: use lm=before_write, or a longer time",
-                    DurationText(d),
-                    DurationText(commit_interval)
-                ))
+                Durability::within_ms(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
             }
             Stay::For(d) => Durability::Within(deadline_class(d, commit_interval)),
         })
@@ -263,8 +264,9 @@ impl Spec {
 
 /// The deadline class of `Durability::Within` for a deadline `d` (at least the commit
 /// interval): 0 for the commit interval, else 1 + log2 of the seconds, so that a shorter
-/// deadline is a smaller (stronger) class. The persister meets every class at its commit
-/// interval today; the classes keep the order for an archiver that waits longer.
+/// deadline is a smaller (stronger) class. The persister meets every such class at its commit
+/// interval; the classes keep the order for an archiver that waits longer. (Deadlines shorter
+/// than the commit interval are `Durability::within_ms`.)
 fn deadline_class(d: Duration, commit_interval: Duration) -> u8 {
     if d <= commit_interval {
         return 0;
@@ -448,7 +450,7 @@ mod tests {
             ("lm=5s,da1=never/mirror2", "DA2"),
             ("lm=5s,lcm=1s", "LCM"),
             ("lm=5s/mirror2", "LCM"),
-            ("lm=1s", "commit interval"),
+            ("lm=0s", "before_write"),
         ] {
             let e = Spec::parse(text).unwrap().durability(COMMIT).unwrap_err();
             assert!(matches!(e, SpecError::Unsupported(_)), "{text}");
@@ -468,5 +470,26 @@ mod tests {
         assert_eq!(min5.stronger(h1), min5, "a shorter deadline is stronger");
         assert_ne!(min5, h1);
         assert!(Spec::parse("lm=until_close").unwrap().until_close());
+    }
+
+    #[test]
+    fn a_deadline_shorter_than_the_commit_interval_is_kept_not_refused() {
+        let d = |t: &str| Spec::parse(t).unwrap().durability(COMMIT).unwrap();
+        let (s1, ms300) = (d("lm=1s"), d("lm=300ms"));
+        // Rounded down to a power of two of milliseconds: never later than asked.
+        assert_eq!(s1.short_deadline(), Some(Duration::from_millis(512)));
+        assert_eq!(ms300.short_deadline(), Some(Duration::from_millis(256)));
+        assert_eq!(d("lm=5s").short_deadline(), None);
+        assert_eq!(
+            s1.stronger(d("lm=5s")),
+            s1,
+            "shorter than the commit interval is stronger"
+        );
+        assert_eq!(s1.stronger(ms300), ms300);
+        assert_eq!(
+            s1.stronger(Durability::BeforeReturn),
+            Durability::BeforeReturn
+        );
+        assert_eq!(Durability::from_code(s1.code()), s1, "the code keeps it");
     }
 }

@@ -13,7 +13,8 @@ use super::{Ctx, Engine, Invalidation, Mutation};
 use crate::attr::{Durability, FileKind, Ino, ROOT_INO};
 use crate::category::{
     Assigned, Categories, CategoryError, KernelNeeds, KernelRequest, Origin, Resolved, Spec,
-    CATEGORY_XATTR, RAW_SPEC_PREFIX, USER_CATEGORY_XATTR, USER_ORIGIN_XATTR, USER_SPEC_XATTR,
+    CATEGORY_XATTR, RAW_SPEC_PREFIX, USER_AT_RISK_XATTR, USER_CATEGORY_XATTR, USER_ORIGIN_XATTR,
+    USER_SPEC_XATTR,
 };
 use crate::error::{Errno, FsResult};
 use crate::op::Op;
@@ -489,6 +490,21 @@ impl Engine {
         if name == CATEGORY_XATTR {
             return Some(Err(Errno::ENODATA));
         }
+        if name == USER_AT_RISK_XATTR {
+            return Some(self.at_risk_of(ino).map(|risk| {
+                let text = match risk {
+                    None => "bytes=0".to_string(),
+                    Some(r) => format!(
+                        "bytes={} age_ms={} deadline_ms={}",
+                        r.bytes,
+                        r.age.as_millis(),
+                        r.deadline
+                            .map_or_else(|| "never".to_string(), |d| d.as_millis().to_string())
+                    ),
+                };
+                text.into_bytes()
+            }));
+        }
         if name != USER_CATEGORY_XATTR && name != USER_SPEC_XATTR && name != USER_ORIGIN_XATTR {
             return None;
         }
@@ -516,7 +532,7 @@ impl Engine {
         name: &[u8],
         value: Option<&[u8]>,
     ) -> Option<FsResult<()>> {
-        if name == CATEGORY_XATTR || name == USER_ORIGIN_XATTR {
+        if name == CATEGORY_XATTR || name == USER_ORIGIN_XATTR || name == USER_AT_RISK_XATTR {
             // Only through the virtual attributes, which check what is set; the origin is
             // what setting them records.
             return Some(Err(Errno::EPERM));

@@ -12,7 +12,9 @@
 //! honour the durability (throttle; sync before returning where asked).
 
 mod category_ops;
+mod category_status;
 pub use category_ops::{CategoryInfo, KernelRequests};
+pub use category_status::{CategoryStatus, FileAtRisk};
 mod disk_ops;
 mod file_ops;
 pub use file_ops::ReadBuf;
@@ -212,7 +214,7 @@ impl Mutation<'_> {
         // Before the op is handed over: a commit may take it at once, and must find its host
         // file among those to sync first.
         self.after_applied(&levels, &told, &route);
-        levels.applied(&told, &route);
+        levels.applied_in(&self.state, &told, &route);
         drop(levels);
         self.route = self.route.stronger(route);
         Ok(())
@@ -232,7 +234,9 @@ impl Mutation<'_> {
         }
         let route = route.stronger(Route::store(Durability::default()));
         let levels = self.engine.levels.read();
-        let made = policy::make_present(&self.state, ino, |op| levels.applied(op, &route));
+        let made = policy::make_present(&self.state, ino, |op| {
+            levels.applied_in(&self.state, op, &route)
+        });
         drop(levels);
         for made in made {
             if let Ok(inode) = self.state.table.get_mut(made) {
@@ -291,7 +295,7 @@ impl Mutation<'_> {
         let levels = self.engine.levels.read();
         policy::materialize(&self.state, ino, |op| {
             self.after_applied(&levels, op, &route);
-            levels.applied(op, &route);
+            levels.applied_in(&self.state, op, &route);
         });
         self.route = self.route.stronger(route);
     }
@@ -323,7 +327,7 @@ impl Mutation<'_> {
         policy::materialize_linked(&self.state, ino, parent, name, time_ns, |op| {
             // The create comes first; everything after it is as strong as it.
             let r = *route.get_or_insert_with(|| policy::route(&self.state, op));
-            levels.applied(op, &r);
+            levels.applied_in(&self.state, op, &r);
         });
         self.route = self.route.stronger(route.unwrap_or(Route::VOLATILE));
         Ok(())

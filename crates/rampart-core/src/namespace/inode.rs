@@ -37,6 +37,9 @@ pub struct Inode {
     /// DISPOSABLE), so no op about it was handed to the levels (`persist::policy`). In memory
     /// only: such an inode never reaches the store, so no store holds this flag.
     pub absent: bool,
+    /// The category's slot in the per-category counters (`category::counts`): follows the
+    /// hidden category attribute. In memory only (recomputed from the attribute at load).
+    pub category: u16,
     /// References the kernel holds (FUSE lookup count); the inode lives while this is non-zero
     /// even when `nlink` is zero (an unlinked file that is still open). Atomic so that lookups
     /// count under a shared lock; an inode is only freed under the exclusive lock.

@@ -466,6 +466,7 @@ fn read_inode<'a>(
         generation,
         durability,
         absent: false,
+        category: crate::category::counts::DEFAULT_SLOT,
         lookups: AtomicU64::new(0),
         size_bytes,
         atime_ns: AtomicI64::new(atime_ns),

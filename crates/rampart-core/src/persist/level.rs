@@ -13,9 +13,10 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::attr::Durability;
+use crate::attr::{Durability, Ino};
 use crate::limits::LEVELS_MAX;
 use crate::op::{Op, SyncDone};
+pub use crate::persist::persister::at_risk::{CategoryRisk, Waiting};
 
 /// Which level of the storage hierarchy (MBFS §4.1). The order is the hierarchy's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -34,6 +35,16 @@ impl LevelId {
     fn index(self) -> usize {
         self as usize
     }
+}
+
+/// What one op handed to the levels changed, for the figures of what is at risk: the inode
+/// (a namespace op's directory), its category's slot (`category::counts`), and the data bytes
+/// it wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Change {
+    pub ino: Ino,
+    pub category: u16,
+    pub data_bytes: u64,
 }
 
 /// What a level can promise about the changes handed to it.
@@ -67,6 +78,20 @@ pub trait Level: Send + Sync {
 
     /// `durability`: what the op must honour on this level; a volatile op is not kept.
     fn applied(&self, op: &Op<'_>, durability: Durability);
+
+    /// What the op just handed over (with `durability`, never volatile) changed. Under the
+    /// engine's lock, right after `applied`.
+    fn changed(&self, _change: &Change, _durability: Durability) {}
+
+    /// Per category slot: what is not yet durable on this level and the longest wait.
+    fn at_risk(&self) -> Vec<CategoryRisk> {
+        Vec::new()
+    }
+
+    /// What of `ino` is not yet durable on this level (None: nothing, or not tracked).
+    fn at_risk_of(&self, _ino: Ino) -> Option<Waiting> {
+        None
+    }
 
     /// Makes every op handed over so far durable on this level (fsync). A level that keeps
     /// nothing has nothing to wait for.
@@ -197,6 +222,19 @@ impl Levels {
     pub fn applied(&self, op: &Op<'_>, route: &Route) {
         for level in &self.chain {
             level.applied(op, route.on(level.id()));
+        }
+    }
+
+    /// Hands an applied op to every level, and what it changed (`policy::change`) to those
+    /// that must keep it.
+    pub(crate) fn applied_in(&self, state: &crate::state::State, op: &Op<'_>, route: &Route) {
+        let change = crate::persist::policy::change(state, op);
+        for level in &self.chain {
+            let durability = route.on(level.id());
+            level.applied(op, durability);
+            if durability != Durability::Volatile {
+                level.changed(&change, durability);
+            }
         }
     }
 

@@ -56,8 +56,11 @@ use crate::persist::journal::{self, BatchBuilder, BATCH_BODY_BYTES_MAX};
 use crate::persist::recovery::{CHECKPOINT_FILE, JOURNAL_FILE};
 use crate::time::now_ns;
 
+pub(crate) mod at_risk;
 mod checkpoint_job;
 mod host_files;
+
+use at_risk::{AtRisk, Lags};
 
 const CHECKPOINT_TMP: &str = "checkpoint.tmp";
 /// The committer thread's name (it must never wait for itself: `throttle`).
@@ -151,6 +154,13 @@ struct Pending {
     /// Host files to remove once the ops gathered are durable (freed inodes, files moved
     /// back to memory).
     removals: Vec<String>,
+    /// What the ops gathered changed, per category and inode.
+    at_risk: AtRisk,
+    /// The earliest deadline shorter than the commit interval among the ops gathered
+    /// (`Durability::short_deadline`): the committer commits by then (issue 14 item 7).
+    due_at: Option<Instant>,
+    /// `due_at` became earlier since the committer went to sleep: it sleeps again, until then.
+    rearm: bool,
 }
 
 /// What a commit takes from what was gathered.
@@ -159,6 +169,17 @@ struct Gathered {
     next_seq: u64,
     host_files: std::collections::BTreeSet<String>,
     removals: Vec<String>,
+    at_risk: AtRisk,
+}
+
+impl Pending {
+    /// Whether what is gathered has reached a bound at which the committer is woken
+    /// (`applied`, `changed`, `remove_after_commit`).
+    fn wants_commit(&self) -> bool {
+        self.builder.body_bytes() > BATCH_BODY_BYTES_MAX / 4
+            || self.removals.len() >= crate::limits::HOST_REMOVALS_PENDING_MAX
+            || self.at_risk.is_full()
+    }
 }
 
 impl std::fmt::Debug for Pending {
@@ -196,6 +217,10 @@ struct Durable {
     checkpoint_error: Option<(PersistError, Instant)>,
     /// The `reserve` file's length (decision 0036).
     reserve_bytes: u64,
+    /// What the commit under way (or one that failed) took and has not made durable.
+    in_flight: AtRisk,
+    /// Per category, the longest wait of a change before its commit, since start.
+    lags: Lags,
 }
 
 #[derive(Debug)]
@@ -389,6 +414,9 @@ impl Persister {
                     waiters: Vec::new(),
                     host_files: Default::default(),
                     removals: Vec::new(),
+                    at_risk: AtRisk::default(),
+                    due_at: None,
+                    rearm: false,
                 },
             ),
             wake: Condvar::new(),
@@ -467,6 +495,27 @@ impl Persister {
         }
     }
 
+    /// Per category slot: what is gathered or being committed, and the longest wait so far.
+    pub fn at_risk(&self) -> Vec<at_risk::CategoryRisk> {
+        let now = Instant::now();
+        let p = locked(&self.pending);
+        let d = locked(&self.durable);
+        at_risk::report(&p.at_risk, &d.in_flight, &d.lags, now)
+    }
+
+    /// What of `ino` is gathered or being committed, not yet durable.
+    pub fn at_risk_of(&self, ino: crate::attr::Ino) -> Option<at_risk::Waiting> {
+        let p = locked(&self.pending);
+        let d = locked(&self.durable);
+        match (p.at_risk.of_ino(ino), d.in_flight.of_ino(ino)) {
+            (Some(a), Some(b)) => Some(at_risk::Waiting {
+                bytes: a.bytes.saturating_add(b.bytes),
+                since: a.since.min(b.since),
+            }),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// Stops persistence on `e` (the first error stays): returns the sticky error.
     fn fail(&self, step: PersistStep, e: &std::io::Error) -> PersistError {
         let error = PersistError::new(step, e);
@@ -495,7 +544,9 @@ impl Persister {
             next_seq: p.builder.next_seq(),
             host_files: std::mem::take(&mut p.host_files),
             removals: std::mem::take(&mut p.removals),
+            at_risk: std::mem::take(&mut p.at_risk),
         };
+        p.due_at = None;
         self.pending_bytes.store(0, Ordering::Release);
         self.drained.notify_all();
         taken
@@ -512,9 +563,15 @@ impl Persister {
             next_seq,
             host_files,
             removals,
+            at_risk,
         } = self.take_gathered();
+        locked(&self.durable).in_flight.merge(at_risk);
         let Some(framed) = framed else {
-            locked(&self.durable).last_take = Some(started);
+            let mut d = locked(&self.durable);
+            d.last_take = Some(started);
+            let settled = std::mem::take(&mut d.in_flight);
+            d.lags.settle(&settled, Instant::now());
+            drop(d);
             // Everything gathered before is durable already.
             self.remove_host_files(&removals);
             return Ok(());
@@ -532,6 +589,9 @@ impl Persister {
             d.commits += 1;
             d.commit_latency.record(started.elapsed());
             d.last_take = Some(started);
+            // Durable now: how long each category's changes waited is measured here.
+            let settled = std::mem::take(&mut d.in_flight);
+            d.lags.settle(&settled, Instant::now());
         }
         self.remove_host_files(&removals);
         Ok(())
@@ -799,6 +859,15 @@ impl OpSink for Persister {
         p.builder.add(op, op.time_ns());
         self.pending_bytes
             .store(p.builder.body_bytes(), Ordering::Release);
+        if let Some(deadline) = durability.short_deadline() {
+            // A deadline shorter than the commit interval: the committer wakes by then.
+            let due = Instant::now() + deadline;
+            if p.due_at.is_none_or(|at| due < at) {
+                p.due_at = Some(due);
+                p.rearm = true;
+                self.wake.notify_one();
+            }
+        }
         if p.builder.body_bytes() > BATCH_BODY_BYTES_MAX / 4 {
             // Keep batches bounded: let the committer write this one now.
             self.wake.notify_one();
@@ -807,6 +876,25 @@ impl OpSink for Persister {
 
     fn sync(&self) -> std::io::Result<()> {
         Persister::sync(self)
+    }
+
+    fn changed(&self, change: &crate::persist::level::Change, _durability: Durability) {
+        if self.failed.load(Ordering::Acquire) {
+            return;
+        }
+        let mut p = locked(&self.pending);
+        if p.at_risk.note(change, Instant::now()) {
+            // Keep the table bounded: let the committer commit now.
+            self.wake.notify_one();
+        }
+    }
+
+    fn at_risk(&self) -> Vec<at_risk::CategoryRisk> {
+        Persister::at_risk(self)
+    }
+
+    fn at_risk_of(&self, ino: crate::attr::Ino) -> Option<at_risk::Waiting> {
+        Persister::at_risk_of(self, ino)
     }
 
     fn host_file_dirty(&self, name: &str, _durability: Durability) {
@@ -947,9 +1035,23 @@ fn commit_loop(persister: Weak<Persister>) {
         }
         let interval = p.config.commit_interval;
         {
-            let guard = locked(&p.pending);
-            if guard.waiters.is_empty() {
-                drop(guard.wait_timeout(&p.wake, interval));
+            // Until the commit interval is up, or the earliest short deadline of what is
+            // gathered (`due_at`), or someone asks for a commit. A wakeup that only moved
+            // `due_at` earlier (`rearm`) sleeps again, until the new time.
+            let interval_at = Instant::now() + interval;
+            let mut guard = locked(&p.pending);
+            while guard.waiters.is_empty() && !p.stop.load(Ordering::Acquire) {
+                let at = guard.due_at.map_or(interval_at, |d| d.min(interval_at));
+                let now = Instant::now();
+                if now >= at {
+                    break;
+                }
+                guard.rearm = false;
+                guard = guard.wait_timeout(&p.wake, at - now);
+                // Woken for another reason too (a batch or a list grown to its bound): commit.
+                if !guard.rearm || guard.wants_commit() {
+                    break;
+                }
             }
         }
         if p.stop.load(Ordering::Acquire) {

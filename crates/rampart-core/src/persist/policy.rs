@@ -25,6 +25,34 @@ pub fn route(state: &State, op: &Op<'_>) -> Route {
     Route::store(store_durability(state, op))
 }
 
+/// What `op`, just applied, changed: the inode (a namespace op's directory), its category
+/// and the data bytes it wrote (for what is at risk, `Level::changed`).
+pub fn change(state: &State, op: &Op<'_>) -> crate::persist::level::Change {
+    let (ino, data_bytes) = match *op {
+        Op::Write { ino, data, .. } => (ino, data.len() as u64),
+        Op::WriteExtent { ino, len, .. } => (ino, len),
+        Op::Migrate { ino, .. }
+        | Op::Fallocate { ino, .. }
+        | Op::SetAttr { ino, .. }
+        | Op::SetXattr { ino, .. }
+        | Op::RemoveXattr { ino, .. }
+        | Op::SetDurability { ino, .. }
+        | Op::Create { ino, .. }
+        | Op::Link { ino, .. } => (ino, 0),
+        Op::Unlink { parent, .. } | Op::Rmdir { parent, .. } | Op::Rename { parent, .. } => {
+            (parent, 0)
+        }
+    };
+    let category = state
+        .inode(ino)
+        .map_or(crate::category::counts::DEFAULT_SLOT, |i| i.category);
+    crate::persist::level::Change {
+        ino,
+        category,
+        data_bytes,
+    }
+}
+
 /// The inode's own durability (the store default for a missing inode).
 fn of(state: &State, ino: Ino) -> Durability {
     state

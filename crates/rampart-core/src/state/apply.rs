@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64};
 use super::privileges::{kill_privileges, Strip};
 use super::{check_entry_name, entry_cost, inode_base_cost, State};
 use crate::attr::{Durability, FileKind, Ino};
+use crate::category::CATEGORY_XATTR;
 use crate::contents::{Contents, Delta, HostFile, Tier};
 use crate::error::{Errno, FsResult};
 use crate::limits::{LINK_COUNT_MAX, SYMLINK_TARGET_BYTES_MAX};
@@ -182,8 +183,15 @@ impl State {
         self.budget
             .apply(heap_after as i64 - old.heap_bytes() as i64);
         self.counts.count_contents(&old, -1);
-        let contents = self.table.get(ino).expect("inode").file().expect("file");
+        let inode = self.table.get(ino).expect("inode");
+        let (slot, contents) = (inode.category, inode.file().expect("file"));
         self.counts.count_contents(contents, 1);
+        // Moves the bytes between the tiers; the file itself stays counted.
+        let disk = |c: &Contents| c.tier() == Tier::Disk;
+        self.categories
+            .count_bytes(slot, -(old.stored_bytes() as i64), disk(&old));
+        self.categories
+            .count_bytes(slot, contents.stored_bytes() as i64, disk(contents));
         self.host_redo.remove(&ino);
         Ok(())
     }
@@ -240,6 +248,7 @@ impl State {
             generation,
             durability: Durability::default().code(),
             absent: false,
+            category: crate::category::counts::DEFAULT_SLOT,
             lookups: AtomicU64::new(0),
             size_bytes: if kind == FileKind::Symlink {
                 target.len() as u64
@@ -259,6 +268,11 @@ impl State {
         self.table.insert(ino, inode);
         self.budget.set_table_bytes(self.table.heap_bytes());
         *self.counts.slot(kind) += 1;
+        if kind == FileKind::RegularFile {
+            // Empty, with no category of its own yet.
+            self.categories
+                .count_file(crate::category::counts::DEFAULT_SLOT, 1);
+        }
         self.dir_mut(parent).insert(name, ino, kind.code());
         let parent_inode = self.table.get_mut(parent).expect("parent");
         if kind == FileKind::Directory {
@@ -406,9 +420,13 @@ impl State {
         ino: Ino,
         change: impl FnOnce(&mut Contents) -> FsResult<Delta>,
     ) -> FsResult<()> {
-        let contents = self.table.get_mut(ino)?.file_mut().ok_or(Errno::EINVAL)?;
+        let inode = self.table.get_mut(ino)?;
+        let slot = inode.category;
+        let contents = inode.file_mut().ok_or(Errno::EINVAL)?;
         let delta = change(contents)?;
         let on_disk = contents.tier() == Tier::Disk;
+        self.categories
+            .count_bytes(slot, delta.stored_bytes, on_disk);
         self.budget.apply(delta.heap_bytes);
         self.counts.add_data(delta.stored_bytes);
         if on_disk {
@@ -541,6 +559,9 @@ impl State {
         let delta = xattrs.heap_bytes() as i64 - before;
         inode.ctime_ns = time_ns;
         self.budget.apply(delta);
+        if name == CATEGORY_XATTR {
+            self.recount_category(ino);
+        }
         Ok(())
     }
 
@@ -560,7 +581,28 @@ impl State {
             // The emptied list's capacity is gone with it.
             self.budget.apply(-after);
         }
+        if name == CATEGORY_XATTR {
+            self.recount_category(ino);
+        }
         Ok(())
+    }
+
+    /// The category attribute of `ino` changed: its file and bytes move to the new slot.
+    fn recount_category(&mut self, ino: Ino) {
+        let Ok(inode) = self.table.get(ino) else {
+            return;
+        };
+        let (old, xattrs) = (inode.category, inode.xattrs.as_deref());
+        let new = self.categories.slot_of(xattrs);
+        if new == old {
+            return;
+        }
+        let inode = self.table.get_mut(ino).expect("inode");
+        inode.category = new;
+        if let Some(f) = inode.file() {
+            super::count_category(&mut self.categories, old, f, -1);
+            super::count_category(&mut self.categories, new, f, 1);
+        }
     }
 
     fn apply_set_durability(&mut self, ino: Ino, code: u8, time_ns: TimeNs) -> FsResult<()> {

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 
 use super::{entry_cost, inode_charge, Counts, State};
 use crate::attr::{Ino, ROOT_INO};
+use crate::category::counts::CategoryCounts;
 use crate::namespace::inode::Payload;
 
 impl State {
@@ -15,13 +16,23 @@ impl State {
         let mut names_per_inode: HashMap<Ino, u32> = Default::default();
         let mut subdirs: HashMap<Ino, u32> = Default::default();
         let mut counts = Counts::default();
+        let mut categories = CategoryCounts::default();
         let mut budget = 0u64;
         for (ino, inode) in self.table.iter() {
             *counts.slot(inode.kind()) += 1;
             budget += inode_charge(inode);
+            let slot = categories.slot_of(inode.xattrs.as_deref());
+            if categories.name(slot) != self.categories.name(inode.category) {
+                problems.push(format!(
+                    "inode {ino}: counted in category {:?}, has {:?}",
+                    self.categories.name(inode.category),
+                    categories.name(slot)
+                ));
+            }
             match &inode.payload {
                 Payload::File(f) => {
                     counts.count_contents(f, 1);
+                    super::count_category(&mut categories, slot, f, 1);
                     if let Err(e) = f.check(inode.size_bytes) {
                         problems.push(format!("inode {ino}: {e}"));
                     }
@@ -85,6 +96,13 @@ impl State {
             problems.push(format!(
                 "counts {:?} but {:?} recorded",
                 counts, self.counts
+            ));
+        }
+        if categories.by_name() != self.categories.by_name() {
+            problems.push(format!(
+                "per-category counts {:?} but {:?} recorded",
+                categories.by_name(),
+                self.categories.by_name()
             ));
         }
         if budget != self.budget.used_bytes() {

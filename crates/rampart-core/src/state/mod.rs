@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::attr::{Durability, FileKind, Ino, ROOT_INO};
+use crate::category::counts::CategoryCounts;
 use crate::clock::Clock;
 use crate::engine::EngineConfig;
 use crate::error::{Broken, Errno, FsResult};
@@ -30,6 +31,18 @@ use crate::time::TimeNs;
 
 pub(crate) use privileges::CAPABILITY_XATTR;
 pub(crate) use tmpfile::Unnamed;
+
+/// Counts a regular file (`sign` 1) or stops counting it (-1) in its category's slot.
+pub(crate) fn count_category(
+    categories: &mut CategoryCounts,
+    slot: u16,
+    f: &crate::contents::Contents,
+    sign: i64,
+) {
+    categories.count_file(slot, sign);
+    let disk = f.tier() == crate::contents::Tier::Disk;
+    categories.count_bytes(slot, f.stored_bytes() as i64 * sign, disk);
+}
 
 /// How many inodes of each kind, and the bytes of file contents stored.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +89,8 @@ pub struct State {
     pub(crate) table: InodeTable,
     pub(crate) budget: Budget,
     pub(crate) counts: Counts,
+    /// Regular files and their bytes per category (decision 0085).
+    pub(crate) categories: CategoryCounts,
     /// Unnamed files (`O_TMPFILE`) that `link` may still name; never more than the inodes.
     pub(crate) linkable: HashSet<Ino>,
     /// For what the state stamps itself (a repair's /lost+found); ops carry their own times.
@@ -164,6 +179,7 @@ impl State {
             table: InodeTable::new(),
             budget: Budget::new(config.memory_cap_bytes),
             counts: Counts::default(),
+            categories: CategoryCounts::default(),
             linkable: HashSet::new(),
             clock: config.clock.clone(),
             freed_host_files: Vec::new(),
@@ -183,9 +199,12 @@ impl State {
                     true
                 });
             }
+            let mut inode = inode;
+            inode.category = state.categories.slot_of(inode.xattrs.as_deref());
             *state.counts.slot(inode.kind()) += 1;
             if let Some(f) = inode.file() {
                 state.counts.count_contents(f, 1);
+                count_category(&mut state.categories, inode.category, f, 1);
             }
             state.table.insert(ino, inode);
         }
@@ -205,6 +224,7 @@ impl State {
             table: InodeTable::new(),
             budget: Budget::new(config.memory_cap_bytes),
             counts: Counts::default(),
+            categories: CategoryCounts::default(),
             linkable: HashSet::new(),
             clock: config.clock.clone(),
             freed_host_files: Vec::new(),
@@ -220,6 +240,7 @@ impl State {
             generation: 0,
             durability: Durability::default().code(),
             absent: false,
+            category: crate::category::counts::DEFAULT_SLOT,
             lookups: AtomicU64::new(0),
             size_bytes: 0,
             atime_ns: AtomicI64::new(now),
@@ -295,6 +316,7 @@ impl State {
         *self.counts.slot(inode.kind()) -= 1;
         if let Payload::File(f) = &inode.payload {
             self.counts.count_contents(f, -1);
+            count_category(&mut self.categories, inode.category, f, -1);
             if f.tier() == crate::contents::Tier::Disk {
                 self.host_redo.remove(&ino);
                 let name = crate::contents::host_file::host_file_name(ino, inode.generation);

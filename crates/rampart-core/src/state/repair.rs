@@ -269,6 +269,20 @@ impl State {
                 });
             }
         }
+        // The per-category counts, from the category attributes.
+        let mut categories = crate::category::counts::CategoryCounts::default();
+        let inos: Vec<_> = self.table.iter().map(|(ino, _)| ino).collect();
+        for ino in inos {
+            let inode = self.table.get_mut(ino).expect("inode");
+            inode.category = categories.slot_of(inode.xattrs.as_deref());
+            if let Some(f) = inode.file() {
+                super::count_category(&mut categories, inode.category, f, 1);
+            }
+        }
+        if categories.by_name() != self.categories.by_name() {
+            done.push("recomputed the per-category counts".into());
+        }
+        self.categories = categories;
         if counts != self.counts || charged != self.budget.used_bytes() {
             done.push("recomputed counts and memory accounting".into());
             self.counts = counts;

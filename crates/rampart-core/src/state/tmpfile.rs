@@ -44,6 +44,7 @@ impl State {
             generation: u.generation,
             durability: Durability::default().code(),
             absent: false,
+            category: crate::category::counts::DEFAULT_SLOT,
             lookups: AtomicU64::new(0),
             size_bytes: 0,
             atime_ns: AtomicI64::new(u.time_ns),
@@ -58,6 +59,8 @@ impl State {
         self.table.insert(u.ino, inode);
         self.budget.set_table_bytes(self.table.heap_bytes());
         *self.counts.slot(FileKind::RegularFile) += 1;
+        self.categories
+            .count_file(crate::category::counts::DEFAULT_SLOT, 1);
         if u.linkable {
             self.linkable.insert(u.ino);
         }
