@@ -8,6 +8,7 @@
 mod adapter;
 pub mod counters;
 mod direct_io;
+mod disk_reads;
 mod open_files;
 mod refusals;
 
