@@ -27,6 +27,14 @@ pub const ENTRY_COST_BYTES: u64 = 24;
 /// relatime: an access time older than this is refreshed on read.
 pub const RELATIME_INTERVAL_NS: i64 = 24 * 3600 * 1_000_000_000;
 
+/// Threads of a FUSE mount that read disk-tier files whose bytes are not in the host's page
+/// cache (started as needed): that many cold reads wait for the disk at once, as that many
+/// threads of a program would on the host file system (fio's 32 at most; decision 0073).
+pub const DISK_READ_THREADS_MAX: usize = 32;
+
+/// Cold reads waiting for one of those threads; past it the FUSE thread reads itself.
+pub const DISK_READS_QUEUED_MAX: usize = 64;
+
 /// Persistence levels of the hierarchy (LCM, DA1, DA2): the most a chain can hold.
 pub const LEVELS_MAX: usize = 3;
 

@@ -435,3 +435,54 @@ fn a_journal_of_version_1_is_replaced_by_one_of_version_2_before_anything_is_app
     e.sync().unwrap();
     assert_eq!(version(&device), journal::VERSION);
 }
+
+/// The FUSE queue threads read through `read_if_cached` (decision 0073): bytes in the host's
+/// page cache come at once and are the file's; bytes that are not say so and leave nothing
+/// read, and `read` then gives them; a short host file is EIO either way, never zeros.
+#[test]
+fn a_read_from_the_host_cache_only_gives_the_bytes_or_says_it_would_wait() {
+    use std::os::fd::AsRawFd;
+    let (_dir, path) = store();
+    let fs = Rampart::open(&path, &options()).unwrap();
+    let e = fs.engine();
+    let f = e.mknod(&c(), ROOT_INO, b"f", FILE, 0).unwrap().ino;
+    let bytes = pattern(1 << 20, 9);
+    e.write(&c(), f, 0, &bytes, false).unwrap();
+    e.sync().unwrap(); // clean pages: DONTNEED below can drop them
+    let mut out = Vec::new();
+    assert!(e.read_if_cached(f, 4096, 65536, &mut out).unwrap());
+    assert_eq!(out, bytes[4096..4096 + 65536]);
+    // Past the end and at the end: nothing to wait for.
+    assert!(e.read_if_cached(f, 1 << 20, 4096, &mut out).unwrap());
+    assert!(out.is_empty());
+
+    let host = std::fs::File::open(path.join("data").join(&host_files(&path)[0].0)).unwrap();
+    // SAFETY: fadvise on an open descriptor; only a hint to the page cache.
+    let rc = unsafe { libc::posix_fadvise(host.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(rc, 0);
+    let mut cold = vec![1u8; 3];
+    if !e.read_if_cached(f, 512 << 10, 65536, &mut cold).unwrap() {
+        assert!(cold.is_empty(), "nothing read when it would wait");
+    } else {
+        // The host kept the pages after all (DONTNEED is a hint): they must be right.
+        assert_eq!(cold, bytes[512 << 10..(512 << 10) + 65536]);
+    }
+    e.read(f, 512 << 10, 65536, &mut cold).unwrap();
+    assert_eq!(cold, bytes[512 << 10..(512 << 10) + 65536]);
+
+    // Cut behind rampart's back: the cached read of the missing part never gives zeros.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path.join("data").join(&host_files(&path)[0].0))
+        .unwrap()
+        .set_len(100_000)
+        .unwrap();
+    match e.read_if_cached(f, 90_000, 20_000, &mut out) {
+        Ok(false) => assert!(out.is_empty()),
+        other => panic!("a short host file read from the cache gave {other:?}"),
+    }
+    assert_eq!(
+        e.read(f, 90_000, 20_000, &mut out),
+        Err(rampart_core::Errno::EIO)
+    );
+}

@@ -23,6 +23,7 @@ use rampart_core::{Attr, Ctx, Engine, FileKind, SetAttr, SetTime, WriteTimes};
 
 use crate::counters::{PendingRequest, RequestCounters, RequestKind};
 use crate::direct_io::{self, DirectIo};
+use crate::disk_reads::DiskReads;
 use crate::kernel_settings;
 use crate::open_files::{Negotiated, OpenFiles, Opened, FH_PASSTHROUGH};
 use crate::refusals::Refusals;
@@ -82,7 +83,9 @@ pub(crate) struct RampartFs {
     files: OpenFiles,
     negotiated: Arc<Negotiated>,
     /// O_DIRECT requests of disk-tier files served by the daemon.
-    direct: DirectIo,
+    direct: Arc<DirectIo>,
+    /// Reads that wait for the disk, off the FUSE threads (decision 0073).
+    disk_reads: DiskReads,
 }
 
 /// The answer for an engine error, counted for the request this thread serves.
@@ -169,7 +172,8 @@ impl RampartFs {
             passthrough: false,
             files: OpenFiles::new(negotiated.clone(), notifier),
             negotiated,
-            direct: DirectIo::default(),
+            direct: Arc::new(DirectIo::default()),
+            disk_reads: DiskReads::default(),
         }
     }
 
@@ -584,20 +588,46 @@ impl Filesystem for RampartFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let _timer = self.counters.start(RequestKind::read);
+        let timer = self.counters.start(RequestKind::read);
         guarded("read", || {
-            if direct_io::wants_direct(flags.0, offset, u64::from(size)) {
-                if let Some(r) = self.direct.read(&self.engine, ino.0, offset, size) {
-                    return match r {
-                        Ok(data) => reply.data(&data),
-                        Err(e) => reply.error(errno(e)),
-                    };
+            // O_DIRECT reads of a disk-tier file always reach the disk.
+            let direct = direct_io::wants_direct(flags.0, offset, u64::from(size))
+                && !matches!(self.engine.host_file(ino.0), Ok(None));
+            if !direct {
+                let mut buf = Vec::new();
+                match self.engine.read_if_cached(ino.0, offset, size, &mut buf) {
+                    Ok(true) => return reply.data(&buf),
+                    Ok(false) => {}
+                    Err(e) => return reply.error(errno(e)),
                 }
             }
-            let mut buf = Vec::new();
-            match self.engine.read(ino.0, offset, size, &mut buf) {
-                Ok(()) => reply.data(&buf),
-                Err(e) => reply.error(errno(e)),
+            // The read waits for the disk: on a thread of its own, so that the requests
+            // behind it on this FUSE thread do not wait too (decision 0073).
+            let engine = Arc::clone(&self.engine);
+            let direct_io = Arc::clone(&self.direct);
+            let counters = Arc::clone(&self.counters);
+            let request = timer.hand_off();
+            let job: crate::disk_reads::Job = Box::new(move || {
+                let read = if direct {
+                    direct_io.read(&engine, ino.0, offset, size)
+                } else {
+                    None
+                };
+                let read = read.unwrap_or_else(|| {
+                    let mut buf = Vec::new();
+                    engine.read(ino.0, offset, size, &mut buf).map(|()| buf)
+                });
+                match read {
+                    Ok(data) => reply.data(&data),
+                    Err(e) => {
+                        crate::counters::count_error_of(request.kind(), e.code());
+                        reply.error(Errno::from_i32(e.code()));
+                    }
+                }
+                request.finish(&counters);
+            });
+            if let Err(job) = self.disk_reads.submit(job) {
+                job();
             }
         });
     }

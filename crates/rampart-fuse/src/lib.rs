@@ -6,8 +6,10 @@
 //! announced to the kernel through FUSE notifications, so its caches never go stale.
 
 mod adapter;
+mod bdi;
 pub mod counters;
 mod direct_io;
+mod disk_reads;
 pub mod kernel_settings;
 mod open_files;
 pub mod own_mount;
@@ -235,6 +237,7 @@ pub fn mount(
     let _ = notifier.set(session.notifier());
     engine.set_observer(Some(Arc::new(KernelNotifier(session.notifier()))));
     apply_negotiated(&engine, options, cache, &negotiated);
+    bdi::tune(mountpoint, negotiated.writeback_cache());
     if negotiated.writeback_cache() {
         // Without it the worker is not started and refusals are dropped: the kernel's size
         // then follows the engine's (write-through).

@@ -139,7 +139,8 @@ impl Engine {
         disk.device.remove(name)
     }
 
-    /// Reads of a disk-tier file: `Some` with the bytes if `ino` is on the disk tier.
+    /// Reads of a disk-tier file into `out`. With `cached_only`, only from the host's page
+    /// cache: `WouldWait` where the disk would have to be read.
     pub(crate) fn read_disk(
         &self,
         disk: &DiskTier,
@@ -147,14 +148,32 @@ impl Engine {
         offset: u64,
         size: u32,
         out: &mut Vec<u8>,
-    ) -> FsResult<bool> {
+        cached_only: bool,
+    ) -> FsResult<DiskRead> {
         let _host = disk.shared(ino);
         let Some(file) = self.on_disk(ino)? else {
-            return Ok(false);
+            return Ok(DiskRead::NotOnDisk);
         };
         out.clear();
         let want = file.size_bytes.saturating_sub(offset).min(u64::from(size)) as usize;
         out.resize(want, 0);
+        if cached_only && want > 0 {
+            match disk.device.read_at_cached(&file.name, offset, out) {
+                Ok(Some(n)) if n == want => {
+                    self.touch_atime(ino);
+                    return Ok(DiskRead::Done);
+                }
+                // Some bytes are not in memory (or the host file is short: `read_at` says).
+                Ok(_) => {
+                    out.clear();
+                    return Ok(DiskRead::WouldWait);
+                }
+                Err(e) => {
+                    out.clear();
+                    return Err(host_errno("reading the disk-tier file", &file.name, &e));
+                }
+            }
+        }
         let mut filled = 0;
         while filled < want {
             match disk
@@ -182,7 +201,7 @@ impl Engine {
             return Err(Errno::EIO);
         }
         self.touch_atime(ino);
-        Ok(true)
+        Ok(DiskRead::Done)
     }
 
     /// relatime, as `read` does for memory files.
@@ -839,6 +858,17 @@ impl Engine {
             }
         }
     }
+}
+
+/// What a read of a disk-tier file did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DiskRead {
+    /// The bytes are in the caller's buffer.
+    Done,
+    /// The file is not (or no longer) on the disk tier: read it as a memory file.
+    NotOnDisk,
+    /// A read from the host's page cache only, and some bytes were not there.
+    WouldWait,
 }
 
 /// Writes `data` at `offset` of host file `name` (nothing for an empty write), with the

@@ -62,6 +62,31 @@ impl Engine {
 
     /// Reads up to `size` bytes at `offset` into `out` (cleared first).
     pub fn read(&self, ino: Ino, offset: u64, size: u32, out: &mut ReadBuf) -> FsResult<()> {
+        self.read_from(ino, offset, size, out, false).map(|_| ())
+    }
+
+    /// As [`Engine::read`], without waiting for the disk: false (and nothing read) where a
+    /// disk-tier file's bytes are not all in the host's page cache. A FUSE queue thread reads
+    /// this way and hands the misses to threads that may wait (decision 0073), so that one
+    /// cold read does not hold up the requests queued behind it.
+    pub fn read_if_cached(
+        &self,
+        ino: Ino,
+        offset: u64,
+        size: u32,
+        out: &mut ReadBuf,
+    ) -> FsResult<bool> {
+        self.read_from(ino, offset, size, out, true)
+    }
+
+    fn read_from(
+        &self,
+        ino: Ino,
+        offset: u64,
+        size: u32,
+        out: &mut ReadBuf,
+        cached_only: bool,
+    ) -> FsResult<bool> {
         // A few rounds at most: a round ends early only when the file moved meanwhile.
         for _ in 0..4 {
             let state = self.read_state();
@@ -71,10 +96,11 @@ impl Engine {
                 // Through the host file, under its host lock (taken before the state's).
                 drop(state);
                 let disk = self.disk().ok_or(Errno::EIO)?;
-                if self.read_disk(disk, ino, offset, size, out)? {
-                    return Ok(());
+                match self.read_disk(disk, ino, offset, size, out, cached_only)? {
+                    super::disk_ops::DiskRead::Done => return Ok(true),
+                    super::disk_ops::DiskRead::WouldWait => return Ok(false),
+                    super::disk_ops::DiskRead::NotOnDisk => continue,
                 }
-                continue;
             }
             contents.read(inode.size_bytes, offset, size, out)?;
             // relatime: refresh the access time only when it is older than the last change
@@ -87,7 +113,7 @@ impl Engine {
             {
                 inode.set_atime(now);
             }
-            return Ok(());
+            return Ok(true);
         }
         Err(Errno::EIO)
     }

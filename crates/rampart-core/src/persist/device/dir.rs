@@ -321,6 +321,37 @@ impl Device for DirDevice {
         }
     }
 
+    fn read_at_cached(&self, name: &str, offset: u64, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        let file = self.open_existing(name)?;
+        let Ok(at) = libc::off_t::try_from(offset) else {
+            return Ok(Some(0)); // past any file's end
+        };
+        let iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        loop {
+            // SAFETY: `iov` describes `buf`, which is valid for writes of `buf.len()` bytes
+            // and borrowed mutably for the call; the descriptor is open while `file` lives.
+            let n = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, at, libc::RWF_NOWAIT) };
+            if n >= 0 {
+                // A short read may be a page missing from the cache, not the end: the caller
+                // asks again with `read_at`, which tells the two apart.
+                return Ok((n as usize == buf.len()).then_some(n as usize));
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => {}
+                Some(libc::EAGAIN) => return Ok(None),
+                // A kernel or file system without RWF_NOWAIT: read as usual.
+                Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) => {
+                    return self.read_at(name, offset, buf).map(Some)
+                }
+                _ => return Err(e),
+            }
+        }
+    }
+
     fn len(&self, name: &str) -> io::Result<Option<u64>> {
         match self.cached(name, false)? {
             // A host file may be written behind the device (FUSE passthrough): ask.

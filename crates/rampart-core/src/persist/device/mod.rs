@@ -126,6 +126,12 @@ pub trait Device: Send + Sync + std::fmt::Debug {
         let data = self.read(name)?.ok_or_else(|| os_error(libc::ENOENT))?;
         Ok(copy_window(&data, offset, buf))
     }
+    /// As `read_at`, but only from memory: Ok(None) where the read would wait for the disk
+    /// (the host's page cache lacks some of the bytes), so that a thread that must not block
+    /// can hand the read to one that may. The default: `read_at` (devices that never wait).
+    fn read_at_cached(&self, name: &str, offset: u64, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        self.read_at(name, offset, buf).map(Some)
+    }
     /// Writes `data` over an existing file from `offset`, anywhere: past the end, the bytes
     /// between the old end and `offset` become a hole that reads as zeros (not durable until
     /// `sync`). ENOENT if the file does not exist. The default: Unsupported.
