@@ -137,6 +137,19 @@ pub struct Status {
     /// none ("no-flush").
     #[serde(default)]
     pub kernel_flush: String,
+    /// The store's second copy (DA2), on a mirrored store (decision 0077).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<MirrorStatus>,
+}
+
+/// The state of a mirrored store's second copy.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MirrorStatus {
+    pub path: String,
+    /// "ok": every change reaches it; "degraded": it does not (see `reason`).
+    pub state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Files and bytes on one tier.
@@ -196,6 +209,14 @@ pub fn status_of(sources: &Sources) -> Status {
             },
         },
         data_path: engine.data_path().to_string(),
+        mirror: engine.mirror_health().map(|h| {
+            let reason = h.degraded();
+            MirrorStatus {
+                path: h.path().to_string(),
+                state: if reason.is_some() { "degraded" } else { "ok" }.to_string(),
+                reason,
+            }
+        }),
         kernel_open: match engine.kernel_requests() {
             Some(k) if !k.open => "no-open",
             _ => "answered",
