@@ -394,6 +394,16 @@ pub fn open_mirrored(
                 here.display()
             ),
         ),
+        (Ok(a), Ok(b)) if a > b => (
+            &here,
+            &peer,
+            format!(
+                "the store {} has later commits (up to op {a}, the mirror {} up to op {b}): \
+                 brought the mirror up to it",
+                here.display(),
+                peer.display()
+            ),
+        ),
         (Ok(_), Ok(_)) => (&here, &peer, String::new()),
         (Err(bad), Ok(_)) => (
             &peer,
