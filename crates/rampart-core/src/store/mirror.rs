@@ -299,6 +299,42 @@ fn copy_if_different(from: &Path, to: &Path, by_content: bool) -> Result<bool, S
     Ok(true)
 }
 
+/// The store files and host files (`data/NAME`) in which the copies at `a` and `b` differ:
+/// present in one only, or with other bytes. Reads both whole (`rampart fsck`).
+pub fn compare(a: &Path, b: &Path) -> Result<Vec<String>, StoreError> {
+    let mut differ = Vec::new();
+    let mut check = |name: String, x: PathBuf, y: PathBuf| -> Result<(), StoreError> {
+        let same = match (x.is_file(), y.is_file()) {
+            (false, false) => true,
+            (true, true) => same_content(&x, &y)?,
+            _ => false,
+        };
+        if !same {
+            differ.push(name);
+        }
+        Ok(())
+    };
+    for name in COPIED_FILES {
+        check(name.to_string(), a.join(name), b.join(name))?;
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for dir in [a, b] {
+        if let Ok(entries) = fs::read_dir(dir.join(DATA_FOLDER)) {
+            for e in entries {
+                names.insert(e.map_err(io_err(dir))?.file_name());
+            }
+        }
+    }
+    for name in names {
+        check(
+            format!("{DATA_FOLDER}/{}", name.to_string_lossy()),
+            a.join(DATA_FOLDER).join(&name),
+            b.join(DATA_FOLDER).join(&name),
+        )?;
+    }
+    Ok(differ)
+}
+
 /// Whether two files hold the same bytes (read in blocks, never whole).
 pub fn same_content(a: &Path, b: &Path) -> Result<bool, StoreError> {
     const BLOCK: usize = 1 << 20;
