@@ -76,8 +76,11 @@ impl Rampart {
             }
         };
         // Before recovery: a configuration that does not parse changes nothing.
-        let categories = read_categories(store.path(), options.persist.commit_interval)?
-            .with_da2(mirror.is_some());
+        let categories = read_categories(
+            store.path(),
+            options.persist.commit_interval,
+            mirror.is_some(),
+        )?;
         let folder_error = |error| OpenError::Folder {
             path: store_path.to_path_buf(),
             error,
@@ -221,10 +224,12 @@ pub const CONFIG_FILE: &str = "rampart.toml";
 const CONFIG_BYTES_MAX: u64 = 1 << 20;
 
 /// The categories of the store at `store_path`: its `rampart.toml` over MBFS's defaults, or
-/// the defaults when it has none. Errors name the file and the line.
+/// the defaults when it has none; `da2`: the store has a mirror. Errors name the file and
+/// the line.
 pub fn read_categories(
     store_path: &Path,
     commit_interval: std::time::Duration,
+    da2: bool,
 ) -> Result<crate::category::Categories, OpenError> {
     use std::io::Read;
     let path = store_path.join(CONFIG_FILE);
@@ -238,7 +243,7 @@ pub fn read_categories(
     let file = match std::fs::File::open(&path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(crate::category::Categories::builtin(commit_interval))
+            return Ok(crate::category::Categories::builtin(commit_interval).with_da2(da2))
         }
         Err(e) => return Err(config_error(e.to_string())),
     };
@@ -251,8 +256,13 @@ pub fn read_categories(
             "larger than {CONFIG_BYTES_MAX} bytes"
         )));
     }
-    crate::category::Categories::from_toml(&text, &path.display().to_string(), commit_interval)
-        .map_err(OpenError::Config)
+    crate::category::Categories::from_toml_on(
+        &text,
+        &path.display().to_string(),
+        commit_interval,
+        da2,
+    )
+    .map_err(OpenError::Config)
 }
 
 impl Drop for Rampart {
