@@ -266,14 +266,20 @@ fn robust_and_paranoid_need_a_mirror_and_fail_fsync_when_it_is_gone() {
         .unwrap();
     // The mirror disappears while open.
     std::fs::remove_dir_all(&c.mirror).unwrap();
-    f.write_all(b" more").unwrap();
+    // The write is applied and on the store, but not on two copies: EIO, and fsync says so
+    // again.
+    let e = f.write(b" more").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO));
     let e = f.sync_all().unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EIO));
     soon.write_all(b"soon").unwrap();
     soon.sync_all().unwrap(); // SOON needs the store alone
     let m = fs.store().unwrap().mirror().unwrap();
     assert!(m.health.degraded().unwrap().contains("removed"));
-    let r = rampart_core::fs::File::open(&fs, "r").unwrap();
+    // ROBUST: a write returns once on the store (as SAFE); DA2 only within seconds, so its
+    // fsync is what fails.
+    let mut r = OpenOptions::new().write(true).open(&fs, "r").unwrap();
+    r.write_all(b"R").unwrap();
     assert_eq!(r.sync_all().unwrap_err().raw_os_error(), Some(libc::EIO));
     drop((f, r, soon));
     fs.close().unwrap();
@@ -281,6 +287,30 @@ fn robust_and_paranoid_need_a_mirror_and_fail_fsync_when_it_is_gone() {
     let fs = open(&c.store);
     assert_eq!(fs.read("p").unwrap(), b"paranoid more");
     assert!(fs.store().unwrap().mirror().unwrap().health.is_degraded());
+}
+
+#[test]
+fn a_mirrored_stores_config_may_name_paranoid_and_a_plain_ones_may_not() {
+    let config = "default = \"ROBUST\"\n[[rules]]\nglob = \"*.p\"\ncategory = \"PARANOID\"\n";
+    let c = mirrored();
+    std::fs::write(c.store.join("rampart.toml"), config).unwrap();
+    let fs = open(&c.store);
+    fs.write("x.p", b"p").unwrap();
+    assert_eq!(fs.category("x.p").unwrap().name, "PARANOID");
+    fs.write("plain", b"r").unwrap();
+    assert_eq!(fs.category("plain").unwrap().name, "ROBUST");
+    fs.close().unwrap();
+    // The configuration went to the mirror with the rest.
+    assert_eq!(
+        std::fs::read_to_string(c.mirror.join("rampart.toml")).unwrap(),
+        config
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("plain");
+    mkfs(&plain).unwrap();
+    std::fs::write(plain.join("rampart.toml"), config).unwrap();
+    let e = Fs::open_with(&plain, &Options::default(), 0, 0).unwrap_err();
+    assert!(e.to_string().contains("this store has no mirror"), "{e}");
 }
 
 fn sim_engine_config() -> EngineConfig {

@@ -290,6 +290,11 @@ impl Spec {
         self.level(SpecLevel::Lm).stay != Stay::Never && self.level(SpecLevel::Da1) != UNSPECIFIED
     }
 
+    /// Whether the spec asks for DA2 before the write returns (`da1=before_write`: PARANOID).
+    pub fn needs_da2_before_write(&self) -> bool {
+        self.needs_da2() && self.level(SpecLevel::Da1).stay == Stay::BeforeWrite
+    }
+
     /// Whether close must make the file's data durable (`lm=until_close`).
     pub fn until_close(&self) -> bool {
         self.level(SpecLevel::Lm).stay == Stay::UntilClose
