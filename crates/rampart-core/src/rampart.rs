@@ -119,9 +119,23 @@ impl Rampart {
             }));
         let (engine, persister, recovery) =
             crate::persist::open(as_device, store_id, &engine_config, options.persist.clone())
-                .map_err(|error| OpenError::Start {
-                    path: path.clone(),
-                    error,
+                .map_err(|error| match &mirror {
+                    // The copies were found equal (else the bad one was replaced): both fail.
+                    Some(m)
+                        if !m.health.is_degraded()
+                            && matches!(error, crate::error::StartError::Recovery(_)) =>
+                    {
+                        OpenError::Store(crate::store::StoreError::Corrupt(format!(
+                            "neither copy of the store can be used: {} and its mirror {} hold \
+                             the same files, and recovery fails: {error}",
+                            path.display(),
+                            m.path.display()
+                        )))
+                    }
+                    _ => OpenError::Start {
+                        path: path.clone(),
+                        error,
+                    },
                 })?;
         engine.set_categories(Arc::new(categories));
         if let Some(m) = &mirror {

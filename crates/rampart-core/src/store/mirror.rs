@@ -376,6 +376,22 @@ pub struct MirroredOpen {
     pub notes: Vec<String>,
 }
 
+/// Whether the two copies' store files (not the host files) hold the same bytes.
+fn store_files_equal(a: &Path, b: &Path) -> Result<bool, StoreError> {
+    for name in COPIED_FILES {
+        let (x, y) = (a.join(name), b.join(name));
+        let same = match (x.is_file(), y.is_file()) {
+            (false, false) => true,
+            (true, true) => same_content(&x, &y)?,
+            _ => false,
+        };
+        if !same {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// How a copy fared when recovered on its own.
 fn judge(dir: &Path, store_id: [u8; 16], config: &EngineConfig) -> Result<u64, String> {
     let sb = read_superblock(dir).map_err(|e| e.to_string())?;
@@ -417,8 +433,16 @@ pub fn open_mirrored(
         return without_mirror(&here, store_lock, &peer, "holds no copy of this store");
     }
     let peer_lock = lock(&peer, Access::Exclusive)?;
-    let here_state = judge(&here, record.store_id, config);
-    let peer_state = judge(&peer, record.store_id, config);
+    // The usual case (a clean unmount, or a crash after both copies' last writes): the same
+    // store files, so the same recovery; the mount's own recovery judges them.
+    let (here_state, peer_state) = if store_files_equal(&here, &peer)? {
+        (Ok(0), Ok(0))
+    } else {
+        (
+            judge(&here, record.store_id, config),
+            judge(&peer, record.store_id, config),
+        )
+    };
     let (from, to, why) = match (&here_state, &peer_state) {
         (Ok(a), Ok(b)) if b > a => (
             &peer,
