@@ -36,10 +36,11 @@ impl Engine {
         self.spec_says(ino, Spec::needs_da2)
     }
 
-    /// EIO if `ino` needs DA2 and the mirror is degraded: its fsync cannot keep the contract
-    /// (the data is durable on the store alone), and says so rather than weakening it.
+    /// EIO if `ino` needs DA2 and the mirror is degraded: its fsync cannot keep the contract,
+    /// and says so rather than weakening it. The changes are made durable on the store first.
     pub fn check_da2(&self, ino: Ino) -> FsResult<()> {
         self.check_da2_for(ino, "fsync", Spec::needs_da2)
+            .inspect_err(|_| drop(self.sync()))
     }
 
     /// EIO if `ino` needs DA2 before its writes return (PARANOID) and the mirror is degraded.

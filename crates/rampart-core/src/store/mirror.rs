@@ -443,55 +443,7 @@ pub fn open_mirrored(
             judge(&peer, record.store_id, config),
         )
     };
-    let (from, to, why) = match (&here_state, &peer_state) {
-        (Ok(a), Ok(b)) if b > a => (
-            &peer,
-            &here,
-            format!(
-                "the mirror {} has later commits (up to op {b}, the store {} up to op {a}): \
-                 used the mirror and brought the store up to it",
-                peer.display(),
-                here.display()
-            ),
-        ),
-        (Ok(a), Ok(b)) if a > b => (
-            &here,
-            &peer,
-            format!(
-                "the store {} has later commits (up to op {a}, the mirror {} up to op {b}): \
-                 brought the mirror up to it",
-                here.display(),
-                peer.display()
-            ),
-        ),
-        (Ok(_), Ok(_)) => (&here, &peer, String::new()),
-        (Err(bad), Ok(_)) => (
-            &peer,
-            &here,
-            format!(
-                "the store copy {} cannot be used ({bad}): used the mirror {} and brought the \
-                 store back in line from it",
-                here.display(),
-                peer.display()
-            ),
-        ),
-        (Ok(_), Err(bad)) => (
-            &here,
-            &peer,
-            format!(
-                "the mirror {} cannot be used ({bad}): brought it back in line from the store {}",
-                peer.display(),
-                here.display()
-            ),
-        ),
-        (Err(a), Err(b)) => {
-            return Err(StoreError::Corrupt(format!(
-                "neither copy of the store can be used: {} ({a}); its mirror {} ({b})",
-                here.display(),
-                peer.display()
-            )))
-        }
-    };
+    let (from, to, why) = choose(&here, &peer, &here_state, &peer_state)?;
     // Host files are compared by content only when a copy was behind or damaged: when both
     // recovered to the same commit they hold the same committed bytes (decision 0078).
     let full = !why.is_empty();
@@ -521,6 +473,65 @@ pub fn open_mirrored(
         peer,
         peer_lock,
         notes,
+    })
+}
+
+/// Which copy to bring in line from which (`from`, `to`), and why (empty: both equal), from
+/// how each recovered on its own; Err if neither can be used.
+fn choose<'p>(
+    here: &'p PathBuf,
+    peer: &'p PathBuf,
+    here_state: &Result<u64, String>,
+    peer_state: &Result<u64, String>,
+) -> Result<(&'p PathBuf, &'p PathBuf, String), StoreError> {
+    Ok(match (here_state, peer_state) {
+        (Ok(a), Ok(b)) if b > a => (
+            peer,
+            here,
+            format!(
+                "the mirror {} has later commits (up to op {b}, the store {} up to op {a}): \
+                 used the mirror and brought the store up to it",
+                peer.display(),
+                here.display()
+            ),
+        ),
+        (Ok(a), Ok(b)) if a > b => (
+            here,
+            peer,
+            format!(
+                "the store {} has later commits (up to op {a}, the mirror {} up to op {b}): \
+                 brought the mirror up to it",
+                here.display(),
+                peer.display()
+            ),
+        ),
+        (Ok(_), Ok(_)) => (here, peer, String::new()),
+        (Err(bad), Ok(_)) => (
+            peer,
+            here,
+            format!(
+                "the store copy {} cannot be used ({bad}): used the mirror {} and brought the \
+                 store back in line from it",
+                here.display(),
+                peer.display()
+            ),
+        ),
+        (Ok(_), Err(bad)) => (
+            here,
+            peer,
+            format!(
+                "the mirror {} cannot be used ({bad}): brought it back in line from the store {}",
+                peer.display(),
+                here.display()
+            ),
+        ),
+        (Err(a), Err(b)) => {
+            return Err(StoreError::Corrupt(format!(
+                "neither copy of the store can be used: {} ({a}); its mirror {} ({b})",
+                here.display(),
+                peer.display()
+            )))
+        }
     })
 }
 
