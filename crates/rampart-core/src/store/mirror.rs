@@ -38,6 +38,8 @@ const COPIED_FILES: [&str; 5] = [
     crate::persist::persister::RESERVE_FILE,
     crate::rampart::CONFIG_FILE,
 ];
+/// Zeros kept for a checkpoint on a full disk (up to 4 GiB): compared by length.
+const RESERVE: &str = crate::persist::persister::RESERVE_FILE;
 /// Left by a crash in the middle of a write; never copied, removed from a copy brought in line.
 const LEFTOVER_FILES: [&str; 2] = ["checkpoint.tmp", "journal.tmp"];
 /// A file being copied in, renamed over its name once complete and synced.
@@ -209,8 +211,9 @@ pub fn add_mirror(store_path: &Path, dir: &Path) -> Result<PathBuf, StoreError> 
 
 /// Makes the copy at `to` hold what the copy at `from` holds: every store file and host file
 /// that differs is replaced (copied to a temporary name, synced, renamed), files `from` lacks
-/// are removed; the lock and the `mirror` file stay. `full`: host files are compared by
-/// content, else by length only (see [`open_mirrored`]). Returns how many files it changed.
+/// are removed; the lock and the `mirror` file stay. `full`: host files and the reserve are
+/// compared by content, else by length only (see [`open_mirrored`]). Returns how many files
+/// it changed.
 pub fn bring_in_line(from: &Path, to: &Path, full: bool) -> Result<u64, StoreError> {
     let mut changed = 0u64;
     if !to.is_dir() {
@@ -220,7 +223,12 @@ pub fn bring_in_line(from: &Path, to: &Path, full: bool) -> Result<u64, StoreErr
             .map_err(io_err(to))?;
     }
     for name in COPIED_FILES {
-        changed += u64::from(copy_if_different(&from.join(name), &to.join(name), true)?);
+        let by_content = full || name != RESERVE;
+        changed += u64::from(copy_if_different(
+            &from.join(name),
+            &to.join(name),
+            by_content,
+        )?);
     }
     for name in LEFTOVER_FILES {
         let path = to.join(name);
@@ -380,9 +388,11 @@ pub struct MirroredOpen {
 fn store_files_equal(a: &Path, b: &Path) -> Result<bool, StoreError> {
     for name in COPIED_FILES {
         let (x, y) = (a.join(name), b.join(name));
-        let same = match (x.is_file(), y.is_file()) {
-            (false, false) => true,
-            (true, true) => same_content(&x, &y)?,
+        let same = match (fs::metadata(&x), fs::metadata(&y)) {
+            (Err(_), Err(_)) => true,
+            // The reserve holds zeros (up to 4 GiB): its length is what matters.
+            (Ok(m), Ok(n)) if name == RESERVE => m.len() == n.len(),
+            (Ok(_), Ok(_)) => same_content(&x, &y)?,
             _ => false,
         };
         if !same {
