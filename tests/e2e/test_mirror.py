@@ -1,8 +1,8 @@
 """DA2, the store's mirror, on real mounts (decisions 0076-0078): `rampart mkfs --mirror`,
 PARANOID writes on both copies before write(2) returns, `kill -9` then the loss of the main
 copy (the mirror mounts alone, `rampart mirror add` makes a new second copy), the mirror
-removed while mounted (status degraded, PARANOID fsync EIO, the daemon serves on), and fsck
-comparing the copies."""
+removed while mounted (status degraded, PARANOID write and fsync EIO, the daemon serves on),
+fsck comparing the copies, and host files mirrored with passthrough off."""
 
 import errno
 import json
@@ -158,3 +158,18 @@ def test_fsck_compares_the_copies_and_mount_brings_the_damaged_one_in_line(
     r = m.cli("fsck", "--json", m.store)
     assert r.returncode == 0, r.stdout
     assert json.loads(r.stdout)["mirror"]["clean"]
+
+
+def test_a_mirrored_store_is_served_without_passthrough(test_base, rampart_env, cleanup_mounts):
+    m, mirror = mirrored(test_base, rampart_env, cleanup_mounts)
+    assert m.status()["data_path"] == "daemon"
+    # A disk-tier file written through the daemon reaches the mirror's host file too.
+    data = os.urandom(2 << 20)
+    write_durably(os.path.join(str(m.path), "big"), data)
+    assert m.umount().returncode == 0
+    hosts = sorted(os.listdir(mirror / "data"))
+    assert hosts == sorted(os.listdir(m.store / "data")) and hosts
+    assert any((mirror / "data" / h).read_bytes()[:len(data)] == data for h in hosts)
+    r = m.cli("mount", "--passthrough", "on", m.store, m.path)
+    assert r.returncode != 0
+    assert "mirrored store is served without FUSE passthrough" in r.stderr
