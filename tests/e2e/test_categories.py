@@ -168,7 +168,7 @@ def test_a_config_that_is_wrong_refuses_the_mount_naming_the_line(test_base, ram
     for config, line, why in [
         ('[categories]\nX = "lm=5"\n', 2, "malformed spec"),
         ('\n[[rules]]\nglob = "*.o"\ncategory = "FAST"\n', 4, 'unknown category "FAST"'),
-        ('default = "ROBUST"\n', 1, "needs a second copy (DA2), not built yet"),
+        ('default = "ROBUST"\n', 1, "needs a second copy (DA2): this store has no mirror"),
         ('[[rules]]\nglob = "*.o"\n', 1, "missing field"),
         ("[categories\n", 1, ""),
     ]:

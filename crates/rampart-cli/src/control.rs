@@ -147,6 +147,9 @@ pub struct Status {
     /// Per category, by name: files, bytes per tier, bytes not yet durable and deadlines.
     #[serde(default)]
     pub categories: BTreeMap<String, CategoryFigures>,
+    /// The store's second copy (DA2), on a mirrored store (decision 0077).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<MirrorStatus>,
 }
 
 /// One category in `rampart status` (docs/CATEGORIES.md, "Watching the categories").
@@ -182,6 +185,16 @@ impl From<&rampart_core::CategoryStatus> for CategoryFigures {
             lag_ms_max: ms(c.lag_max),
         }
     }
+}
+
+/// The state of a mirrored store's second copy.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MirrorStatus {
+    pub path: String,
+    /// "ok": every change reaches it; "degraded": it does not (see `reason`).
+    pub state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Files and bytes on one tier.
@@ -247,6 +260,14 @@ pub fn status_of(sources: &Sources) -> Status {
             },
         },
         data_path: engine.data_path().to_string(),
+        mirror: engine.mirror_health().map(|h| {
+            let reason = h.degraded();
+            MirrorStatus {
+                path: h.path().to_string(),
+                state: if reason.is_some() { "degraded" } else { "ok" }.to_string(),
+                reason,
+            }
+        }),
         kernel_open: match engine.kernel_requests() {
             Some(k) if !k.open => "no-open",
             _ => "answered",

@@ -96,7 +96,8 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     tracing::info!("recovered {}: {}", store_path.display(), rampart.recovery());
     // Bound before mounting, so that a refused address fails the mount cleanly.
     let metrics_listeners = crate::metrics::bind(&config.metrics)?;
-    let options = mount_options(config, &store_path);
+    let mut options = mount_options(config, &store_path);
+    mirror_without_passthrough(&rampart, &mut options)?;
     let mut mounted = rampart_fuse::mount(engine.clone(), &mountpoint, &options)
         .map_err(|e| format!("cannot mount at {}: {e}", mountpoint.display()))?;
     // This mount's device number tells it from a later mount at the same place (see below).
@@ -166,6 +167,27 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
         Exit::Clean => Ok(()),
         Exit::Failed(e) | Exit::Lost(e) => Err(e),
     }
+}
+
+/// On a mirrored store, passthrough off: the kernel's writes to host files would reach the
+/// store and never the mirror (decision 0076). Logs the mirror's state.
+fn mirror_without_passthrough(rampart: &Rampart, options: &mut MountOptions) -> Result<(), String> {
+    let Some(mirror) = rampart.mirror() else {
+        return Ok(());
+    };
+    if options.passthrough == rampart_fuse::PassthroughMode::On {
+        return Err(format!(
+            "--passthrough on: a mirrored store is served without FUSE passthrough (the \
+             kernel's writes would miss the mirror {}); mount without it",
+            mirror.path.display()
+        ));
+    }
+    options.passthrough = rampart_fuse::PassthroughMode::Off;
+    match mirror.health.degraded() {
+        None => tracing::info!("mirror (DA2): {}, in step", mirror.path.display()),
+        Some(why) => tracing::error!("mirror (DA2) degraded: {why}"),
+    }
+    Ok(())
 }
 
 /// The FUSE mount's settings, from the command line.

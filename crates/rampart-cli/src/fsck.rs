@@ -40,8 +40,15 @@ pub fn run(store: &Path, repair: bool, json: bool) -> ExitCode {
     progress.clear();
     let failure = match outcome {
         Ok(Ok(report)) => {
+            let mirror = check_mirror(store, repair && report.clean);
+            let clean = report.clean && mirror.as_ref().is_none_or(|m| m.clean);
             if json {
-                match serde_json::to_string_pretty(&report) {
+                let mut value = serde_json::to_value(&report).unwrap_or_default();
+                if let (Some(m), Some(obj)) = (&mirror, value.as_object_mut()) {
+                    obj.insert("mirror".into(), serde_json::json!(m));
+                    obj.insert("clean".into(), serde_json::json!(clean));
+                }
+                match serde_json::to_string_pretty(&value) {
                     Ok(text) => outln!("{text}"),
                     Err(e) => {
                         eprintln!("rampart: cannot encode the report as JSON: {e}");
@@ -50,8 +57,11 @@ pub fn run(store: &Path, repair: bool, json: bool) -> ExitCode {
                 }
             } else {
                 out!("{}", render(&report, repair));
+                if let Some(m) = &mirror {
+                    outln!("{}", m.text());
+                }
             }
-            return if report.clean {
+            return if clean {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE
@@ -88,6 +98,109 @@ pub fn run(store: &Path, repair: bool, json: bool) -> ExitCode {
         outln!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
     }
     ExitCode::FAILURE
+}
+
+/// What `rampart fsck` found of a mirrored store's second copy.
+#[derive(serde::Serialize)]
+struct MirrorCheck {
+    path: String,
+    /// The mirror's own check: None if it is clean, else what is wrong.
+    problem: Option<String>,
+    /// Store files and host files that differ between the two copies.
+    differs: Vec<String>,
+    /// What `--repair` did to it.
+    repaired: Option<String>,
+    clean: bool,
+}
+
+impl MirrorCheck {
+    fn text(&self) -> String {
+        let mut text = format!("mirror      {}: ", self.path);
+        match &self.problem {
+            None => text.push_str("its own check is clean"),
+            Some(p) => text.push_str(p),
+        }
+        if self.differs.is_empty() {
+            text.push_str("; the same as the store");
+        } else {
+            text.push_str(&format!(
+                "; differs from the store in {} (the next mount brings the copy that is \
+                 behind in line)",
+                self.differs.join(", ")
+            ));
+        }
+        if let Some(r) = &self.repaired {
+            text.push_str(&format!("; {r}"));
+        }
+        text
+    }
+}
+
+/// Checks the mirror of the store at `store`, if it has one: its own fsck (read only) and a
+/// comparison of the two copies. After a clean repair (`bring_in_line`), the mirror is made a
+/// copy of the repaired store.
+fn check_mirror(store: &Path, bring_in_line: bool) -> Option<MirrorCheck> {
+    use rampart_core::store::mirror;
+    let record = match mirror::read_record(store) {
+        Ok(r) => r?,
+        Err(e) => {
+            return Some(MirrorCheck {
+                path: String::new(),
+                problem: Some(e.to_string()),
+                differs: Vec::new(),
+                repaired: None,
+                clean: false,
+            })
+        }
+    };
+    let peer = record.peer;
+    let mut check = MirrorCheck {
+        path: peer.display().to_string(),
+        problem: None,
+        differs: Vec::new(),
+        repaired: None,
+        clean: false,
+    };
+    if !peer.is_dir() {
+        check.problem = Some("missing (`rampart mirror add` makes a new one)".into());
+        return Some(check);
+    }
+    let quiet = NoProgress;
+    check.problem = match fsck::check(&peer, &quiet) {
+        Ok(r) if r.clean => None,
+        Ok(r) => Some(format!(
+            "its own check found {}: {}",
+            count_of(r.problems.len() as u64, "problem", "problems"),
+            r.problems.join("; ")
+        )),
+        Err(e) => Some(e.to_string()),
+    };
+    let here = std::fs::canonicalize(store).unwrap_or_else(|_| store.to_path_buf());
+    match mirror::compare(&here, &peer) {
+        Ok(d) => check.differs = d,
+        Err(e) => check.problem = Some(e.to_string()),
+    }
+    if bring_in_line && (check.problem.is_some() || !check.differs.is_empty()) {
+        check.repaired = Some(match mirror::bring_in_line(&here, &peer, true) {
+            Ok(n) => {
+                check.problem = None;
+                check.differs.clear();
+                format!("brought in line with the repaired store ({n} files copied)")
+            }
+            Err(e) => format!("could not be brought in line: {e}"),
+        });
+    }
+    check.clean = check.problem.is_none() && check.differs.is_empty();
+    Some(check)
+}
+
+/// No progress bar (the mirror's check is quiet).
+struct NoProgress;
+
+impl Progress for NoProgress {
+    fn phase(&self, _: Phase, _: u64) {}
+    fn advance(&self, _: u64) {}
+    fn done(&self) {}
 }
 
 fn panic_text(payload: &(dyn Any + Send)) -> String {

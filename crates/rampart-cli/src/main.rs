@@ -57,7 +57,15 @@ enum Cmd {
         /// mount can override it.
         #[arg(long, value_name = "SIZE|off", value_parser = parse_threshold)]
         large_file_threshold: Option<u64>,
+        /// Make a second copy of the store (DA2) in DIR (must not exist, or be empty; meant
+        /// for another disk): every durable write reaches both copies, and ROBUST and
+        /// PARANOID can be used.
+        #[arg(long, value_name = "DIR")]
+        mirror: Option<PathBuf>,
     },
+    /// Manage the store's second copy (DA2).
+    #[command(subcommand)]
+    Mirror(MirrorCmd),
     /// Mount a store (by default as a background daemon).
     #[command(after_long_help = MOUNT_LONG_HELP)]
     Mount(MountArgs),
@@ -469,6 +477,18 @@ fn init_logging(level: &str) {
         .try_init();
 }
 
+#[derive(Subcommand)]
+enum MirrorCmd {
+    /// Add a mirror to an unmounted store: copies the store's current state into DIR (must
+    /// not exist, or be empty; made 0700), then records each copy in the other.
+    Add {
+        /// The store (not mounted).
+        store: PathBuf,
+        /// The mirror's folder (meant for another disk).
+        dir: PathBuf,
+    },
+}
+
 fn main() -> ExitCode {
     if let Some(code) = mount_helper::run_if_called_as_helper() {
         return with_stdout_checked(code);
@@ -478,7 +498,9 @@ fn main() -> ExitCode {
         Cmd::Mkfs {
             store,
             large_file_threshold,
-        } => cmd_mkfs(&store, large_file_threshold),
+            mirror,
+        } => cmd_mkfs(&store, large_file_threshold, mirror.as_deref()),
+        Cmd::Mirror(MirrorCmd::Add { store, dir }) => cmd_mirror_add(&store, &dir),
         Cmd::Mount(mut args) => match args.apply_options() {
             Ok(()) => cmd_mount(args),
             Err(e) => {
@@ -550,12 +572,38 @@ fn with_stdout_checked(code: ExitCode) -> ExitCode {
     }
 }
 
-fn cmd_mkfs(store: &Path, large_file_threshold: Option<u64>) -> Result<(), String> {
+fn cmd_mkfs(
+    store: &Path,
+    large_file_threshold: Option<u64>,
+    mirror: Option<&Path>,
+) -> Result<(), String> {
     let options = rampart_core::store::MkfsOptions {
         large_file_threshold_bytes: large_file_threshold.unwrap_or(0),
     };
-    rampart_core::store::mkfs_with(store, &options).map_err(|e| e.to_string())?;
-    outln!("created rampart store {}", store.display());
+    match mirror {
+        None => {
+            rampart_core::store::mkfs_with(store, &options).map_err(|e| e.to_string())?;
+            outln!("created rampart store {}", store.display());
+        }
+        Some(dir) => {
+            rampart_core::store::mkfs_mirrored(store, &options, dir).map_err(|e| e.to_string())?;
+            outln!(
+                "created rampart store {} with its mirror {}",
+                store.display(),
+                dir.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn cmd_mirror_add(store: &Path, dir: &Path) -> Result<(), String> {
+    let mirror = rampart_core::store::mirror::add_mirror(store, dir).map_err(|e| e.to_string())?;
+    outln!(
+        "added the mirror {} to the store {} (a copy of its current state)",
+        mirror.display(),
+        store.display()
+    );
     Ok(())
 }
 
@@ -874,6 +922,12 @@ fn cmd_status(mountpoint: &Path, json: bool) -> Result<(), String> {
         status.tiers.disk.bytes
     );
     outln!("data_path: {}", status.data_path);
+    if let Some(m) = &status.mirror {
+        match &m.reason {
+            None => outln!("mirror: {} ({})", m.path, m.state),
+            Some(why) => outln!("mirror: {} ({}: {why})", m.path, m.state),
+        }
+    }
     outln!("memory_used_bytes: {}", status.memory_used_bytes);
     outln!("memory_cap_bytes: {}", status.memory_cap_bytes);
     outln!("memory_used: {pct:.1}% of the cap");

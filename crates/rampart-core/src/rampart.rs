@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::engine::{Engine, EngineConfig};
 use crate::error::{CloseError, OpenError};
-use crate::persist::device::{Device, DirDevice};
+use crate::persist::device::{Device, DirDevice, MirrorDevice, MirrorHealth};
 use crate::persist::persister::{PersistConfig, Persister};
 use crate::persist::recovery::Report;
 use crate::store::Store;
@@ -33,8 +33,20 @@ pub struct Rampart {
     recovery: Report,
     /// Holds the store's lock (None when opened with [`Rampart::open_device`]).
     store: Option<Store>,
+    /// The store's mirror (DA2), if it has one.
+    mirror: Option<Mirror>,
     /// False once closed.
     running: bool,
+}
+
+/// A mounted store's mirror (DA2): where it is, its lock, and whether it is in step.
+#[derive(Debug)]
+pub struct Mirror {
+    pub path: PathBuf,
+    pub health: Arc<MirrorHealth>,
+    /// What the mount's checks of the two copies found and did.
+    pub notes: Vec<String>,
+    _lock: Option<std::fs::File>,
 }
 
 impl Rampart {
@@ -43,9 +55,32 @@ impl Rampart {
     /// and the journal's valid prefix) and starts persisting every change (a committer
     /// thread; checkpoints on threads of their own).
     pub fn open(store_path: &Path, options: &Options) -> Result<Rampart, OpenError> {
-        let store = Store::open(store_path).map_err(OpenError::Store)?;
+        let record = crate::store::mirror::read_record(store_path).map_err(OpenError::Store)?;
+        // A mirrored store: both copies locked and checked, the one behind brought in line.
+        let (store, mirror) = match record {
+            None => (Store::open(store_path).map_err(OpenError::Store)?, None),
+            Some(record) => {
+                let opened =
+                    crate::store::mirror::open_mirrored(store_path, &record, &options.engine)
+                        .map_err(OpenError::Store)?;
+                for note in &opened.notes {
+                    tracing::warn!("{note}");
+                }
+                let mirror = Mirror {
+                    path: opened.peer,
+                    health: opened.health,
+                    notes: opened.notes,
+                    _lock: opened.peer_lock,
+                };
+                (opened.store, Some(mirror))
+            }
+        };
         // Before recovery: a configuration that does not parse changes nothing.
-        let categories = read_categories(store.path(), options.persist.commit_interval)?;
+        let categories = read_categories(
+            store.path(),
+            options.persist.commit_interval,
+            mirror.is_some(),
+        )?;
         let folder_error = |error| OpenError::Folder {
             path: store_path.to_path_buf(),
             error,
@@ -53,7 +88,27 @@ impl Rampart {
         let path = std::fs::canonicalize(store.path()).map_err(folder_error)?;
         let store_id = store.superblock().store_id;
         let device = Arc::new(DirDevice::open(path.clone()).map_err(folder_error)?);
-        let as_device: Arc<dyn Device> = device.clone();
+        let as_device: Arc<dyn Device> = match &mirror {
+            None => device.clone(),
+            Some(m) => {
+                let peer: Option<Arc<dyn Device>> = if m.health.is_degraded() {
+                    None
+                } else {
+                    let peer =
+                        DirDevice::open(m.path.clone()).map_err(|error| OpenError::Folder {
+                            path: m.path.clone(),
+                            error,
+                        })?;
+                    Some(Arc::new(peer))
+                };
+                Arc::new(MirrorDevice::new(
+                    device.clone(),
+                    peer,
+                    m.path.display().to_string(),
+                    m.health.clone(),
+                ))
+            }
+        };
         let mut engine_config = options.engine.clone();
         // The mount's threshold, else the store's (its superblock's: 0 is the default).
         engine_config.large_file_threshold_bytes =
@@ -64,11 +119,28 @@ impl Rampart {
             }));
         let (engine, persister, recovery) =
             crate::persist::open(as_device, store_id, &engine_config, options.persist.clone())
-                .map_err(|error| OpenError::Start {
-                    path: path.clone(),
-                    error,
+                .map_err(|error| match &mirror {
+                    // The copies were found equal (else the bad one was replaced): both fail.
+                    Some(m)
+                        if !m.health.is_degraded()
+                            && matches!(error, crate::error::StartError::Recovery(_)) =>
+                    {
+                        OpenError::Store(crate::store::StoreError::Corrupt(format!(
+                            "neither copy of the store can be used: {} and its mirror {} hold \
+                             the same files, and recovery fails: {error}",
+                            path.display(),
+                            m.path.display()
+                        )))
+                    }
+                    _ => OpenError::Start {
+                        path: path.clone(),
+                        error,
+                    },
                 })?;
         engine.set_categories(Arc::new(categories));
+        if let Some(m) = &mirror {
+            engine.set_mirror_health(m.health.clone());
+        }
         Ok(Rampart {
             path,
             store_id,
@@ -77,6 +149,7 @@ impl Rampart {
             persister,
             recovery,
             store: Some(store),
+            mirror,
             running: true,
         })
     }
@@ -99,6 +172,7 @@ impl Rampart {
             persister,
             recovery,
             store: None,
+            mirror: None,
             running: true,
         })
     }
@@ -116,6 +190,11 @@ impl Rampart {
     /// What recovery found and did when the store was opened.
     pub fn recovery(&self) -> &Report {
         &self.recovery
+    }
+
+    /// The store's mirror (DA2), if it has one.
+    pub fn mirror(&self) -> Option<&Mirror> {
+        self.mirror.as_ref()
     }
 
     /// The store's folder, resolved.
@@ -140,6 +219,7 @@ impl Rampart {
         let saved = self.persister.shutdown(&self.engine);
         self.engine.set_sink(None);
         drop(self.store.take());
+        drop(self.mirror.take());
         match saved {
             Err(e) => Err(CloseError::FinalCheckpoint(e)),
             // The journal was written through the folder's descriptor: if the folder was
@@ -158,10 +238,12 @@ pub const CONFIG_FILE: &str = "rampart.toml";
 const CONFIG_BYTES_MAX: u64 = 1 << 20;
 
 /// The categories of the store at `store_path`: its `rampart.toml` over MBFS's defaults, or
-/// the defaults when it has none. Errors name the file and the line.
+/// the defaults when it has none; `da2`: the store has a mirror. Errors name the file and
+/// the line.
 pub fn read_categories(
     store_path: &Path,
     commit_interval: std::time::Duration,
+    da2: bool,
 ) -> Result<crate::category::Categories, OpenError> {
     use std::io::Read;
     let path = store_path.join(CONFIG_FILE);
@@ -175,7 +257,7 @@ pub fn read_categories(
     let file = match std::fs::File::open(&path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(crate::category::Categories::builtin(commit_interval))
+            return Ok(crate::category::Categories::builtin(commit_interval).with_da2(da2))
         }
         Err(e) => return Err(config_error(e.to_string())),
     };
@@ -188,8 +270,13 @@ pub fn read_categories(
             "larger than {CONFIG_BYTES_MAX} bytes"
         )));
     }
-    crate::category::Categories::from_toml(&text, &path.display().to_string(), commit_interval)
-        .map_err(OpenError::Config)
+    crate::category::Categories::from_toml_on(
+        &text,
+        &path.display().to_string(),
+        commit_interval,
+        da2,
+    )
+    .map_err(OpenError::Config)
 }
 
 impl Drop for Rampart {

@@ -114,7 +114,7 @@ fn rules_directories_and_attributes_choose_the_category_first_match_wins() {
     assert!(api
         .unwrap_err()
         .to_string()
-        .contains("needs a second copy (DA2), not built yet"));
+        .contains("needs a second copy (DA2): this store has no mirror"));
     e.set_category(&c, plain, Some("edited"), Origin::Api)
         .unwrap();
     assert_eq!(category(plain), ("EDITED".into(), Origin::Api));
@@ -260,7 +260,7 @@ fn the_library_reads_the_stores_config_and_sets_categories() {
     assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
     assert!(e
         .to_string()
-        .contains("needs a second copy (DA2), not built yet"));
+        .contains("needs a second copy (DA2): this store has no mirror"));
     fs.close().unwrap();
     let fs = Fs::open(&store).unwrap();
     assert_eq!(fs.read("notes.safe").unwrap(), b"kept at close");

@@ -415,3 +415,31 @@ fn checkpoint_of_every_inode_kind_is_pinned() {
     );
     assert!(e.lookup_path(b"/gone").is_err());
 }
+
+/// Version 1 of the `mirror` file of [`STORE_ID`], naming the other copy `/mnt/b/store`.
+const MIRROR_RECORD: &str = "
+    52414d50 4d495252 01000000 00000000 72616d70 6172742d 676f6c64 656e2121
+    0c000000 2f6d6e74 2f622f73 746f7265 03a2a1a2";
+
+#[test]
+fn mirror_record_bytes_are_pinned() {
+    use rampart_core::store::mirror::MirrorRecord;
+    let record = MirrorRecord {
+        store_id: STORE_ID,
+        peer: std::path::PathBuf::from("/mnt/b/store"),
+    };
+    let bytes = record.encode();
+    assert_eq!(
+        hex(&bytes),
+        hex(&unhex(MIRROR_RECORD)),
+        "the mirror record's layout changed"
+    );
+    assert_eq!(MirrorRecord::decode(&unhex(MIRROR_RECORD)).unwrap(), record);
+    // A store without the file is an unmirrored store, as every store made before it.
+    let dir = tempfile::tempdir().unwrap();
+    rampart_core::store::mkfs(&dir.path().join("s")).unwrap();
+    assert_eq!(
+        rampart_core::store::mirror::read_record(&dir.path().join("s")).unwrap(),
+        None
+    );
+}

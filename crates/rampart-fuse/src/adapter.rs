@@ -740,6 +740,7 @@ impl Filesystem for RampartFs {
                 // A file whose category never reaches the store (TEMPORARY, DISPOSABLE) has
                 // nothing to make durable: success at once, as tmpfs answers (decision 0065).
                 Ok(a) if a.durability == rampart_core::Durability::Volatile => reply.ok(),
+                Ok(_) if self.engine.check_da2(ino.0).is_err() => reply.error(Errno::EIO), // 0077
                 Ok(_) => self.reply_synced(reply, timer.hand_off()),
             }
         });

@@ -76,6 +76,7 @@ pub(super) fn parse(
     text: &str,
     source: &str,
     commit_interval: Duration,
+    da2: bool,
 ) -> Result<Categories, ConfigError> {
     let error = |offset: Option<usize>, message: String| ConfigError {
         source: source.to_string(),
@@ -84,7 +85,7 @@ pub(super) fn parse(
     };
     let file: File = toml::from_str(text)
         .map_err(|e| error(e.span().map(|s| s.start), e.message().trim().to_string()))?;
-    let mut categories = Categories::builtin(commit_interval);
+    let mut categories = Categories::builtin(commit_interval).with_da2(da2);
     for (name, spec_text) in &file.categories {
         let at = Some(spec_text.span().start);
         if name.is_empty()
@@ -103,7 +104,7 @@ pub(super) fn parse(
         let spec = Spec::parse(spec_text.get_ref())
             .map_err(|e| error(at, format!("category {name}: {e}")))?;
         // Refused at mount rather than when a file first asks for it.
-        spec.durability(commit_interval)
+        spec.durability_on(commit_interval, da2)
             .map_err(|e| error(at, format!("category {name}: {e}")))?;
         match categories
             .list
@@ -176,7 +177,7 @@ mod tests {
     const COMMIT: Duration = Duration::from_secs(5);
 
     fn parse(text: &str) -> Result<Categories, ConfigError> {
-        super::parse(text, "rampart.toml", COMMIT)
+        super::parse(text, "rampart.toml", COMMIT, false)
     }
 
     #[test]
@@ -253,7 +254,7 @@ mod tests {
             (
                 "default = \"ROBUST\"\n",
                 1,
-                "needs a second copy (DA2), not built yet",
+                "needs a second copy (DA2): this store has no mirror",
             ),
             (
                 "\n[[rules]]\nglob = \"*.o\"\ncategory = \"NOPE\"\n",

@@ -272,6 +272,8 @@ pub struct Categories {
     /// Index in `list` of the store default.
     default: usize,
     commit_interval: Duration,
+    /// Whether the store has a mirror (DA2): specs that need it are usable.
+    da2: bool,
     /// Whether some rule matches on a path (not the name alone).
     rules_need_path: bool,
 }
@@ -327,8 +329,20 @@ impl Categories {
             rules: Vec::new(),
             default,
             commit_interval,
+            da2: false,
             rules_need_path: false,
         }
+    }
+
+    /// These categories on a store with a mirror (DA2) or without.
+    pub fn with_da2(mut self, da2: bool) -> Categories {
+        self.da2 = da2;
+        self
+    }
+
+    /// Whether the store has a mirror (DA2).
+    pub fn da2(&self) -> bool {
+        self.da2
     }
 
     /// The categories and rules of a `rampart.toml` (`text`) over the built-in ones; every
@@ -338,7 +352,17 @@ impl Categories {
         source: &str,
         commit_interval: Duration,
     ) -> Result<Categories, ConfigError> {
-        config::parse(text, source, commit_interval)
+        config::parse(text, source, commit_interval, false)
+    }
+
+    /// [`Categories::from_toml`] for a store with a mirror (DA2) or without.
+    pub fn from_toml_on(
+        text: &str,
+        source: &str,
+        commit_interval: Duration,
+        da2: bool,
+    ) -> Result<Categories, ConfigError> {
+        config::parse(text, source, commit_interval, da2)
     }
 
     pub fn list(&self) -> &[Category] {
@@ -392,7 +416,7 @@ impl Categories {
             }
         };
         let durability = spec
-            .durability(self.commit_interval)
+            .durability_on(self.commit_interval, self.da2)
             .map_err(|why| CategoryError::Unusable { name: shown, why })?;
         Ok(Resolved { spec, durability })
     }
@@ -497,7 +521,7 @@ mod tests {
         for name in ["ROBUST", "PARANOID"] {
             let e = c.resolve(name).unwrap_err().to_string();
             assert!(
-                e.contains("needs a second copy (DA2), not built yet"),
+                e.contains("needs a second copy (DA2): this store has no mirror"),
                 "{e}"
             );
         }

@@ -86,6 +86,10 @@ pub struct LevelSpec {
     pub replication: Replication,
 }
 
+/// Why a spec that needs DA2 is refused on a store without a mirror.
+pub const NO_MIRROR: &str =
+    "needs a second copy (DA2): this store has no mirror (`rampart mirror add STORE DIR` adds one)";
+
 const UNSPECIFIED: LevelSpec = LevelSpec {
     stay: Stay::Never,
     replication: Replication::Single,
@@ -216,6 +220,17 @@ impl Spec {
     /// commit interval (the shortest deadline the persister meets), or why this build cannot
     /// keep the spec.
     pub fn durability(&self, commit_interval: Duration) -> Result<Durability, SpecError> {
+        self.durability_on(commit_interval, false)
+    }
+
+    /// [`Spec::durability`] on a store that has a mirror (`da2`) or not. On a mirrored store
+    /// every durable change reaches both copies before it is acknowledged (decision 0076), so
+    /// a spec's `da1` stay (how long before DA2) is met at once, whatever it says.
+    pub fn durability_on(
+        &self,
+        commit_interval: Duration,
+        da2: bool,
+    ) -> Result<Durability, SpecError> {
         let unsupported = |m: String| Err(SpecError::Unsupported(m));
         let lcm = self.level(SpecLevel::Lcm);
         if lcm != UNSPECIFIED {
@@ -224,12 +239,26 @@ impl Spec {
             );
         }
         let da1 = self.level(SpecLevel::Da1);
-        if da1.stay != Stay::Never || da1.replication != Replication::Single {
-            return unsupported("needs a second copy (DA2), not built yet".into());
+        let da2_spec = self.level(SpecLevel::Da2);
+        if !da2 && (da1 != UNSPECIFIED || da2_spec != UNSPECIFIED) {
+            return unsupported(NO_MIRROR.into());
         }
-        let da2 = self.level(SpecLevel::Da2);
-        if da2 != UNSPECIFIED {
-            return unsupported("needs a second copy (DA2), not built yet".into());
+        match da1.replication {
+            Replication::Single | Replication::Mirror(2) => {}
+            Replication::Mirror(_) => {
+                return unsupported(
+                    "da1 keeps two copies at most (the store and its mirror): use /mirror2".into(),
+                )
+            }
+            Replication::Stripe(_) => {
+                return unsupported("striping is not built: use /single or /mirror2".into())
+            }
+        }
+        if da2_spec != UNSPECIFIED {
+            return unsupported(
+                "DA2 is the last level: nothing comes after it (leave da2 out, or da2=never)"
+                    .into(),
+            );
         }
         let lm = self.level(SpecLevel::Lm);
         if lm.replication != Replication::Single {
@@ -254,6 +283,17 @@ impl Spec {
             }
             Stay::For(d) => Durability::Within(deadline_class(d, commit_interval)),
         })
+    }
+
+    /// Whether the spec asks for the second copy (DA2): its data reaches the store (`lm` is
+    /// not `never`) and goes on from there (`da1` says anything).
+    pub fn needs_da2(&self) -> bool {
+        self.level(SpecLevel::Lm).stay != Stay::Never && self.level(SpecLevel::Da1) != UNSPECIFIED
+    }
+
+    /// Whether the spec asks for DA2 before the write returns (`da1=before_write`: PARANOID).
+    pub fn needs_da2_before_write(&self) -> bool {
+        self.needs_da2() && self.level(SpecLevel::Da1).stay == Stay::BeforeWrite
     }
 
     /// Whether close must make the file's data durable (`lm=until_close`).
@@ -440,6 +480,32 @@ mod tests {
             let e = Spec::parse(text).unwrap_err().to_string();
             assert!(e.contains(why), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn a_mirrored_store_takes_specs_that_need_da2() {
+        let on_mirror = |t: &str| Spec::parse(t).unwrap().durability_on(COMMIT, true);
+        for text in [
+            "lm=before_write,da1=5s",
+            "lm=before_write,da1=before_write",
+            "lm=before_write,da1=before_write/mirror2,da2=never",
+        ] {
+            assert_eq!(on_mirror(text).unwrap(), Durability::BeforeReturn, "{text}");
+        }
+        assert_eq!(on_mirror("lm=1h,da1=5s").unwrap(), Durability::Within(12));
+        for (text, why) in [
+            ("lm=5s,da1=5s,da2=1h", "last level"),
+            ("lm=5s,da1=5s/mirror3", "two copies at most"),
+            ("lm=5s,da1=5s/stripe2", "striping"),
+        ] {
+            let e = on_mirror(text).unwrap_err().to_string();
+            assert!(e.contains(why), "{text}: {e}");
+        }
+        let e = Spec::parse("lm=before_write,da1=5s")
+            .unwrap()
+            .durability(COMMIT)
+            .unwrap_err();
+        assert_eq!(e.to_string(), NO_MIRROR);
     }
 
     #[test]

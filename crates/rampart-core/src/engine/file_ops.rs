@@ -1,7 +1,7 @@
 //! The file operations of the engine: attributes, reads, writes, fallocate.
 
 use super::{Ctx, Engine, Invalidation, Mutation, WriteTimes};
-use crate::attr::{Attr, Ino, SetAttr, SetTime};
+use crate::attr::{Attr, Durability, Ino, SetAttr, SetTime};
 use crate::contents::{Contents, Tier};
 use crate::error::{Errno, FsResult};
 use crate::limits::RELATIME_INTERVAL_NS;
@@ -134,6 +134,26 @@ impl Engine {
 
     /// [`Engine::write`], saying who sets the file's times.
     pub fn write_with(
+        &self,
+        ctx: &Ctx,
+        ino: Ino,
+        offset: u64,
+        data: &[u8],
+        kill_suidgid: bool,
+        times: WriteTimes,
+    ) -> FsResult<u32> {
+        let n = self.write_applied(ctx, ino, offset, data, kill_suidgid, times)?;
+        // A PARANOID write(2) returns once on both copies: with the mirror degraded it is on
+        // the store alone, and says so (decision 0077).
+        if self.mirror_health().is_some_and(|h| h.is_degraded())
+            && self.read_state().inode(ino)?.durability() == Durability::BeforeReturn
+        {
+            self.check_da2_write(ino)?;
+        }
+        Ok(n)
+    }
+
+    fn write_applied(
         &self,
         ctx: &Ctx,
         ino: Ino,

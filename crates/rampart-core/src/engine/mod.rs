@@ -19,6 +19,7 @@ mod disk_ops;
 mod file_ops;
 pub use file_ops::ReadBuf;
 mod info;
+mod mirror_ops;
 mod namespace_ops;
 mod xattr_ops;
 
@@ -145,6 +146,8 @@ pub struct Engine {
     passthrough_available: std::sync::atomic::AtomicBool,
     /// What the kernel of the mount sends (`set_kernel_requests`); None without a mount.
     kernel: parking_lot::RwLock<Option<category_ops::KernelMount>>,
+    /// The store's mirror (DA2), on a mirrored store (`set_mirror_health`).
+    mirror: std::sync::OnceLock<Arc<crate::persist::device::MirrorHealth>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -374,6 +377,7 @@ impl Engine {
             dir_paths: parking_lot::Mutex::new(category_ops::DirPaths::default()),
             disk: std::sync::OnceLock::new(),
             passthrough_available: std::sync::atomic::AtomicBool::new(false),
+            mirror: std::sync::OnceLock::new(),
             kernel: parking_lot::RwLock::new(None),
         }
     }

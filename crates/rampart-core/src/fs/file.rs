@@ -307,12 +307,17 @@ impl File {
     /// Makes the file's data and attributes durable (fsync). The store commits every change
     /// before this one with it: one journal sync for all of them.
     pub fn sync_all(&self) -> io::Result<()> {
-        self.fs.sync()
+        self.fs.sync()?;
+        // A ROBUST or PARANOID file on a store whose mirror is degraded (decision 0077).
+        self.fs
+            .engine()
+            .check_da2(self.ino)
+            .map_err(|e| io::Error::from_raw_os_error(e.0))
     }
 
     /// Makes the file's data durable (fdatasync; the same as [`File::sync_all`] here).
     pub fn sync_data(&self) -> io::Result<()> {
-        self.fs.sync()
+        self.sync_all()
     }
 
     fn write_at(&mut self, buf: &[u8]) -> Result<usize, Errno> {

@@ -5,6 +5,7 @@
 //! daemon at a time holds its lock (an `flock`, released by the kernel if the daemon dies).
 
 mod lock;
+pub mod mirror;
 mod rebuild;
 pub mod superblock;
 
@@ -225,6 +226,26 @@ pub fn mkfs_with(path: &Path, options: &MkfsOptions) -> Result<Superblock, Store
     Ok(sb)
 }
 
+/// Creates a new, empty store at `path` with `options` and its mirror (DA2) at `mirror_dir`
+/// (absent or empty; meant for another disk), each copy recording the other. The mirror
+/// folder is checked first, so that a refused one leaves nothing behind.
+pub fn mkfs_mirrored(
+    path: &Path,
+    options: &MkfsOptions,
+    mirror_dir: &Path,
+) -> Result<Superblock, StoreError> {
+    if fs::read_dir(mirror_dir).is_ok_and(|mut e| e.next().is_some()) {
+        return Err(StoreError::BadOption(format!(
+            "the mirror folder {} exists and is not empty; choose an empty or new folder \
+             (on another disk)",
+            mirror_dir.display()
+        )));
+    }
+    let sb = mkfs_with(path, options)?;
+    mirror::add_mirror(path, mirror_dir)?;
+    Ok(sb)
+}
+
 /// Writes `sb` as the superblock of the store at `path`: to a temporary name, synced, then
 /// renamed over the old one, so that a crash leaves no half superblock.
 fn write_superblock(path: &Path, sb: &Superblock) -> Result<(), StoreError> {
@@ -270,6 +291,17 @@ impl Store {
     /// the superblock and takes a shared lock, writing nothing to the store.
     pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
         Store::open_with(path, Access::ReadOnly)
+    }
+
+    /// Opens the store at `path` under a lock already taken (a mirrored mount locks both
+    /// copies before it checks them).
+    fn open_locked(path: &Path, lock: Option<File>) -> Result<Store, StoreError> {
+        let superblock = read_superblock(path)?;
+        Ok(Store {
+            path: path.to_path_buf(),
+            superblock,
+            _lock: lock,
+        })
     }
 
     fn open_with(path: &Path, access: Access) -> Result<Store, StoreError> {

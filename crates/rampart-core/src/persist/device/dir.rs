@@ -287,6 +287,9 @@ impl fmt::Debug for DirDevice {
 }
 
 impl Device for DirDevice {
+    fn folder_removed(&self) -> bool {
+        DirDevice::folder_removed(self)
+    }
     fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
         let Some(file) = self.cached(name, false)? else {
             return Ok(None);

@@ -78,10 +78,12 @@ use std::io;
 
 mod dir;
 pub mod faults;
+mod mirror;
 mod sim;
 
 pub use dir::{DirDevice, CACHED_FILES_MAX};
 pub use faults::{CrashImages, Delay, FailSyncs, Faults, Files, SyncOp};
+pub use mirror::{MirrorDevice, MirrorHealth};
 pub use sim::{CrashMode, Event, SimDevice, EVENTS_MAX};
 
 #[cfg(test)]
@@ -172,6 +174,16 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     /// there is no data folder. The default: none.
     fn list_data(&self) -> io::Result<Vec<String>> {
         Ok(Vec::new())
+    }
+    /// Whether the device's folder has been removed since it was opened (its files with it).
+    /// The default: false (a device without a folder).
+    fn folder_removed(&self) -> bool {
+        false
+    }
+    /// The state of the store's mirror (DA2) if this device is a mirrored store
+    /// ([`MirrorDevice`]); the default: None.
+    fn mirror_health(&self) -> Option<std::sync::Arc<MirrorHealth>> {
+        None
     }
 }
 
