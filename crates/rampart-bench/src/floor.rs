@@ -19,8 +19,8 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
+    Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, ForgetOne, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
     ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
     ReplyWrite, ReplyXattr, Request, Session, SessionACL, TimeOrNow, WriteFlags,
 };
@@ -104,6 +104,7 @@ fn ttl() -> Duration {
 const OPS: &[&str] = &[
     "lookup",
     "forget",
+    "batch_forget",
     "getattr",
     "setattr",
     "mkdir",
@@ -150,6 +151,17 @@ struct Node {
 struct Table {
     nodes: HashMap<u64, Node>,
     next_ino: u64,
+}
+
+impl Table {
+    fn forget(&mut self, ino: u64, nlookup: u64) {
+        if let Some(node) = self.nodes.get_mut(&ino) {
+            node.lookups = node.lookups.saturating_sub(nlookup);
+            if node.lookups == 0 && node.attr.nlink == 0 {
+                self.nodes.remove(&ino);
+            }
+        }
+    }
 }
 
 struct Floor {
@@ -366,12 +378,15 @@ impl Filesystem for Floor {
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         self.count("forget");
+        self.table().forget(ino.0, nlookup);
+    }
+
+    /// One request however many inodes it forgets, as rampart counts it (decision 0079).
+    fn batch_forget(&self, _req: &Request, nodes: &[ForgetOne]) {
+        self.count("batch_forget");
         let mut t = self.table();
-        if let Some(node) = t.nodes.get_mut(&ino.0) {
-            node.lookups = node.lookups.saturating_sub(nlookup);
-            if node.lookups == 0 && node.attr.nlink == 0 {
-                t.nodes.remove(&ino.0);
-            }
+        for node in nodes {
+            t.forget(node.nodeid().0, node.nlookup());
         }
     }
 

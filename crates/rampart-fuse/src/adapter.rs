@@ -9,22 +9,23 @@ use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use fuser::{
-    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType,
-    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags,
+    ForgetOne, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
     ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
     WriteFlags,
 };
-use rampart_core::time::{to_ns, to_system_time};
+use rampart_core::time::to_ns;
 use rampart_core::{Attr, Ctx, Engine, FileKind, SetAttr, SetTime, WriteTimes};
 
 use crate::counters::{PendingRequest, RequestCounters, RequestKind};
 use crate::direct_io::{self, DirectIo};
 use crate::open_files::{Negotiated, OpenFiles, Opened, FH_PASSTHROUGH};
 use crate::refusals::Refusals;
+use crate::reply_attr::{file_attr, file_type, negative_entry};
 use crate::PassthroughMode;
 
 /// Kernel-cache settings of a mount.
@@ -88,59 +89,6 @@ pub(crate) struct RampartFs {
 pub(crate) fn errno(e: rampart_core::Errno) -> Errno {
     crate::counters::count_error(e.code());
     Errno::from_i32(e.code())
-}
-
-fn file_type(kind: FileKind) -> FileType {
-    match kind {
-        FileKind::RegularFile => FileType::RegularFile,
-        FileKind::Directory => FileType::Directory,
-        FileKind::Symlink => FileType::Symlink,
-        FileKind::NamedPipe => FileType::NamedPipe,
-        FileKind::Socket => FileType::Socket,
-        FileKind::CharDevice => FileType::CharDevice,
-        FileKind::BlockDevice => FileType::BlockDevice,
-    }
-}
-
-fn file_attr(a: &Attr) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(a.ino),
-        size: a.size_bytes,
-        blocks: a.allocated_bytes.div_ceil(512),
-        atime: to_system_time(a.atime_ns),
-        mtime: to_system_time(a.mtime_ns),
-        ctime: to_system_time(a.ctime_ns),
-        crtime: UNIX_EPOCH,
-        kind: file_type(a.kind),
-        perm: a.perm,
-        nlink: a.nlink,
-        uid: a.uid,
-        gid: a.gid,
-        rdev: a.rdev,
-        blksize: rampart_core::limits::BLOCK_SIZE_BYTES,
-        flags: 0,
-    }
-}
-
-/// The attributes of a negative entry: only `ino == 0` matters to the kernel.
-fn negative_entry() -> FileAttr {
-    FileAttr {
-        ino: INodeNo(0),
-        size: 0,
-        blocks: 0,
-        atime: UNIX_EPOCH,
-        mtime: UNIX_EPOCH,
-        ctime: UNIX_EPOCH,
-        crtime: UNIX_EPOCH,
-        kind: FileType::RegularFile,
-        perm: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        blksize: rampart_core::limits::BLOCK_SIZE_BYTES,
-        flags: 0,
-    }
 }
 
 fn ctx(req: &Request) -> Ctx {
@@ -356,6 +304,11 @@ impl Filesystem for RampartFs {
             InitFlags::FUSE_ABORT_ERROR,
             // Files opened with direct I/O (SAFE, DISPOSABLE) can still be mapped shared.
             InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP,
+            // Listings carry the entries' attributes (READDIRPLUS) when the kernel thinks they
+            // will be used: a first listing, or one after lookups in the directory. `ls -l` of
+            // N entries then costs no N LOOKUPs (decision 0080).
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
         ] {
             if config.add_capabilities(flag).is_err() {
                 tracing::debug!("kernel lacks {flag:?}");
@@ -402,6 +355,17 @@ impl Filesystem for RampartFs {
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         let _timer = self.counters.start(RequestKind::forget);
         guarded("forget", || self.engine.forget(ino.0, nlookup));
+    }
+
+    /// The kernel sends the forgets that queued up while the daemon was busy in one request
+    /// (fs/fuse/dev.c, `fuse_read_batch_forget`): counted as one.
+    fn batch_forget(&self, _req: &Request, nodes: &[ForgetOne]) {
+        let _timer = self.counters.start(RequestKind::batch_forget);
+        guarded("batch_forget", || {
+            for node in nodes {
+                self.engine.forget(node.nodeid().0, node.nlookup());
+            }
+        });
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -804,6 +768,40 @@ impl Filesystem for RampartFs {
             let r = self.engine.readdir(ino.0, offset, |ino, next, kind, name| {
                 !reply.add(INodeNo(ino), next, file_type(kind), OsStr::from_bytes(name))
             });
+            match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
+    }
+
+    /// READDIRPLUS (the kernel asks for it on a first listing and after lookups in the
+    /// directory, FUSE_READDIRPLUS_AUTO): the entries with their attributes, so `ls -l` and
+    /// friends need no LOOKUP per entry. Each entry but "." and ".." is a kernel lookup.
+    fn readdirplus(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let _timer = self.counters.start(RequestKind::readdirplus);
+        guarded("readdirplus", || {
+            let ttl = self.cache.entry_ttl;
+            let r = self
+                .engine
+                .readdir_plus(&ctx(req), ino.0, offset, |a, next, name| {
+                    let name = OsStr::from_bytes(name);
+                    !reply.add(
+                        INodeNo(a.ino),
+                        next,
+                        name,
+                        &ttl,
+                        &file_attr(a),
+                        Generation(a.generation),
+                    )
+                });
             match r {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(errno(e)),

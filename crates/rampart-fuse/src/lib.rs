@@ -10,6 +10,7 @@ pub mod counters;
 mod direct_io;
 mod open_files;
 mod refusals;
+mod reply_attr;
 
 use std::ffi::OsStr;
 use std::io;

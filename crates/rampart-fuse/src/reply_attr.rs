@@ -1,0 +1,60 @@
+//! The attributes rampart-fuse gives the kernel in its replies.
+
+use std::time::UNIX_EPOCH;
+
+use fuser::{FileAttr, FileType, INodeNo};
+use rampart_core::time::to_system_time;
+use rampart_core::{Attr, FileKind};
+
+pub(crate) fn file_type(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::RegularFile => FileType::RegularFile,
+        FileKind::Directory => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::NamedPipe => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+    }
+}
+
+pub(crate) fn file_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size_bytes,
+        blocks: a.allocated_bytes.div_ceil(512),
+        atime: to_system_time(a.atime_ns),
+        mtime: to_system_time(a.mtime_ns),
+        ctime: to_system_time(a.ctime_ns),
+        crtime: UNIX_EPOCH,
+        kind: file_type(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: rampart_core::limits::BLOCK_SIZE_BYTES,
+        flags: 0,
+    }
+}
+
+/// The attributes of a negative entry: only `ino == 0` matters to the kernel.
+pub(crate) fn negative_entry() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: rampart_core::limits::BLOCK_SIZE_BYTES,
+        flags: 0,
+    }
+}
