@@ -21,8 +21,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{
     Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, ForgetOne, Generation,
     INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, Session, SessionACL, TimeOrNow, WriteFlags,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, Session, SessionACL, TimeOrNow, WriteFlags,
 };
 
 /// The extended attribute of the floor's root that answers its request counts as JSON
@@ -119,6 +119,7 @@ const OPS: &[&str] = &[
     "fsync",
     "opendir",
     "readdir",
+    "readdirplus",
     "releasedir",
     "fsyncdir",
     "statfs",
@@ -349,6 +350,8 @@ impl Filesystem for Floor {
             InitFlags::FUSE_CACHE_SYMLINKS,
             InitFlags::FUSE_HANDLE_KILLPRIV_V2,
             InitFlags::FUSE_ABORT_ERROR,
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
         ] {
             let _ = config.add_capabilities(flag);
         }
@@ -659,6 +662,53 @@ impl Filesystem for Floor {
             if reply.add(INodeNo(*child), 3 + i as u64, kind, name) {
                 break;
             }
+        }
+        reply.ok();
+    }
+
+    /// As rampart answers it (decision 0080): every entry but "." and ".." is a kernel lookup.
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        self.count("readdirplus");
+        let mut t = self.table();
+        let Some(dir) = t.nodes.get(&ino.0) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let dir_attr = dir.attr;
+        let skip = offset.saturating_sub(2) as usize;
+        let children: Vec<(OsString, u64)> = dir
+            .children
+            .iter()
+            .skip(skip)
+            .map(|(n, &c)| (n.clone(), c))
+            .collect();
+        for (next, name) in [(1, "."), (2, "..")] {
+            if offset < next && reply.add(ino, next, name, &ttl(), &dir_attr, Generation(0)) {
+                return reply.ok();
+            }
+        }
+        for (i, (name, child)) in children.iter().enumerate() {
+            let Some(node) = t.nodes.get_mut(child) else {
+                continue;
+            };
+            let next = 3 + (skip + i) as u64;
+            if reply.add(
+                INodeNo(*child),
+                next,
+                name,
+                &ttl(),
+                &node.attr,
+                Generation(0),
+            ) {
+                break;
+            }
+            node.lookups += 1;
         }
         reply.ok();
     }

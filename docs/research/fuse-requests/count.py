@@ -7,7 +7,9 @@ machine and compared between builds (issue 15 item 2). For each workload the scr
 item (file, name, ...). With --trace it also records, through the kernel's
 fuse:fuse_request_send tracepoint (a tracefs instance of its own, filtered to this mount's
 connection), the kernel stack that sent each request of the workload's first items: why
-the kernel asked.
+the kernel asked. Each workload runs --rounds times on a fresh mount and the run with the
+fewest requests is kept: on a shared machine another program's `echo 3 > drop_caches` empties
+the kernel's caches now and then, which can only add requests.
 
     sudo python3 docs/research/fuse-requests/count.py [--bin target/release/rampart]
         [--items 200] [--trace] [--only create,unlink] [--json out.json] [-- MOUNT OPTIONS]
@@ -277,6 +279,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default="target/release/rampart")
     ap.add_argument("--items", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="runs of each workload; the one with the fewest requests is kept (another "
+                         "program's drop_caches can only add requests)")
     ap.add_argument("--only", default="")
     ap.add_argument("--trace", action="store_true", help="kernel stacks of every request (tracefs)")
     ap.add_argument("--frames", type=int, default=8, help="stack frames shown with --trace")
@@ -289,7 +294,8 @@ def main():
     results = {}
     try:
         for name in names:
-            n, diff, stacks = run_workload(args, name, base)
+            runs = [run_workload(args, name, base / f"r{r}") for r in range(args.rounds)]
+            n, diff, stacks = min(runs, key=lambda r: sum(r[1].values()))
             per_item = {k: round(v / n, 3) for k, v in sorted(diff.items())}
             waited = sum(v for k, v in diff.items() if k != "forget") / n
             results[name] = {"items": n, "per_item": per_item, "waited_per_item": round(waited, 3)}
