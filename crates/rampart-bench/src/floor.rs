@@ -351,7 +351,6 @@ impl Filesystem for Floor {
             InitFlags::FUSE_HANDLE_KILLPRIV_V2,
             InitFlags::FUSE_ABORT_ERROR,
             InitFlags::FUSE_DO_READDIRPLUS,
-            InitFlags::FUSE_READDIRPLUS_AUTO,
         ] {
             let _ = config.add_capabilities(flag);
         }

@@ -304,11 +304,10 @@ impl Filesystem for RampartFs {
             InitFlags::FUSE_ABORT_ERROR,
             // Files opened with direct I/O (SAFE, DISPOSABLE) can still be mapped shared.
             InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP,
-            // Listings carry the entries' attributes (READDIRPLUS) when the kernel thinks they
-            // will be used: a first listing, or one after lookups in the directory. `ls -l` of
-            // N entries then costs no N LOOKUPs (decision 0080).
+            // Listings carry the entries' attributes (READDIRPLUS), always: `ls -l`, `du`,
+            // `rm -r` of N entries then cost no N LOOKUPs, for a few more listing requests
+            // (decision 0080).
             InitFlags::FUSE_DO_READDIRPLUS,
-            InitFlags::FUSE_READDIRPLUS_AUTO,
         ] {
             if config.add_capabilities(flag).is_err() {
                 tracing::debug!("kernel lacks {flag:?}");
@@ -775,9 +774,9 @@ impl Filesystem for RampartFs {
         });
     }
 
-    /// READDIRPLUS (the kernel asks for it on a first listing and after lookups in the
-    /// directory, FUSE_READDIRPLUS_AUTO): the entries with their attributes, so `ls -l` and
-    /// friends need no LOOKUP per entry. Each entry but "." and ".." is a kernel lookup.
+    /// READDIRPLUS (every listing: FUSE_DO_READDIRPLUS without AUTO): the entries with their
+    /// attributes, so `ls -l` and friends need no LOOKUP per entry. Each entry but "." and
+    /// ".." is a kernel lookup.
     fn readdirplus(
         &self,
         req: &Request,

@@ -195,6 +195,22 @@ def wr_ls_l(d, n):
     sh("ls", "-l", d / "big")
 
 
+def wr_ls(d, n):
+    sh("ls", d / "big")
+
+
+def wr_find(d, n):
+    sh("find", d / "big", "-type", "f")
+
+
+def wr_rm_r(d, n):
+    sh("rm", "-r", d / "big")
+
+
+def wr_du(d, n):
+    sh("du", "-s", d / "big")
+
+
 def wr_chmod(d, n):
     for i in range(n):
         os.chmod(d / "h" / f"f{i}", 0o600)
@@ -224,6 +240,10 @@ WORKLOADS = {
     "missing-twice": (None, wr_missing_twice, False, None),
     "create-after-missing": (None, wr_create_after_missing, False, None),
     "ls-l-1000": (ws_big_dir, wr_ls_l, True, 1),
+    "ls-1000": (ws_big_dir, wr_ls, True, 1),
+    "find-1000": (ws_big_dir, wr_find, True, 1),
+    "du-1000": (ws_big_dir, wr_du, True, 1),
+    "rm-r-1000": (ws_big_dir, wr_rm_r, True, 1),
 }
 
 
