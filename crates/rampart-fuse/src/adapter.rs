@@ -25,7 +25,7 @@ use crate::counters::{PendingRequest, RequestCounters, RequestKind};
 use crate::direct_io::{self, DirectIo};
 use crate::open_files::{Negotiated, OpenFiles, Opened, FH_PASSTHROUGH};
 use crate::refusals::Refusals;
-use crate::reply_attr::{file_attr, file_type, negative_entry};
+use crate::reply_attr::{file_attr, file_type, negative_entry, reply_xattr};
 use crate::PassthroughMode;
 
 /// Kernel-cache settings of a mount.
@@ -278,16 +278,6 @@ fn reply_empty(reply: ReplyEmpty, result: rampart_core::FsResult<()>) {
     }
 }
 
-/// getxattr/listxattr protocol: size 0 asks for the length; too small a buffer is ERANGE.
-fn reply_xattr(reply: ReplyXattr, size: u32, result: rampart_core::FsResult<Vec<u8>>) {
-    match result {
-        Ok(data) if size == 0 => reply.size(data.len() as u32),
-        Ok(data) if data.len() > size as usize => reply.error(Errno::ERANGE),
-        Ok(data) => reply.data(&data),
-        Err(e) => reply.error(errno(e)),
-    }
-}
-
 impl Filesystem for RampartFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Lookups and creates in one directory may run in parallel (the engine serialises
@@ -304,16 +294,23 @@ impl Filesystem for RampartFs {
             InitFlags::FUSE_ABORT_ERROR,
             // Files opened with direct I/O (SAFE, DISPOSABLE) can still be mapped shared.
             InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP,
-            // Listings carry the entries' attributes (READDIRPLUS), always: `ls -l`, `du`,
-            // `rm -r` of N entries then cost no N LOOKUPs, for a few more listing requests
-            // (decision 0080).
-            InitFlags::FUSE_DO_READDIRPLUS,
         ] {
             if config.add_capabilities(flag).is_err() {
                 tracing::debug!("kernel lacks {flag:?}");
             }
         }
         self.negotiate_passthrough(config)?;
+        // Listings carry the entries' attributes (READDIRPLUS), always: `ls -l`, `du`, `rm -r`
+        // of N entries then cost no N LOOKUPs, for a few more listing requests. Not with
+        // passthrough: the kernel writes those files behind the engine, and a listing's
+        // attributes would be the engine's older size (decision 0080).
+        if !self.passthrough
+            && config
+                .add_capabilities(InitFlags::FUSE_DO_READDIRPLUS)
+                .is_err()
+        {
+            tracing::debug!("kernel lacks READDIRPLUS");
+        }
         self.negotiated
             .set(self.passthrough, self.cache.writeback_cache);
         if self.cache.writeback_cache

@@ -1,8 +1,8 @@
-//! The attributes rampart-fuse gives the kernel in its replies.
+//! What rampart-fuse puts in its replies: attributes, and xattr values by the size protocol.
 
 use std::time::UNIX_EPOCH;
 
-use fuser::{FileAttr, FileType, INodeNo};
+use fuser::{Errno, FileAttr, FileType, INodeNo, ReplyXattr};
 use rampart_core::time::to_system_time;
 use rampart_core::{Attr, FileKind};
 
@@ -56,5 +56,15 @@ pub(crate) fn negative_entry() -> FileAttr {
         rdev: 0,
         blksize: rampart_core::limits::BLOCK_SIZE_BYTES,
         flags: 0,
+    }
+}
+
+/// getxattr/listxattr protocol: size 0 asks for the length; too small a buffer is ERANGE.
+pub(crate) fn reply_xattr(reply: ReplyXattr, size: u32, result: rampart_core::FsResult<Vec<u8>>) {
+    match result {
+        Ok(data) if size == 0 => reply.size(data.len() as u32),
+        Ok(data) if data.len() > size as usize => reply.error(Errno::ERANGE),
+        Ok(data) => reply.data(&data),
+        Err(e) => reply.error(crate::adapter::errno(e)),
     }
 }
