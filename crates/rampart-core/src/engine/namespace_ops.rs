@@ -353,8 +353,12 @@ impl Engine {
             return Ok(());
         }
         if cookie <= 1 {
-            let parent = state.inode(dir.parent)?;
-            if !emit(&parent.attr(dir.parent), 2, b"..") {
+            // The kernel ignores the attributes of "." and ".." (it takes no reference on
+            // them); the directory's own stand in if its parent is gone.
+            let parent = state
+                .inode(dir.parent)
+                .map_or_else(|_| inode.attr(ino), |p| p.attr(dir.parent));
+            if !emit(&parent, 2, b"..") {
                 return Ok(());
             }
         }
