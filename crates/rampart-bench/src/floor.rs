@@ -19,10 +19,10 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, Session, TimeOrNow, WriteFlags,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, ForgetOne, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, Session, TimeOrNow, WriteFlags,
 };
 use rampart_fuse::kernel_settings;
 
@@ -96,6 +96,7 @@ fn ttl() -> Duration {
 const OPS: &[&str] = &[
     "lookup",
     "forget",
+    "batch_forget",
     "getattr",
     "setattr",
     "mkdir",
@@ -110,6 +111,7 @@ const OPS: &[&str] = &[
     "fsync",
     "opendir",
     "readdir",
+    "readdirplus",
     "releasedir",
     "fsyncdir",
     "statfs",
@@ -142,6 +144,17 @@ struct Node {
 struct Table {
     nodes: HashMap<u64, Node>,
     next_ino: u64,
+}
+
+impl Table {
+    fn forget(&mut self, ino: u64, nlookup: u64) {
+        if let Some(node) = self.nodes.get_mut(&ino) {
+            node.lookups = node.lookups.saturating_sub(nlookup);
+            if node.lookups == 0 && node.attr.nlink == 0 {
+                self.nodes.remove(&ino);
+            }
+        }
+    }
 }
 
 struct Floor {
@@ -316,6 +329,8 @@ impl Filesystem for Floor {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         // rampart-fuse's flags and limits, so the kernel behaves as it does for rampart.
         kernel_settings::add_capabilities(config, &kernel_settings::INIT_FLAGS);
+        // As rampart does on a mount without passthrough (decision 0080).
+        kernel_settings::add_capabilities(config, &[InitFlags::FUSE_DO_READDIRPLUS]);
         if self.writeback_cache && !kernel_settings::add_writeback_cache(config) {
             self.writeback_cache = false;
         }
@@ -336,12 +351,15 @@ impl Filesystem for Floor {
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         self.count("forget");
+        self.table().forget(ino.0, nlookup);
+    }
+
+    /// One request however many inodes it forgets, as rampart counts it (decision 0079).
+    fn batch_forget(&self, _req: &Request, nodes: &[ForgetOne]) {
+        self.count("batch_forget");
         let mut t = self.table();
-        if let Some(node) = t.nodes.get_mut(&ino.0) {
-            node.lookups = node.lookups.saturating_sub(nlookup);
-            if node.lookups == 0 && node.attr.nlink == 0 {
-                t.nodes.remove(&ino.0);
-            }
+        for node in nodes {
+            t.forget(node.nodeid().0, node.nlookup());
         }
     }
 
@@ -611,6 +629,53 @@ impl Filesystem for Floor {
             if reply.add(INodeNo(*child), 3 + i as u64, kind, name) {
                 break;
             }
+        }
+        reply.ok();
+    }
+
+    /// As rampart answers it (decision 0080): every entry but "." and ".." is a kernel lookup.
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        self.count("readdirplus");
+        let mut t = self.table();
+        let Some(dir) = t.nodes.get(&ino.0) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let dir_attr = dir.attr;
+        let skip = offset.saturating_sub(2) as usize;
+        let children: Vec<(OsString, u64)> = dir
+            .children
+            .iter()
+            .skip(skip)
+            .map(|(n, &c)| (n.clone(), c))
+            .collect();
+        for (next, name) in [(1, "."), (2, "..")] {
+            if offset < next && reply.add(ino, next, name, &ttl(), &dir_attr, Generation(0)) {
+                return reply.ok();
+            }
+        }
+        for (i, (name, child)) in children.iter().enumerate() {
+            let Some(node) = t.nodes.get_mut(child) else {
+                continue;
+            };
+            let next = 3 + (skip + i) as u64;
+            if reply.add(
+                INodeNo(*child),
+                next,
+                name,
+                &ttl(),
+                &node.attr,
+                Generation(0),
+            ) {
+                break;
+            }
+            node.lookups += 1;
         }
         reply.ok();
     }

@@ -125,6 +125,69 @@ fn unlinked_inode_lives_until_the_kernel_forgets_it() {
 }
 
 #[test]
+fn readdir_plus_lists_with_attributes_and_counts_what_it_hands_out() {
+    let e = engine_with_cap(1 << 30);
+    let k = kernel();
+    let d = e.mkdir(&lib(), ROOT_INO, b"d", 0o755).unwrap();
+    for name in [&b"a"[..], b"b", b"c"] {
+        e.mknod(&lib(), d.ino, name, FILE, 0).unwrap(); // a library create counts no lookup
+    }
+    e.write(
+        &lib(),
+        e.lookup_path(b"/d/b").unwrap().ino,
+        0,
+        b"12345",
+        false,
+    )
+    .unwrap();
+    // A buffer that takes ".", "..", "a" and then is full: "b" is not handed out.
+    let mut listed = Vec::new();
+    e.readdir_plus(&k, d.ino, 0, |a, next, name| {
+        if listed.len() == 3 {
+            return false;
+        }
+        listed.push((name.to_vec(), a.ino, a.size_bytes, next));
+        true
+    })
+    .unwrap();
+    let names: Vec<&[u8]> = listed.iter().map(|l| &l.0[..]).collect();
+    assert_eq!(names, [&b"."[..], b"..", b"a"]);
+    assert_eq!((listed[0].1, listed[1].1), (d.ino, ROOT_INO));
+    // The rest from the cookie after "a", as readdir gives it.
+    let mut rest = Vec::new();
+    e.readdir_plus(&k, d.ino, listed[2].3, |a, _, name| {
+        rest.push((name.to_vec(), a.size_bytes));
+        true
+    })
+    .unwrap();
+    assert_eq!(rest, [(b"b".to_vec(), 5), (b"c".to_vec(), 0)]);
+    let mut plain = Vec::new();
+    e.readdir(d.ino, 0, |ino, _, _, name| {
+        plain.push((name.to_vec(), ino));
+        true
+    })
+    .unwrap();
+    assert_eq!(plain.len(), 5);
+    // "a" was handed out once, "b" and "c" once: each unlinked inode lives until one forget.
+    for name in [&b"a"[..], b"b", b"c"] {
+        let ino = e.lookup_path(&[b"/d/", name].concat()).unwrap().ino;
+        e.unlink(&lib(), d.ino, name).unwrap();
+        assert_eq!(
+            e.getattr(ino).unwrap().nlink,
+            0,
+            "{name:?} freed before the kernel forgot it"
+        );
+        e.forget(ino, 1);
+        assert_eq!(
+            e.getattr(ino),
+            Err(Errno::ENOENT),
+            "{name:?} outlives its last forget"
+        );
+    }
+    assert_consistent(&e);
+}
+
+#[test]
 fn memory_cap_gives_enospc_and_recovers_after_deletes() {
     let e = engine_with_cap(4 << 20);
     let c = lib();

@@ -9,16 +9,16 @@ use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use fuser::{
-    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType,
-    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, FopenFlags,
+    ForgetOne, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
     ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
     WriteFlags,
 };
-use rampart_core::time::{to_ns, to_system_time};
+use rampart_core::time::to_ns;
 use rampart_core::{Attr, Ctx, Engine, FileKind, SetAttr, SetTime, WriteTimes};
 
 use crate::counters::{PendingRequest, RequestCounters, RequestKind};
@@ -27,6 +27,7 @@ use crate::disk_reads::DiskReads;
 use crate::kernel_settings;
 use crate::open_files::{Negotiated, OpenFiles, Opened, FH_PASSTHROUGH};
 use crate::refusals::Refusals;
+use crate::reply_attr::{file_attr, file_type, reply_xattr};
 use crate::PassthroughMode;
 
 /// Kernel-cache settings of a mount.
@@ -92,38 +93,6 @@ pub(crate) struct RampartFs {
 pub(crate) fn errno(e: rampart_core::Errno) -> Errno {
     crate::counters::count_error(e.code());
     Errno::from_i32(e.code())
-}
-
-fn file_type(kind: FileKind) -> FileType {
-    match kind {
-        FileKind::RegularFile => FileType::RegularFile,
-        FileKind::Directory => FileType::Directory,
-        FileKind::Symlink => FileType::Symlink,
-        FileKind::NamedPipe => FileType::NamedPipe,
-        FileKind::Socket => FileType::Socket,
-        FileKind::CharDevice => FileType::CharDevice,
-        FileKind::BlockDevice => FileType::BlockDevice,
-    }
-}
-
-fn file_attr(a: &Attr) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(a.ino),
-        size: a.size_bytes,
-        blocks: a.allocated_bytes.div_ceil(512),
-        atime: to_system_time(a.atime_ns),
-        mtime: to_system_time(a.mtime_ns),
-        ctime: to_system_time(a.ctime_ns),
-        crtime: UNIX_EPOCH,
-        kind: file_type(a.kind),
-        perm: a.perm,
-        nlink: a.nlink,
-        uid: a.uid,
-        gid: a.gid,
-        rdev: a.rdev,
-        blksize: rampart_core::limits::BLOCK_SIZE_BYTES,
-        flags: 0,
-    }
 }
 
 fn ctx(req: &Request) -> Ctx {
@@ -314,22 +283,23 @@ fn reply_empty(reply: ReplyEmpty, result: rampart_core::FsResult<()>) {
     }
 }
 
-/// getxattr/listxattr protocol: size 0 asks for the length; too small a buffer is ERANGE.
-fn reply_xattr(reply: ReplyXattr, size: u32, result: rampart_core::FsResult<Vec<u8>>) {
-    match result {
-        Ok(data) if size == 0 => reply.size(data.len() as u32),
-        Ok(data) if data.len() > size as usize => reply.error(Errno::ERANGE),
-        Ok(data) => reply.data(&data),
-        Err(e) => reply.error(errno(e)),
-    }
-}
-
 impl Filesystem for RampartFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         kernel_settings::add_capabilities(config, &kernel_settings::INIT_FLAGS);
         // Files opened with direct I/O (SAFE, DISPOSABLE) can still be mapped shared.
         kernel_settings::add_capabilities(config, &[InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP]);
         self.negotiate_passthrough(config)?;
+        // Listings carry the entries' attributes (READDIRPLUS), always: `ls -l`, `du`, `rm -r`
+        // of N entries then cost no N LOOKUPs, for a few more listing requests. Not with
+        // passthrough: the kernel writes those files behind the engine, and a listing's
+        // attributes would be the engine's older size (decision 0080).
+        if !self.passthrough
+            && config
+                .add_capabilities(InitFlags::FUSE_DO_READDIRPLUS)
+                .is_err()
+        {
+            tracing::debug!("kernel lacks READDIRPLUS");
+        }
         self.negotiated
             .set(self.passthrough, self.cache.writeback_cache);
         if self.cache.writeback_cache && !kernel_settings::add_writeback_cache(config) {
@@ -367,6 +337,17 @@ impl Filesystem for RampartFs {
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         let _timer = self.counters.start(RequestKind::forget);
         guarded("forget", || self.engine.forget(ino.0, nlookup));
+    }
+
+    /// The kernel sends the forgets that queued up while the daemon was busy in one request
+    /// (fs/fuse/dev.c, `fuse_read_batch_forget`): counted as one.
+    fn batch_forget(&self, _req: &Request, nodes: &[ForgetOne]) {
+        let _timer = self.counters.start(RequestKind::batch_forget);
+        guarded("batch_forget", || {
+            for node in nodes {
+                self.engine.forget(node.nodeid().0, node.nlookup());
+            }
+        });
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -795,6 +776,40 @@ impl Filesystem for RampartFs {
             let r = self.engine.readdir(ino.0, offset, |ino, next, kind, name| {
                 !reply.add(INodeNo(ino), next, file_type(kind), OsStr::from_bytes(name))
             });
+            match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(e)),
+            }
+        });
+    }
+
+    /// READDIRPLUS (every listing: FUSE_DO_READDIRPLUS without AUTO): the entries with their
+    /// attributes, so `ls -l` and friends need no LOOKUP per entry. Each entry but "." and
+    /// ".." is a kernel lookup.
+    fn readdirplus(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let _timer = self.counters.start(RequestKind::readdirplus);
+        guarded("readdirplus", || {
+            let ttl = self.cache.entry_ttl;
+            let r = self
+                .engine
+                .readdir_plus(&ctx(req), ino.0, offset, |a, next, name| {
+                    let name = OsStr::from_bytes(name);
+                    !reply.add(
+                        INodeNo(a.ino),
+                        next,
+                        name,
+                        &ttl,
+                        &file_attr(a),
+                        Generation(a.generation),
+                    )
+                });
             match r {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(errno(e)),

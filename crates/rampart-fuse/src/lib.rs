@@ -14,6 +14,7 @@ pub mod kernel_settings;
 mod open_files;
 pub mod own_mount;
 mod refusals;
+mod reply_attr;
 
 use std::ffi::OsStr;
 use std::io;

@@ -330,10 +330,58 @@ impl Engine {
             let kind = FileKind::from_code(e.kind_code).unwrap_or(FileKind::RegularFile);
             emit(e.ino, e.next_cookie, kind, e.name)
         });
+        self.listed(inode);
+        Ok(())
+    }
+
+    /// Lists `ino` as [`readdir`](Self::readdir) does, with every entry's attributes (the
+    /// kernel's READDIRPLUS). `emit(attr, next_cookie, name)` returns false when the caller's
+    /// buffer is full. Each entry emitted but "." and ".." counts a kernel lookup, as
+    /// [`lookup`](Self::lookup) does: the kernel takes a reference on each and forgets it
+    /// later (fs/fuse/readdir.c, `fuse_direntplus_link`).
+    pub fn readdir_plus(
+        &self,
+        ctx: &Ctx,
+        ino: Ino,
+        cookie: u64,
+        mut emit: impl FnMut(&Attr, u64, &[u8]) -> bool,
+    ) -> FsResult<()> {
+        let state = self.read_state();
+        let inode = state.inode(ino)?;
+        let dir = inode.dir().ok_or(Errno::ENOTDIR)?;
+        if cookie == 0 && !emit(&inode.attr(ino), 1, b".") {
+            return Ok(());
+        }
+        if cookie <= 1 {
+            // The kernel ignores the attributes of "." and ".." (it takes no reference on
+            // them); the directory's own stand in if its parent is gone.
+            let parent = state
+                .inode(dir.parent)
+                .map_or_else(|_| inode.attr(ino), |p| p.attr(dir.parent));
+            if !emit(&parent, 2, b"..") {
+                return Ok(());
+            }
+        }
+        dir.list_from(cookie.max(2), |e| {
+            let Ok(child) = state.inode(e.ino) else {
+                debug_assert!(false, "entry {:?} names no inode {}", e.name, e.ino);
+                return true;
+            };
+            let added = emit(&child.attr(e.ino), e.next_cookie, e.name);
+            if added {
+                count_lookup(ctx, child);
+            }
+            added
+        });
+        self.listed(inode);
+        Ok(())
+    }
+
+    /// A listing reads the directory: its atime moves as relatime says.
+    fn listed(&self, inode: &Inode) {
         let atime = inode.atime();
         if atime <= inode.mtime_ns || atime <= inode.ctime_ns {
             inode.set_atime(self.now_ns());
         }
-        Ok(())
     }
 }

@@ -1,0 +1,49 @@
+//! What rampart-fuse puts in its replies: attributes, and xattr values by the size protocol.
+
+use std::time::UNIX_EPOCH;
+
+use fuser::{Errno, FileAttr, FileType, INodeNo, ReplyXattr};
+use rampart_core::time::to_system_time;
+use rampart_core::{Attr, FileKind};
+
+pub(crate) fn file_type(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::RegularFile => FileType::RegularFile,
+        FileKind::Directory => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::NamedPipe => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+    }
+}
+
+pub(crate) fn file_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size_bytes,
+        blocks: a.allocated_bytes.div_ceil(512),
+        atime: to_system_time(a.atime_ns),
+        mtime: to_system_time(a.mtime_ns),
+        ctime: to_system_time(a.ctime_ns),
+        crtime: UNIX_EPOCH,
+        kind: file_type(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: rampart_core::limits::BLOCK_SIZE_BYTES,
+        flags: 0,
+    }
+}
+
+/// getxattr/listxattr protocol: size 0 asks for the length; too small a buffer is ERANGE.
+pub(crate) fn reply_xattr(reply: ReplyXattr, size: u32, result: rampart_core::FsResult<Vec<u8>>) {
+    match result {
+        Ok(data) if size == 0 => reply.size(data.len() as u32),
+        Ok(data) if data.len() > size as usize => reply.error(Errno::ERANGE),
+        Ok(data) => reply.data(&data),
+        Err(e) => reply.error(crate::adapter::errno(e)),
+    }
+}
