@@ -167,6 +167,24 @@ def test_settings_of_every_peer_are_reported(tiny_report):
     assert "/dev/shm" in text  # RAM disks are loop devices over /dev/shm
 
 
+def test_report_states_the_writeback_cache_the_mount_uses(tmp_path):
+    """With --passthrough=on the kernel cannot use the writeback cache (decision 0058): the
+    rampart peer's description says "off", as `rampart status` reports it, not the option's
+    default "on"."""
+    out = tmp_path / "report"
+    r = run([RAMPART_BIN, "bench", "--profile", "tiny", "--peers", "rampart", "--only",
+             "mbfs-small-file-loop", "--rampart-opt=--passthrough=on", "--out", str(out)],
+            timeout=600)
+    assert r.returncode == 0, f"stdout: {r.stdout}\nstderr: {r.stderr[-4000:]}"
+    results = json.loads((out / "results.json").read_text())
+    peer = next(p for p in results["peers"] if p["id"] == "rampart")
+    assert peer["setup_error"] is None, peer
+    settings = dict(peer["settings"])
+    wb = settings["writeback cache"]
+    assert wb.startswith("off (reported by `rampart status`"), wb
+    assert "passthrough" in settings.get("extra mount arguments", ""), settings
+
+
 def postmark_metrics(results, peer, workload="postmark-conquest"):
     """{metric name: value} of the first run of `workload` on `peer`."""
     w = next(w for w in results["workloads"] if w["id"] == workload)

@@ -76,7 +76,7 @@ def test_bytes_per_category_in_status_metrics_and_stat(test_base, rampart_env, c
 
     st = m.status()
     jsonschema.validate(st, SCHEMA, cls=jsonschema.Draft202012Validator)
-    assert st["schema_minor_version"] == 1
+    assert st["schema_minor_version"] == 2
     cats = st["categories"]
 
     def figures(name):
@@ -182,5 +182,54 @@ def test_a_deadline_shorter_than_the_commit_interval_is_met(test_base, rampart_e
     crash(m)
     remount(m)
     assert read_file(p / "f.quick") == MARKER
+    unmount(m)
+    assert_no_panic(m)
+
+
+LONG_INTERVAL_CONFIG = """\
+[[rules]]
+glob = "*.later"
+category = "SOMETIME"
+
+[[rules]]
+glob = "*.gen"
+category = "GENERATED"
+"""
+
+
+def test_a_commit_interval_longer_than_a_category_deadline_is_no_refusal(
+        test_base, rampart_env, cleanup_mounts):
+    """A 10 min commit interval with rules for SOMETIME and GENERATED (lm=5min): the mount
+    takes the store, the files get their categories (by rule and by attribute), and the
+    5 min deadline stays the category's, met by committing early (decision 0086), not
+    stretched to the commit interval; fsync still makes a file durable at once."""
+    m = Mount(test_base, "longinterval", opts=("--commit-interval", "10m"), env=rampart_env)
+    cleanup_mounts.append(m)
+    m.mkfs()
+    (m.store / "rampart.toml").write_text(LONG_INTERVAL_CONFIG)
+    m.mount(mkfs=False)
+    assert m.alive()
+    p = m.path
+    write_file(p / "a.later", b"sometime")
+    write_file(p / "b.gen", b"generated")
+    write_file(p / "c", b"")
+    os.setxattr(p / "c", "user.rampart.category", b"SOMETIME")
+    write_file(p / "c", b"set by attribute")
+    assert os.getxattr(p / "a.later", "user.rampart.category") == b"SOMETIME"
+    assert os.getxattr(p / "b.gen", "user.rampart.category") == b"GENERATED"
+    assert os.getxattr(p / "c", "user.rampart.category") == b"SOMETIME"
+    st = m.status()
+    assert st["persistence"]["commit_interval_ms"] == 600_000
+    for name, files in (("SOMETIME", 2), ("GENERATED", 1)):
+        c = st["categories"][name]
+        assert c["files"] == files, (name, c)
+        # Due within its own 5 min (rounded down, decision 0086), before the commit interval.
+        assert 0 < c["deadline_ms"] <= 300_000, (name, c)
+    fsync_path(p / "b.gen")
+    assert b"generated" in read_file(m.store / "journal")
+    unmount(m)
+    remount(m)
+    assert read_file(p / "a.later") == b"sometime"
+    assert read_file(p / "c") == b"set by attribute"
     unmount(m)
     assert_no_panic(m)

@@ -549,6 +549,28 @@ def test_flushing_later_does_not_change_the_times(test_base, rampart_env, cleanu
     assert_no_panic(m)
 
 
+def test_times_before_the_epoch_survive_a_remount(test_base, rampart_env, cleanup_mounts):
+    """A time before 1970 with a fraction of a second reaches the store as set: the kernel
+    sends it as floored seconds and nanoseconds counted forwards (-315619200 s + 0.25 s), and
+    the daemon once read it 0.5 s early; the writeback cache hid that until a remount."""
+    m = new_mount(test_base, rampart_env, "pre-epoch", cleanup_mounts)
+    p = os.path.join(m.path, "f")
+    write_file(p, b"")
+    t = -315_619_200 * 10**9 + 250_000_000  # 1960-01-01 00:00:00.25
+    early = -1 * 10**9 + 1  # 1969-12-31 23:59:59.000000001
+    os.utime(p, ns=(early, t))
+    os.mkdir(os.path.join(m.path, "d"))
+    os.utime(os.path.join(m.path, "d"), ns=(t, early))
+    unmount(m)
+    remount(m)
+    st = os.stat(p)
+    assert (st.st_atime_ns, st.st_mtime_ns) == (early, t)
+    st = os.stat(os.path.join(m.path, "d"))
+    assert (st.st_atime_ns, st.st_mtime_ns) == (t, early)
+    unmount(m)
+    assert_no_panic(m)
+
+
 @pytest.mark.parametrize("replace", [False, True], ids=["new-name", "replacing"])
 @pytest.mark.parametrize("how", ["fsync-file", "fsyncdir", "fsyncdir-old-parent"])
 def test_rename_durability(test_base, rampart_env, cleanup_mounts, how, replace):

@@ -90,9 +90,9 @@ impl From<&LatencyHistogram> for Latency {
 /// field changes meaning or goes away; new fields keep it.
 pub const STATUS_SCHEMA_VERSION: u32 = 1;
 
-/// Raised when fields are added (`categories`: 1); consumers of the same
+/// Raised when fields are added (`categories`: 1, `writeback_cache`: 2); consumers of the same
 /// [`STATUS_SCHEMA_VERSION`] read any minor version.
-pub const STATUS_SCHEMA_MINOR_VERSION: u32 = 1;
+pub const STATUS_SCHEMA_MINOR_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Status {
@@ -144,6 +144,11 @@ pub struct Status {
     /// none ("no-flush").
     #[serde(default)]
     pub kernel_flush: String,
+    /// Whether the kernel of the mount caches writes ("on") or writes through ("off"), as
+    /// INIT settled it: FUSE passthrough or a kernel without it turns it off whatever
+    /// `--writeback-cache` asked (decision 0058). Empty: a daemon before minor version 2.
+    #[serde(default)]
+    pub writeback_cache: String,
     /// Per category, by name: files, bytes per tier, bytes not yet durable and deadlines.
     #[serde(default)]
     pub categories: BTreeMap<String, CategoryFigures>,
@@ -220,6 +225,8 @@ pub struct Sources {
     pub mountpoint: PathBuf,
     /// How requests reach the daemon: "io_uring" or "/dev/fuse".
     pub fuse_transport: &'static str,
+    /// The kernel uses the writeback cache (what INIT settled, not what was asked).
+    pub writeback_cache: bool,
 }
 
 pub fn status_of(sources: &Sources) -> Status {
@@ -230,6 +237,7 @@ pub fn status_of(sources: &Sources) -> Status {
         store,
         mountpoint,
         fuse_transport,
+        writeback_cache,
     } = sources;
     let s = engine.stats();
     Status {
@@ -278,6 +286,7 @@ pub fn status_of(sources: &Sources) -> Status {
             _ => "answered",
         }
         .to_string(),
+        writeback_cache: if *writeback_cache { "on" } else { "off" }.to_string(),
         memory_used_bytes: s.memory_used_bytes,
         memory_cap_bytes: s.memory_cap_bytes,
         persistence: {

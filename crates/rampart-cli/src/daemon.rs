@@ -118,6 +118,7 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
         store: store_path.clone(),
         mountpoint: mountpoint.clone(),
         fuse_transport,
+        writeback_cache: mounted.negotiated().writeback_cache(),
     });
     let metrics = metrics_listeners.serve(sources.clone());
     let socket = crate::control::serve(sources).map_err(|e| {

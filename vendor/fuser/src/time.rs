@@ -41,9 +41,12 @@ pub(crate) fn system_time_from_time(secs: i64, nsecs: u32) -> SystemTime {
     if secs >= 0 {
         SystemTime::UNIX_EPOCH + Duration::new(secs as u64, nsecs)
     } else {
-        // TODO: overflow
-        // TODO: 1_000_000_000 - nsec
-        SystemTime::UNIX_EPOCH - Duration::new((-secs) as u64, nsecs)
+        // The kernel's timespec is floored: -2 s + 800_000_000 ns is 1.2 s before the epoch, so
+        // the nanoseconds count forwards from the (negative) seconds. (Upstream subtracted them,
+        // putting a time before 1970 up to 2 s off; rampart patch.) unsigned_abs: no overflow at
+        // i64::MIN.
+        SystemTime::UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs())
+            + Duration::from_nanos(u64::from(nsecs))
     }
 }
 
@@ -52,7 +55,24 @@ mod test {
     use std::time::Duration;
     use std::time::UNIX_EPOCH;
 
+    use crate::time::system_time_from_time;
     use crate::time::time_from_system_time;
+
+    #[test]
+    fn test_system_time_from_time_negative() {
+        // 1960-01-01 00:00:00.25 as the kernel sends it: floored seconds, nanoseconds forwards.
+        let t = system_time_from_time(-315_619_200, 250_000_000);
+        assert_eq!(t, UNIX_EPOCH - Duration::new(315_619_199, 750_000_000));
+        assert_eq!(time_from_system_time(&t), (-315_619_200, 250_000_000));
+        assert_eq!(
+            system_time_from_time(-1, 0),
+            UNIX_EPOCH - Duration::from_secs(1)
+        );
+        assert_eq!(
+            system_time_from_time(i64::MIN, 0),
+            UNIX_EPOCH - Duration::new(i64::MAX as u64 + 1, 0)
+        );
+    }
 
     #[test]
     fn test_time_from_system_time_negative() {

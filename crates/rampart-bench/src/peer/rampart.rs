@@ -90,7 +90,10 @@ impl Peer {
             "durable at once: fsync, fdatasync and O_SYNC wait for the journal to reach the \
              store on the real disk; concurrent fsyncs share one disk sync (README)",
         );
-        self.set("writeback cache", named("--writeback-cache", "on"));
+        self.set(
+            "writeback cache",
+            writeback_cache_text(status.as_ref().ok(), rampart_args),
+        );
         self.set(
             "no-open (kernel skips OPEN/RELEASE)",
             match &status {
@@ -442,6 +445,27 @@ pub(super) fn rampart_unmount(bin: &Path, mnt: &Path, lazy_last_resort: bool) ->
     Err(BenchError::Other(format!("{failure}; {fallback}{waited}")))
 }
 
+/// Whether the mount's kernel uses the writeback cache, as `rampart status` reports what the
+/// handshake settled: the option asks for it, but FUSE passthrough turns it off (decision 0058),
+/// so the option alone may say "on" of a mount that writes through.
+fn writeback_cache_text(status: Option<&serde_json::Value>, rampart_args: &[String]) -> String {
+    let asked = match option_value(rampart_args, "--writeback-cache") {
+        Some(v) => format!("--writeback-cache {v} given"),
+        None => "--writeback-cache on by default".into(),
+    };
+    let passthrough = option_value(rampart_args, "--passthrough")
+        .map(|v| format!(", --passthrough {v} given"))
+        .unwrap_or_default();
+    match status.and_then(|s| s["writeback_cache"].as_str()) {
+        Some(in_use) => format!(
+            "{in_use} (reported by `rampart status`; {asked}{passthrough}; FUSE passthrough              turns it off)"
+        ),
+        None => format!(
+            "unknown: `rampart status` does not report it ({asked}{passthrough}; FUSE              passthrough turns it off)"
+        ),
+    }
+}
+
 /// The value given to a `--name value` or `--name=value` option.
 pub(super) fn option_value(args: &[String], name: &str) -> Option<String> {
     let prefix = format!("{name}=");
@@ -475,6 +499,27 @@ mod tests {
             Some("off")
         );
         assert_eq!(option_value(&args, "--threads"), None);
+    }
+
+    #[test]
+    fn the_writeback_cache_is_what_the_mount_uses_not_what_was_asked() {
+        let args: Vec<String> = vec!["--passthrough=on".into()];
+        // With passthrough the kernel writes through, whatever the default asked.
+        let status = serde_json::json!({ "writeback_cache": "off" });
+        let text = writeback_cache_text(Some(&status), &args);
+        assert!(
+            text.starts_with("off (reported by `rampart status`"),
+            "{text}"
+        );
+        assert!(text.contains("--passthrough on given"), "{text}");
+        let status = serde_json::json!({ "writeback_cache": "on" });
+        assert!(writeback_cache_text(Some(&status), &[]).starts_with("on "));
+        // A daemon that does not report it: the text does not guess from the options.
+        let old = serde_json::json!({ "pid": 1 });
+        for status in [Some(&old), None] {
+            let text = writeback_cache_text(status, &[]);
+            assert!(text.starts_with("unknown"), "{text}");
+        }
     }
 
     #[test]
