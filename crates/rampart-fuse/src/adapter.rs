@@ -27,7 +27,8 @@ use crate::disk_reads::DiskReads;
 use crate::kernel_settings;
 use crate::open_files::{Negotiated, OpenFiles, Opened, FH_PASSTHROUGH};
 use crate::refusals::Refusals;
-use crate::reply_attr::{file_attr, file_type, reply_xattr};
+pub(crate) use crate::reply_attr::errno;
+use crate::reply_attr::{file_attr, file_type, reply_empty, reply_xattr};
 use crate::PassthroughMode;
 
 /// Kernel-cache settings of a mount.
@@ -87,12 +88,6 @@ pub(crate) struct RampartFs {
     direct: Arc<DirectIo>,
     /// Reads that wait for the disk, off the FUSE threads (decision 0073).
     disk_reads: DiskReads,
-}
-
-/// The answer for an engine error, counted for the request this thread serves.
-pub(crate) fn errno(e: rampart_core::Errno) -> Errno {
-    crate::counters::count_error(e.code());
-    Errno::from_i32(e.code())
 }
 
 fn ctx(req: &Request) -> Ctx {
@@ -273,13 +268,6 @@ impl RampartFs {
             })?;
         }
         Ok(())
-    }
-}
-
-fn reply_empty(reply: ReplyEmpty, result: rampart_core::FsResult<()>) {
-    match result {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(errno(e)),
     }
 }
 

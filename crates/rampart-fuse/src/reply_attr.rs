@@ -1,8 +1,9 @@
-//! What rampart-fuse puts in its replies: attributes, and xattr values by the size protocol.
+//! What rampart-fuse puts in its replies: attributes, xattr values by the size protocol, and
+//! errors.
 
 use std::time::UNIX_EPOCH;
 
-use fuser::{Errno, FileAttr, FileType, INodeNo, ReplyXattr};
+use fuser::{Errno, FileAttr, FileType, INodeNo, ReplyEmpty, ReplyXattr};
 use rampart_core::time::to_system_time;
 use rampart_core::{Attr, FileKind};
 
@@ -44,6 +45,19 @@ pub(crate) fn reply_xattr(reply: ReplyXattr, size: u32, result: rampart_core::Fs
         Ok(data) if size == 0 => reply.size(data.len() as u32),
         Ok(data) if data.len() > size as usize => reply.error(Errno::ERANGE),
         Ok(data) => reply.data(&data),
-        Err(e) => reply.error(crate::adapter::errno(e)),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
+/// The answer for an engine error, counted for the request this thread serves.
+pub(crate) fn errno(e: rampart_core::Errno) -> Errno {
+    crate::counters::count_error(e.code());
+    Errno::from_i32(e.code())
+}
+
+pub(crate) fn reply_empty(reply: ReplyEmpty, result: rampart_core::FsResult<()>) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(e)),
     }
 }

@@ -678,6 +678,45 @@ impl PostmarkRun {
 
 const MIB: f64 = 1024.0 * 1024.0;
 
+/// The requests between the counts read at the transactions' start and end, and the pauses
+/// taken to read them (at the start, at the end).
+fn counts_at_both_ends(
+    reads: impl Iterator<Item = (usize, std::result::Result<Snapshot, String>, Duration)>,
+) -> (std::result::Result<Snapshot, String>, [Duration; 2]) {
+    let (mut at, mut paused) = ([None, None], [Duration::ZERO; 2]);
+    for (marker, counts, pause) in reads {
+        let i = usize::from(marker == DELETE);
+        at[i] = Some(counts);
+        paused[i] = pause;
+    }
+    let requests = match at {
+        [Some(before), Some(after)] => {
+            before.and_then(|b| after.map(|a| requests::between(&b, &a)))
+        }
+        _ => Err("the counts were not read at both ends of the transactions".to_string()),
+    };
+    (requests, paused)
+}
+
+/// Reads the request counts with postmark (`pid`) stopped, and how long it was stopped.
+/// Reading them asks the daemon, which on busy cores can take longer than a whole phase of a
+/// small run; a postmark running on meanwhile would put its requests on the wrong side of the
+/// count and its next marker in the same read as this one. The caller takes the pause out of
+/// the phase it fell in.
+fn counts_with_postmark_stopped(
+    counter: &RequestCounter,
+    pid: libc::pid_t,
+) -> (std::result::Result<Snapshot, String>, Duration) {
+    let paused_at = Instant::now();
+    // SAFETY: kill(2) has no memory-safety preconditions; `pid` is our own child, not yet
+    // reaped while its stdout is being read.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let counts = counter.read().map_err(|e| e.to_string());
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    (counts, paused_at.elapsed())
+}
+
 /// Writes `cfg` (location `dir`) to `scratch`, runs postmark on it and checks what it printed.
 /// Public so that the modified-PostMark driver can check itself against the real postmark.
 pub fn run_postmark(
@@ -709,20 +748,9 @@ pub fn run_postmark(
             for marker in scan.feed(chunk) {
                 let _ = found_tx.send((marker, at));
                 // The counts at the transactions' start and end (after the time is taken).
-                // postmark is stopped while they are read: reading them asks the daemon, which
-                // on busy cores can take longer than a whole phase of a small run, and a
-                // postmark running on meanwhile would put its requests on the wrong side of the
-                // count and its next marker in the same read as this one. The pause is taken
-                // out of the phase it fell in.
                 if let (Some(counter), TRANSACT | DELETE) = (&counter, marker) {
-                    let paused_at = Instant::now();
-                    // SAFETY: kill(2) has no memory-safety preconditions; `pid` is our own
-                    // child, not yet reaped while its stdout is being read.
-                    unsafe { libc::kill(pid, libc::SIGSTOP) };
-                    let counts = counter.read().map_err(|e| e.to_string());
-                    // SAFETY: as above.
-                    unsafe { libc::kill(pid, libc::SIGCONT) };
-                    let _ = counts_tx.send((marker, counts, paused_at.elapsed()));
+                    let (counts, paused) = counts_with_postmark_stopped(counter, pid);
+                    let _ = counts_tx.send((marker, counts, paused));
                 }
             }
         },
@@ -769,19 +797,13 @@ pub fn run_postmark(
             Ok(d)
         }
     };
-    let mut paused = [Duration::ZERO, Duration::ZERO];
-    let requests = requests_source.map(|_| {
-        let mut at = [None, None];
-        for (marker, counts, pause) in counts_rx.try_iter() {
-            let i = usize::from(marker == DELETE);
-            at[i] = Some(counts);
-            paused[i] = pause;
+    let (requests, paused) = match requests_source {
+        Some(_) => {
+            let (requests, paused) = counts_at_both_ends(counts_rx.try_iter());
+            (Some(requests), paused)
         }
-        match at {
-            [Some(before), Some(after)] => Ok(requests::between(&before?, &after?)),
-            _ => Err("the counts were not read at both ends of the transactions".to_string()),
-        }
-    });
+        None => (None, [Duration::ZERO; 2]),
+    };
     Ok(PostmarkRun {
         config: cfg.clone(),
         requests,
