@@ -58,6 +58,7 @@ use crate::time::now_ns;
 
 pub(crate) mod at_risk;
 mod checkpoint_job;
+mod committer;
 mod host_files;
 
 use at_risk::{AtRisk, Lags};
@@ -450,7 +451,7 @@ impl Persister {
         let worker = Arc::downgrade(&persister);
         let committer = std::thread::Builder::new()
             .name(COMMITTER_THREAD.into())
-            .spawn(move || commit_loop(worker))
+            .spawn(move || committer::commit_loop(worker))
             .map_err(opening)?;
         *lock(&persister.committer) = Some(committer);
         Ok(persister)
@@ -831,16 +832,6 @@ impl Persister {
         self.answer_waiters();
         result
     }
-
-    /// The committer is stopping: whoever still waits is answered after one last commit.
-    fn answer_waiters_at_stop(&self) {
-        {
-            let _writing = locked(&self.writing);
-            let _ = self.commit_locked();
-        }
-        self.remove_ready();
-        self.answer_waiters();
-    }
 }
 
 impl OpSink for Persister {
@@ -1017,128 +1008,4 @@ pub struct CheckpointJob<'a> {
     restarting: bool,
     pause: Duration,
     finished: bool,
-}
-
-fn commit_loop(persister: Weak<Persister>) {
-    // Group commit: a commit starts as soon as an fsync waits, and the fsyncs that arrive
-    // while it syncs share the next one. No gathering delay (as jbd2's batch time): measured
-    // over FUSE on io_uring it cost 10-15 % of durable writes at 8 and 16 writers, because
-    // the waiting left both the CPUs and the disk idle (docs/decisions/0021).
-    let mut last_restart: Option<Instant> = None;
-    // The engine's memory use when the last restart was tried: after a full disk, a drop
-    // (files deleted) is worth another try before the interval is up.
-    let mut memory_at_restart = u64::MAX;
-    loop {
-        let Some(p) = persister.upgrade() else { return };
-        if p.stop.load(Ordering::Acquire) {
-            return;
-        }
-        let interval = p.config.commit_interval;
-        {
-            // Until the commit interval is up, or the earliest short deadline of what is
-            // gathered (`due_at`), or someone asks for a commit. A wakeup that only moved
-            // `due_at` earlier (`rearm`) sleeps again, until the new time.
-            let interval_at = Instant::now() + interval;
-            let mut guard = locked(&p.pending);
-            while guard.waiters.is_empty() && !p.stop.load(Ordering::Acquire) {
-                let at = guard.due_at.map_or(interval_at, |d| d.min(interval_at));
-                let now = Instant::now();
-                if now >= at {
-                    break;
-                }
-                guard.rearm = false;
-                guard = guard.wait_timeout(&p.wake, at - now);
-                // Woken for another reason too (a batch or a list grown to its bound): commit.
-                if !guard.rearm || guard.wants_commit() {
-                    break;
-                }
-            }
-        }
-        if p.stop.load(Ordering::Acquire) {
-            p.answer_waiters_at_stop();
-            return;
-        }
-        // What the kernel wrote behind the engine (FUSE passthrough) is logged and synced
-        // with this commit: the commit-interval deadline holds for it too.
-        if let Some(engine) = lock(&p.engine).upgrade() {
-            engine.sync_passthrough_files();
-        }
-        {
-            let writing = locked(&p.writing);
-            let committed = p.commit_locked();
-            drop(writing);
-            p.remove_ready();
-            p.answer_waiters();
-            if committed.is_err() {
-                // Persistence has stopped on an I/O error (a full or failing disk): a
-                // checkpoint, which does not depend on the journal, restarts it. Try one now
-                // and then, not after every failed commit.
-                let retry = p.config.restart_retry_interval;
-                let memory = engine_memory_bytes(&p);
-                let shrunk = p.disk_full() && memory < memory_at_restart;
-                if shrunk || last_restart.is_none_or(|at| at.elapsed() >= retry) {
-                    last_restart = Some(Instant::now());
-                    memory_at_restart = memory;
-                    start_background_checkpoint(&p);
-                }
-                continue;
-            }
-        }
-        last_restart = None;
-        memory_at_restart = u64::MAX;
-        let (grown_bytes, due_bytes, failed_lately) = {
-            let d = locked(&p.durable);
-            (
-                d.journal_bytes
-                    .saturating_sub(d.journal_bytes_at_checkpoint),
-                p.config.checkpoint_due_bytes(d.image_bytes),
-                // A failed checkpoint is tried again after the retry interval, not at every
-                // commit.
-                d.checkpoint_error
-                    .as_ref()
-                    .is_some_and(|(_, at)| at.elapsed() < p.config.restart_retry_interval),
-            )
-        };
-        if grown_bytes > due_bytes && !failed_lately {
-            start_background_checkpoint(&p);
-        }
-    }
-}
-
-/// The memory the attached engine uses (u64::MAX without one).
-fn engine_memory_bytes(p: &Persister) -> u64 {
-    lock(&p.engine)
-        .upgrade()
-        .map_or(u64::MAX, |engine| engine.stats().memory_used_bytes)
-}
-
-/// Starts a checkpoint on a thread of its own, unless one is under way; commits go on.
-fn start_background_checkpoint(p: &Arc<Persister>) {
-    let Some(engine) = lock(&p.engine).upgrade() else {
-        return;
-    };
-    if p.checkpoint_requested.swap(true, Ordering::AcqRel) {
-        return;
-    }
-    let persister = Arc::clone(p);
-    let spawned = std::thread::Builder::new()
-        .name("checkpointer".into())
-        .spawn(move || {
-            if !persister.stop.load(Ordering::Acquire) {
-                // A failure is logged and sticky (`fail`); the mount serves on from memory.
-                let _ = persister.checkpoint(&engine);
-            }
-            persister
-                .checkpoint_requested
-                .store(false, Ordering::Release);
-        });
-    match spawned {
-        // The one before has ended (`checkpoint_requested` was clear): dropping its handle
-        // detaches nothing that still runs.
-        Ok(handle) => *lock(&p.checkpointer) = Some(handle),
-        Err(e) => {
-            tracing::warn!("could not start a checkpoint thread: {e}");
-            p.checkpoint_requested.store(false, Ordering::Release);
-        }
-    }
 }

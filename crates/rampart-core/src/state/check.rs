@@ -92,7 +92,20 @@ impl State {
                 problems.push(format!("inode {ino} is not reachable from the root"));
             }
         }
-        if counts != self.counts {
+        self.check_accounting(&counts, &categories, budget, &mut problems);
+        problems
+    }
+
+    /// The counts, per-category counts and memory use recorded against those recounted
+    /// (`counts`, `categories`, `budget`) by walking the table.
+    fn check_accounting(
+        &self,
+        counts: &Counts,
+        categories: &CategoryCounts,
+        budget: u64,
+        problems: &mut Vec<String>,
+    ) {
+        if *counts != self.counts {
             problems.push(format!(
                 "counts {:?} but {:?} recorded",
                 counts, self.counts
@@ -118,7 +131,6 @@ impl State {
                 self.table.heap_bytes()
             ));
         }
-        problems
     }
 
     /// Link counts against the entries, and inodes with no names nor references.
