@@ -265,17 +265,22 @@ def test_watch_redraws_under_a_terminal_and_ends_on_sigint(mnt):
             os._exit(127)
     out = b""
     try:
+        # The view writes each frame at once, but the pty hands it to us in pieces as it
+        # pleases: a frame is known to be whole only once the next one's clear has come.
+        # So wait for four clears, and check the three whole frames between them.
         deadline = time.monotonic() + 20
-        while out.count(CLEAR) < 3 and time.monotonic() < deadline:
+        while out.count(CLEAR) < 4 and time.monotonic() < deadline:
             ready, _, _ = select.select([fd], [], [], 1)
             if ready:
                 try:
                     out += os.read(fd, 65536)
                 except OSError:
                     break
-        assert out.count(CLEAR) >= 3, f"three frames expected: {out[-2000:]!r}"
-        frame = out.split(CLEAR)[-1].decode(errors="replace")
-        assert str(mnt.path) in frame and "per second" in frame, frame
+        assert out.count(CLEAR) >= 4, f"three whole frames expected: {out[-2000:]!r}"
+        assert out.startswith(CLEAR), f"the first frame clears the screen: {out[:200]!r}"
+        frames = [f.decode(errors="replace") for f in out.split(CLEAR)[1:-1]]
+        for frame in frames:
+            assert str(mnt.path) in frame and "per second" in frame, frame
         os.kill(pid, signal.SIGINT)
         deadline = time.monotonic() + 10
         status = None
