@@ -13,6 +13,7 @@ import pytest
 
 from e2e_helpers import Mount, read_file
 from test_persistence import crash
+from test_status import scrape
 
 pytestmark = pytest.mark.rampart_only("tests the store's second copy (DA2)")
 
@@ -20,8 +21,8 @@ pytestmark = pytest.mark.rampart_only("tests the store's second copy (DA2)")
 CONFIG = '[[rules]]\nglob = "*.paranoid"\ncategory = "PARANOID"\n'
 
 
-def mirrored(test_base, env, cleanup, name="mir"):
-    m = Mount(test_base, name, env=env)
+def mirrored(test_base, env, cleanup, name="mir", opts=()):
+    m = Mount(test_base, name, opts=opts, env=env)
     cleanup.append(m)
     mirror = m.base / f"{name}-mirror"
     r = m.cli("mkfs", "--mirror", mirror, m.store)
@@ -173,3 +174,15 @@ def test_a_mirrored_store_is_served_without_passthrough(test_base, rampart_env, 
     r = m.cli("mount", "--passthrough", "on", m.store, m.path)
     assert r.returncode != 0
     assert "mirrored store is served without FUSE passthrough" in r.stderr
+
+
+def test_the_mirror_ok_metric_follows_the_mirror(test_base, rampart_env, cleanup_mounts):
+    sock = os.path.join(test_base, "mirror-metrics.sock")
+    m, mirror = mirrored(test_base, rampart_env, cleanup_mounts, opts=("--metrics-socket", sock))
+    assert scrape(sock)[("rampart_mirror_ok", "")] == 1
+    shutil.rmtree(mirror)
+    # A SOON file's fsync makes a commit, which the mirror no longer gets.
+    write_durably(os.path.join(str(m.path), "soon.txt"), b"synced")
+    assert m.status()["mirror"]["state"] == "degraded"
+    assert scrape(sock)[("rampart_mirror_ok", "")] == 0
+    assert m.umount().returncode == 0

@@ -17,7 +17,7 @@ import urllib.request
 import jsonschema
 import pytest
 
-from e2e_helpers import REPO, RAMPART_BIN, run, wait_until, write_file
+from e2e_helpers import EXTRA_MOUNT_OPTS, REPO, RAMPART_BIN, run, wait_until, write_file
 
 pytestmark = pytest.mark.rampart_only("tests the rampart daemon's status and metrics")
 
@@ -52,6 +52,40 @@ def test_status_json_matches_its_schema(mnt):
                    dict(st, undocumented=1)):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(broken, SCHEMA, cls=jsonschema.Draft202012Validator)
+
+
+# ---- the text form ---------------------------------------------------------------------
+
+def kernel_line(m):
+    r = m.cli("status", m.path)
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stdout.splitlines() if line.startswith("kernel: ")]
+    assert len(lines) == 1, r.stdout
+    return lines[0]
+
+
+def kernel_line_of(st):
+    """The kernel line docs/CLI.md describes, from `status --json`."""
+    said = lambda figure, yes, yes_words, no_words: yes_words if figure == yes else no_words
+    return ("kernel: "
+            f"writeback cache {said(st['writeback_cache'], 'on', 'on', 'off')}, "
+            f"OPEN {said(st['kernel_open'], 'answered', 'answered', 'not sent')}, "
+            f"FLUSH {said(st['kernel_flush'], 'answered', 'answered', 'not sent')}, "
+            f"passthrough {said(st['data_path'], 'passthrough', 'on', 'off')}")
+
+
+def test_status_text_says_what_the_kernel_does(mount_factory):
+    default = mount_factory()
+    line = kernel_line(default)
+    assert line == kernel_line_of(default.status())
+    if not EXTRA_MOUNT_OPTS:
+        # The defaults (docs/CLI.md): the writeback cache, and a store that needs neither OPEN
+        # nor FLUSH (no SAFE, DISPOSABLE or EDITED category) has the kernel send neither.
+        assert line == "kernel: writeback cache on, OPEN not sent, FLUSH not sent, passthrough off"
+    off = mount_factory("--writeback-cache", "off")
+    line = kernel_line(off)
+    assert line == kernel_line_of(off.status())
+    assert line.startswith("kernel: writeback cache off, "), line
 
 
 # ---- the metrics endpoint ----------------------------------------------------------------
@@ -155,6 +189,7 @@ def test_metrics_over_a_unix_socket_count_a_known_workload(mount_factory, test_b
     assert m[("rampart_inodes", '{kind="file"}')] == n
     assert m[("rampart_data_bytes", '{tier="memory"}')] >= n * 100
     assert m[("rampart_persist_stopped", "")] == 0
+    assert not [k for k in m if k[0] == "rampart_mirror_ok"], "no mirror, no series"
     # Other paths and methods are refused; HEAD has no body.
     assert http_get_unix(sock, "/")[0] == 404
     assert http_get_unix(sock, method="POST")[0] == 405

@@ -922,6 +922,7 @@ fn cmd_status(mountpoint: &Path, json: bool) -> Result<(), String> {
         status.tiers.disk.bytes
     );
     outln!("data_path: {}", status.data_path);
+    out!("{}", watch::kernel_line(&status));
     if let Some(m) = &status.mirror {
         match &m.reason {
             None => outln!("mirror: {} ({})", m.path, m.state),

@@ -563,6 +563,16 @@ fn render_journal(
         "1 while persistence is stopped by an I/O error (see rampart status), else 0.",
         u8::from(p.error.is_some()),
     );
+    // Absent on a store without a mirror: no series rather than a 0 an alert would fire on.
+    if let Some(health) = sources.engine.mirror_health() {
+        single(
+            out,
+            "rampart_mirror_ok",
+            "gauge",
+            "1 while the store's mirror (DA2) gets every change, 0 while degraded (see rampart status).",
+            u8::from(health.degraded().is_none()),
+        );
+    }
 }
 
 fn render_contents(out: &mut String, sources: &Sources) {

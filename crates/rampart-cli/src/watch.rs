@@ -269,6 +269,40 @@ pub(crate) fn errors_line(s: &Status) -> String {
     format!("errors answered: {}\n", list.join(", "))
 }
 
+/// What the kernel of the mount does, as the FUSE handshake and the mount options settled it
+/// (`kernel_open`, `kernel_flush`, `writeback_cache`, `data_path` of `status --json`), in words:
+/// `kernel: writeback cache on, OPEN answered, FLUSH not sent, passthrough off`. A figure an
+/// older daemon does not report (empty) is left out, and the line with all of them.
+pub(crate) fn kernel_line(s: &Status) -> String {
+    kernel_words(
+        &s.writeback_cache,
+        &s.kernel_open,
+        &s.kernel_flush,
+        &s.data_path,
+    )
+}
+
+fn kernel_words(writeback_cache: &str, open: &str, flush: &str, data_path: &str) -> String {
+    // (what, its figure, the figure meaning yes, yes in words, no in words)
+    let figures = [
+        ("writeback cache", writeback_cache, "on", "on", "off"),
+        ("OPEN", open, "answered", "answered", "not sent"),
+        ("FLUSH", flush, "answered", "answered", "not sent"),
+        ("passthrough", data_path, "passthrough", "on", "off"),
+    ];
+    let parts: Vec<String> = figures
+        .iter()
+        .filter(|(_, figure, ..)| !figure.is_empty())
+        .map(|(what, figure, yes_figure, yes, no)| {
+            format!("{what} {}", if figure == yes_figure { yes } else { no })
+        })
+        .collect();
+    if parts.is_empty() {
+        return String::new();
+    }
+    format!("kernel: {}\n", parts.join(", "))
+}
+
 /// The busiest request kinds: rate and mean latency over the interval, and totals.
 fn requests_table(s: &Status, since: Option<(Duration, &Status)>) -> String {
     let mut rows: Vec<(&str, Option<f64>, u64, Option<f64>)> =
@@ -322,6 +356,24 @@ mod tests {
         assert_eq!(human_bytes(512), "512 B");
         assert_eq!(human_bytes(1536), "1.5 KiB");
         assert_eq!(human_bytes(3 << 30), "3.0 GiB");
+    }
+
+    #[test]
+    fn the_kernel_line_says_what_the_kernel_does() {
+        assert_eq!(
+            kernel_words("on", "answered", "no-flush", "daemon"),
+            "kernel: writeback cache on, OPEN answered, FLUSH not sent, passthrough off\n"
+        );
+        assert_eq!(
+            kernel_words("off", "no-open", "answered", "passthrough"),
+            "kernel: writeback cache off, OPEN not sent, FLUSH answered, passthrough on\n"
+        );
+        // An older daemon's status lacks some figures: they are left out.
+        assert_eq!(
+            kernel_words("", "answered", "answered", ""),
+            "kernel: OPEN answered, FLUSH answered\n"
+        );
+        assert_eq!(kernel_words("", "", "", ""), "");
     }
 
     #[test]
