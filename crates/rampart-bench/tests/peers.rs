@@ -135,7 +135,7 @@ fn every_available_peer_works_and_leaves_nothing_behind() {
             continue;
         }
         // The floor is served by the rampart binary too (`rampart bench-floor`).
-        if matches!(kind, PeerKind::Rampart | PeerKind::Floor) && bin.is_none() {
+        if (kind.is_rampart() || kind == PeerKind::Floor) && bin.is_none() {
             eprintln!(
                 "{}: skipped: build rampart first (cargo build --release -p rampart-cli)",
                 kind.id()
@@ -170,7 +170,7 @@ fn every_available_peer_works_and_leaves_nothing_behind() {
         } else {
             assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
         }
-        if kind == PeerKind::Rampart {
+        if kind.is_rampart() {
             let counts = mounted.request_counter().unwrap().read().unwrap();
             assert!(
                 counts.counts.get("create").copied().unwrap_or(0) >= 1,
@@ -210,6 +210,12 @@ fn every_available_peer_works_and_leaves_nothing_behind() {
                 let err = mounted.remount().unwrap_err().to_string();
                 assert!(err.contains("cannot be remounted"), "{err}");
                 None
+            }
+            PeerKind::RampartTemporary => {
+                // It remounts, and its TEMPORARY file is gone: nothing of it reached the store.
+                let took = mounted.remount().unwrap();
+                assert!(!file.exists(), "a TEMPORARY file survived the remount");
+                Some(took.as_secs_f64())
             }
             _ => {
                 let took = mounted

@@ -20,8 +20,8 @@ pub struct BenchArgs {
     /// Only these workloads (comma-separated ids or id prefixes, e.g. postmark,fio-4k-random).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
-    /// Only these peers (comma-separated): rampart, tmpfs, ext4-ram, xfs-ram, btrfs-ram,
-    /// ext4-disk, host (the file system under --disk-dir, used directly), fuse-overlayfs, floor
+    /// Only these peers (comma-separated): rampart, rampart-temporary (every new file
+    /// TEMPORARY by a rule of its rampart.toml), tmpfs, ext4-ram, xfs-ram, btrfs-ram, ext4-disk, host (the file system under --disk-dir, used directly), fuse-overlayfs, floor
     /// (a FUSE server that does nothing useful: the FUSE floor), juicefs.
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,

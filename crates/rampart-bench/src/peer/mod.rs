@@ -76,11 +76,15 @@ pub enum PeerKind {
     Floor,
     /// rampart, its store on the real disk, default persistence (within 5 s).
     Rampart,
+    /// rampart as above, its store's `rampart.toml` making every new file and directory
+    /// TEMPORARY (`lm=never`: nothing reaches the store; issue 14).
+    RampartTemporary,
 }
 
 impl PeerKind {
-    pub const ALL: [PeerKind; 10] = [
+    pub const ALL: [PeerKind; 11] = [
         PeerKind::Rampart,
+        PeerKind::RampartTemporary,
         PeerKind::Floor,
         PeerKind::Tmpfs,
         PeerKind::Ext4Ram,
@@ -104,7 +108,13 @@ impl PeerKind {
             PeerKind::JuiceFs => "juicefs",
             PeerKind::Floor => "floor",
             PeerKind::Rampart => "rampart",
+            PeerKind::RampartTemporary => "rampart-temporary",
         }
+    }
+
+    /// rampart, whatever its store default.
+    pub fn is_rampart(self) -> bool {
+        matches!(self, PeerKind::Rampart | PeerKind::RampartTemporary)
     }
 
     pub fn parse(id: &str) -> Option<PeerKind> {
@@ -172,6 +182,12 @@ pub trait Mounted {
     /// How the peer placed its data across tiers, as it reports it (rampart's `status
     /// --json` tiers); None for peers without tiers.
     fn tier_summary(&self) -> Option<String> {
+        None
+    }
+    /// Bytes the file system has written to its store since it was mounted, once the changes
+    /// made so far are durable; None for peers that do not count them (the bench reads
+    /// rampart's daemon's `write_bytes` in /proc/PID/io: only the daemon writes the store).
+    fn store_bytes_written(&self) -> Option<Result<u64>> {
         None
     }
     /// How to read the FUSE requests it answered, by opcode, where it counts them (rampart,
@@ -315,7 +331,7 @@ impl Peer {
                 let disk_base = self.make_disk_dir(env, &shm_base, &name)?;
                 self.build_host(&disk_base)
             }
-            PeerKind::Rampart => {
+            PeerKind::Rampart | PeerKind::RampartTemporary => {
                 let disk_base = self.make_disk_dir(env, &shm_base, &name)?;
                 self.build_rampart(env, &disk_base)
             }
@@ -402,9 +418,10 @@ impl Mounted for Peer {
         self.cancel.check()?;
         // No lazy unmount here: mounting the same data again while the old mount lingers
         // would be wrong; a busy mount is an error of the workload.
-        match self.kind {
-            PeerKind::Rampart => rampart::rampart_unmount(&self.rampart_bin, &self.mnt, false)?,
-            _ => cleanup::unmount(&self.mnt, false, UNMOUNT_TIMEOUT)?,
+        if self.kind.is_rampart() {
+            rampart::rampart_unmount(&self.rampart_bin, &self.mnt, false)?;
+        } else {
+            cleanup::unmount(&self.mnt, false, UNMOUNT_TIMEOUT)?;
         }
         // Recovery starts cold, as after a reboot: nothing of the store in the page cache.
         drop_caches()?;
@@ -425,7 +442,9 @@ impl Mounted for Peer {
 
     fn crash_remount(&mut self) -> Result<Option<CrashRemount>> {
         match (self.kind, self.mount_again.clone()) {
-            (PeerKind::Rampart, Some(mount)) => self.rampart_crash_remount(&mount).map(Some),
+            (kind, Some(mount)) if kind.is_rampart() => {
+                self.rampart_crash_remount(&mount).map(Some)
+            }
             _ => Ok(None),
         }
     }
@@ -437,7 +456,7 @@ impl Mounted for Peer {
                 self.loop_usage()
             }
             PeerKind::FuseOverlay => self.fuse_overlay_usage(),
-            PeerKind::Rampart => self.rampart_usage(),
+            PeerKind::Rampart | PeerKind::RampartTemporary => self.rampart_usage(),
             PeerKind::Host => self.host_usage(),
             PeerKind::Floor => self.floor_usage(),
             PeerKind::JuiceFs => self.juicefs_usage(),
@@ -446,19 +465,27 @@ impl Mounted for Peer {
 
     fn disk_path(&self) -> Option<PathBuf> {
         match self.kind {
-            PeerKind::Rampart | PeerKind::Host | PeerKind::JuiceFs => self.store.clone(),
+            PeerKind::Rampart | PeerKind::RampartTemporary | PeerKind::Host | PeerKind::JuiceFs => {
+                self.store.clone()
+            }
             PeerKind::Ext4Disk => self.image.clone(),
             _ => None,
         }
     }
 
     fn tier_summary(&self) -> Option<String> {
-        (self.kind == PeerKind::Rampart).then(|| self.rampart_tiers())
+        self.kind.is_rampart().then(|| self.rampart_tiers())
+    }
+
+    fn store_bytes_written(&self) -> Option<Result<u64>> {
+        self.kind
+            .is_rampart()
+            .then(|| self.rampart_store_bytes_written())
     }
 
     fn request_counter(&self) -> Option<RequestCounter> {
         match self.kind {
-            PeerKind::Rampart => Some(RequestCounter::Rampart {
+            PeerKind::Rampart | PeerKind::RampartTemporary => Some(RequestCounter::Rampart {
                 bin: self.rampart_bin.clone(),
                 mnt: self.mnt.clone(),
             }),

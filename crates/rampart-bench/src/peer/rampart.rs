@@ -10,10 +10,23 @@ use std::time::Duration;
 use super::describe::{bytes_or_unknown, bytes_text};
 use super::measure::{process_memory, tree_allocated_bytes};
 use super::mount_command::MountCommand;
-use super::{Peer, PeerEnv, Usage, MKFS_TIMEOUT, MOUNT_TIMEOUT, QUERY_TIMEOUT, UNMOUNT_TIMEOUT};
+use super::{
+    Peer, PeerEnv, PeerKind, Usage, MKFS_TIMEOUT, MOUNT_TIMEOUT, QUERY_TIMEOUT, UNMOUNT_TIMEOUT,
+};
 use crate::cleanup::{self, run_to_end};
 use crate::cmd;
 use crate::error::{BenchError, Result};
+
+/// The store configuration of the rampart-temporary peer (docs/CATEGORIES.md): a rule that
+/// makes every new file and directory TEMPORARY. Not `default = "TEMPORARY"`: a file that
+/// gets the store default is journaled even when that default is `lm=never` (issue 14; the
+/// bench measured it: 1 KiB TEMPORARY files by default reach the journal), and the peer
+/// measures the category, not that bug.
+const TEMPORARY_CONFIG: &str = "[[rules]]\nglob = \"*\"\ncategory = \"TEMPORARY\"\n";
+
+/// Longest the bench waits for a rampart mount's pending changes to become durable before it
+/// reads the bytes written to the store (the commit interval is 5 s unless told otherwise).
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Peer {
     pub(super) fn build_rampart(&mut self, env: &PeerEnv, disk_base: &Path) -> Result<()> {
@@ -23,6 +36,11 @@ impl Peer {
         mkfs.arg("mkfs").arg(&store);
         self.run(&mut mkfs, MKFS_TIMEOUT)?;
         self.store = Some(store.clone());
+        if self.kind == PeerKind::RampartTemporary {
+            let config = store.join("rampart.toml");
+            std::fs::write(&config, TEMPORARY_CONFIG)
+                .map_err(|e| BenchError::io(format!("writing {}", config.display()), e))?;
+        }
         let mut args: Vec<OsString> = vec![
             "mount".into(),
             store.clone().into(),
@@ -57,6 +75,17 @@ impl Peer {
             .unwrap_or_default();
         self.set("store", format!("{}{disk}", store.display()));
         self.set("mkfs", cmd::describe(&mkfs));
+        self.set(
+            "category of new files (rampart.toml)",
+            match self.kind {
+                PeerKind::RampartTemporary => {
+                    "TEMPORARY for everything the bench creates (a rule `glob = \"*\"`, \
+                     `category = \"TEMPORARY\"` written to STORE/rampart.toml before the \
+                     mount: lm=never, nothing reaches the store)"
+                }
+                _ => "SOON (no rampart.toml: durable within the commit interval)",
+            },
+        );
         self.set("mount", mount.text());
         self.describe_rampart_options(&env.rampart_args);
         self.describe_threshold(threshold);
@@ -162,6 +191,30 @@ impl Peer {
         serde_json::from_str(&out.stdout).map_err(|e| {
             BenchError::Other(format!("`rampart status --json` printed no JSON ({e})"))
         })
+    }
+
+    /// Bytes the daemon has written to the store since the mount, once nothing is pending:
+    /// `write_bytes` of /proc/PID/io counts what the daemon sent towards storage, and the
+    /// daemon's only files on a disk are the store's (journal, checkpoint, disk-tier data,
+    /// its log). The machine's other writers (the device counters) do not blur it.
+    pub(super) fn rampart_store_bytes_written(&self) -> Result<u64> {
+        let started = std::time::Instant::now();
+        let status = loop {
+            let status = self.rampart_status()?;
+            let pending = status["persistence"]["ops_pending"].as_u64().unwrap_or(0);
+            if pending == 0 || started.elapsed() > SETTLE_TIMEOUT {
+                break status;
+            }
+            self.cancel.check()?;
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let pid = status_pid(&status)
+            .ok_or_else(|| BenchError::Other("`rampart status --json` gave no pid".into()))?;
+        let path = format!("/proc/{pid}/io");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| BenchError::io(format!("reading {path}"), e))?;
+        io_write_bytes(&text)
+            .ok_or_else(|| BenchError::Other(format!("{path} has no write_bytes line")))
     }
 
     pub(super) fn rampart_usage(&self) -> Result<Usage> {
@@ -342,6 +395,13 @@ fn last_recovery_line(store: &Path) -> Option<String> {
     )
 }
 
+/// The `write_bytes` figure of a /proc/PID/io text.
+fn io_write_bytes(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("write_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// The daemon's pid in a `rampart status --json` answer.
 fn status_pid(status: &serde_json::Value) -> Option<u32> {
     status["pid"].as_u64().and_then(|p| u32::try_from(p).ok())
@@ -484,6 +544,14 @@ pub(super) fn option_value(args: &[String], name: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn write_bytes_is_read_from_proc_io() {
+        let text = "rchar: 10\nwchar: 20\nsyscr: 1\nsyscw: 2\nread_bytes: 4096\n\
+                    write_bytes: 8192\ncancelled_write_bytes: 0\n";
+        assert_eq!(io_write_bytes(text), Some(8192));
+        assert_eq!(io_write_bytes("rchar: 10\n"), None);
+    }
 
     #[test]
     fn option_values_in_both_spellings() {

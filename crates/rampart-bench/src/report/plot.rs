@@ -168,6 +168,7 @@ fn attempt(
 fn colour(kind: PeerKind) -> RGBColor {
     match kind {
         PeerKind::Rampart => RGBColor(214, 39, 40),
+        PeerKind::RampartTemporary => RGBColor(255, 152, 150),
         PeerKind::Tmpfs => RGBColor(31, 119, 180),
         PeerKind::Ext4Ram => RGBColor(44, 160, 44),
         PeerKind::XfsRam => RGBColor(148, 103, 189),

@@ -79,6 +79,10 @@ impl Metric {
     }
 }
 
+/// The metric the runner adds to every run on a peer that counts the bytes it writes to its
+/// store (rampart: issue 14's "bytes written to the store in each case").
+pub const STORE_BYTES_WRITTEN: &str = "bytes written to the store";
+
 /// What one run of a workload on one peer produced.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Outcome {

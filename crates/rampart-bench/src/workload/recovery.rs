@@ -117,7 +117,7 @@ impl Workload for Recovery {
 
     fn unsupported_on(&self, peer: PeerKind) -> Option<String> {
         match peer {
-            PeerKind::Tmpfs | PeerKind::FuseOverlay => Some(
+            PeerKind::Tmpfs | PeerKind::FuseOverlay | PeerKind::RampartTemporary => Some(
                 "volatile: a remount loses the data, so there is nothing to recover (and no \
                  store to measure)"
                     .into(),

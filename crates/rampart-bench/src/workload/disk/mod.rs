@@ -46,6 +46,11 @@ pub(crate) fn unsupported_off_disk(peer: PeerKind) -> Option<String> {
                 .into(),
         ),
         PeerKind::Floor => Some(floor_keeps_no_data()),
+        PeerKind::RampartTemporary => Some(
+            "its files are TEMPORARY: they stay in memory whatever their size (the disk tier \
+             takes only files that reach the store, decision 0059)"
+                .into(),
+        ),
         PeerKind::JuiceFs => Some(
             "not measured on JuiceFS yet: the disk tier is compared with the file systems on \
              the disk (host, ext4-disk); JuiceFS runs the metadata-heavy workloads (issue 15)"
