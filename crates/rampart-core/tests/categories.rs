@@ -637,3 +637,50 @@ fn a_category_the_kernel_cannot_serve_is_refused_and_one_held_is_found() {
         Some(format!("inode {d} has the category EDITED").as_str())
     );
 }
+
+/// `default = "TEMPORARY"`: a file that no rule or directory decides gets the store default's
+/// contract, not a plain file's: it writes nothing to the store and is gone after a crash.
+#[test]
+fn a_temporary_store_default_keeps_files_out_of_the_store() {
+    let toml = "default = \"TEMPORARY\"\n\n[[rules]]\nglob = \"*.safe\"\ncategory = \"SAFE\"\n";
+    let categories = Categories::from_toml(toml, "rampart.toml", COMMIT).unwrap();
+    let (device, e, _p) = engine_on_sim_device(12, COMMIT, Some(categories));
+    let c = Ctx::library(0, 0);
+    let before = journal_len(&device, &e);
+    let d = e.mkdir(&c, ROOT_INO, b"d", 0o755).unwrap().ino;
+    for i in 0..20u8 {
+        let f = e
+            .mknod(&c, d, format!("f{i}").as_bytes(), FILE, 0)
+            .unwrap()
+            .ino;
+        e.write(&c, f, 0, &[i; 1000], false).unwrap();
+        assert!(!e.known_to_store(f).unwrap());
+        assert_eq!(e.category(f).unwrap().origin, Origin::Default);
+        assert_eq!(e.category(f).unwrap().durability, Durability::Volatile);
+    }
+    assert_eq!(
+        journal_len(&device, &e),
+        before,
+        "files of a TEMPORARY store default wrote to the journal"
+    );
+    // A rule still wins over the default: a SAFE file is durable when write returns, with
+    // the directory above it.
+    let s = e.mknod(&c, d, b"x.safe", FILE, 0).unwrap().ino;
+    e.write(&c, s, 0, b"kept", false).unwrap();
+    let r = crash_and_recover(&device);
+    assert_eq!(content(&r, b"/d/x.safe"), b"kept");
+    assert!(r.lookup_path(b"/d/f0").is_err());
+}
+
+/// `default = "SAFE"`: a file no rule decides is durable when write returns, without fsync.
+#[test]
+fn a_safe_store_default_makes_writes_durable_when_they_return() {
+    let categories = Categories::from_toml("default = \"SAFE\"\n", "rampart.toml", COMMIT).unwrap();
+    let (device, e, _p) = engine_on_sim_device(13, COMMIT, Some(categories));
+    let c = Ctx::library(0, 0);
+    let f = e.mknod(&c, ROOT_INO, b"f", FILE, 0).unwrap().ino;
+    e.write(&c, f, 0, b"durable", false).unwrap();
+    // No sync: the commit interval (60 s) has not passed.
+    let r = crash_and_recover(&device);
+    assert_eq!(content(&r, b"/f"), b"durable");
+}

@@ -398,6 +398,19 @@ impl Categories {
         self.list.iter().find(|c| c.name.eq_ignore_ascii_case(name))
     }
 
+    /// The store default's spec and durability, when a file given it must differ from a file
+    /// created without a category (whose durability is `Durability::default()`); None when it
+    /// need not (SOON as shipped). Read at every create that no rule or directory decides, so
+    /// it allocates nothing.
+    pub fn default_if_not_plain(&self) -> Option<Resolved> {
+        let c = self.default_category();
+        let durability = c.spec.durability_on(self.commit_interval, self.da2).ok()?;
+        (durability != Durability::default()).then_some(Resolved {
+            spec: c.spec,
+            durability,
+        })
+    }
+
     /// The spec and durability of a category name (or `spec:...`), or why it cannot be used.
     pub fn resolve(&self, name: &str) -> Result<Resolved, CategoryError> {
         let (shown, spec) = match name.strip_prefix(RAW_SPEC_PREFIX) {

@@ -222,7 +222,7 @@ impl Mutation<'_> {
         name: &[u8],
         kind: FileKind,
         ino: Ino,
-    ) -> Option<(Assigned, Resolved)> {
+    ) -> Option<(Option<Assigned>, Resolved)> {
         let parent_absent = self.state().inode(parent).is_ok_and(|p| p.absent);
         if !has_category(kind) {
             if parent_absent {
@@ -232,7 +232,7 @@ impl Mutation<'_> {
         }
         let from_parent = assigned(self.state(), parent);
         if from_parent.is_none() && categories.rules().is_empty() {
-            return None;
+            return self.plan_store_default(categories, ino);
         }
         let path = if categories.rules_need_path() {
             self.dir_path(parent).map(|mut p| {
@@ -243,7 +243,9 @@ impl Mutation<'_> {
         } else {
             None
         };
-        let new = categories.for_new(name, path.as_deref(), from_parent.as_ref())?;
+        let Some(new) = categories.for_new(name, path.as_deref(), from_parent.as_ref()) else {
+            return self.plan_store_default(categories, ino);
+        };
         match categories.resolve(&new.name) {
             Ok(resolved) => {
                 // `auto` answers what any rule or any directory's category needs.
@@ -256,16 +258,32 @@ impl Mutation<'_> {
                 if resolved.durability == Durability::Volatile {
                     self.create_absent(ino);
                 }
-                Some((new, resolved))
+                Some((Some(new), resolved))
             }
             Err(e) => {
                 tracing::warn!(
                     "{}: {e}; the file gets the store default",
                     String::from_utf8_lossy(name)
                 );
-                None
+                self.plan_store_default(categories, ino)
             }
         }
+    }
+
+    /// A new file that no rule or directory gives a category gets the store default: its
+    /// durability, when that is not a plain file's (`default = "TEMPORARY"` keeps it out of
+    /// the store, as the category does everywhere else; `default = "SAFE"` makes it durable
+    /// before write returns). No category attribute is stored: it follows the default.
+    fn plan_store_default(
+        &mut self,
+        categories: &Categories,
+        ino: Ino,
+    ) -> Option<(Option<Assigned>, Resolved)> {
+        let resolved = categories.default_if_not_plain()?;
+        if resolved.durability == Durability::Volatile {
+            self.create_absent(ino);
+        }
+        Some((None, resolved))
     }
 }
 

@@ -155,7 +155,7 @@ impl Engine {
                     time_ns,
                 })?;
                 if let Some((assigned, resolved)) = category {
-                    m.assign_category(ino, Some(&assigned), resolved, time_ns)?;
+                    m.assign_category(ino, assigned.as_ref(), resolved, time_ns)?;
                 }
                 if kind == FileKind::Directory && categories.rules_need_path() {
                     m.remember_new_dir(parent, name, ino);
