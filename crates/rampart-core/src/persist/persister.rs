@@ -553,6 +553,19 @@ impl Persister {
         taken
     }
 
+    /// `take_gathered` between two ops: under the attached engine's shared lock. An op may
+    /// hand over several records under the exclusive lock (a volatile file made durable: its
+    /// durability, then its content and attributes), and a commit taking only the first of
+    /// them would let a crash recover a state no sequence of whole ops gives (the file durable
+    /// but emptied). Lock order: `writing`, then the engine's, then `pending`.
+    fn take_whole_ops(&self) -> Gathered {
+        let engine = lock(&self.engine).upgrade();
+        match engine {
+            Some(engine) => engine.with_state(|_| self.take_gathered()),
+            None => self.take_gathered(),
+        }
+    }
+
     /// Writes and syncs every batch gathered, one sync per batch. The caller holds `writing`.
     fn commit_locked(&self) -> Result<(), PersistError> {
         if let Some(e) = locked(&self.durable).error.clone() {
@@ -565,7 +578,7 @@ impl Persister {
             host_files,
             removals,
             at_risk,
-        } = self.take_gathered();
+        } = self.take_whole_ops();
         locked(&self.durable).in_flight.merge(at_risk);
         let Some(framed) = framed else {
             let mut d = locked(&self.durable);
