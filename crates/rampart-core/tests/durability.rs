@@ -287,7 +287,7 @@ fn a_commit_never_splits_the_records_of_one_op() {
             }
         })
     };
-    for i in 0..2000u32 {
+    for i in 0..10_000u32 {
         e.set_durability(&c, f, Durability::Volatile).unwrap();
         // Small: the batch never grows to the size at which it is sealed on its own.
         e.write(
@@ -332,5 +332,5 @@ fn a_commit_never_splits_the_records_of_one_op() {
             batch.offset
         );
     }
-    assert_eq!(groups, 2000);
+    assert_eq!(groups, 10_000);
 }
