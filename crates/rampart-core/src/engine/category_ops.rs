@@ -164,6 +164,17 @@ impl Mutation<'_> {
         resolved: Resolved,
         time_ns: TimeNs,
     ) -> FsResult<()> {
+        // The attribute, the durability and the content of a file made durable: committed whole.
+        self.grouped(|m| m.assign_category_records(ino, assigned, resolved, time_ns))
+    }
+
+    fn assign_category_records(
+        &mut self,
+        ino: Ino,
+        assigned: Option<&Assigned>,
+        resolved: Resolved,
+        time_ns: TimeNs,
+    ) -> FsResult<()> {
         let inode = self.state().inode(ino)?;
         let kind = inode.kind();
         let before = inode.durability();

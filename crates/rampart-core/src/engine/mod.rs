@@ -223,6 +223,23 @@ impl Mutation<'_> {
         Ok(())
     }
 
+    /// Runs `f`, whose ops' records the levels commit whole (`Level::group`): an op that
+    /// hands over several records (a volatile file made durable) must not be recovered half
+    /// done after a crash.
+    pub(crate) fn grouped<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
+        /// Closes the group on every path out of `f`, a panic too (commits wait for it).
+        struct Closes(Arc<Levels>);
+        impl Drop for Closes {
+            fn drop(&mut self) {
+                self.0.group(false);
+            }
+        }
+        let levels = self.engine.levels.read().clone();
+        levels.group(true);
+        let _closes = Closes(levels);
+        f(self)
+    }
+
     /// Marks the inode the next Create makes as unknown to the store (decision 0066).
     pub(crate) fn create_absent(&mut self, ino: crate::attr::Ino) {
         self.absent_create = Some(ino);
@@ -313,6 +330,11 @@ impl Mutation<'_> {
     /// its place, the ops that create the file under that name with its current contents and
     /// attributes (`policy::materialize_linked`): they never saw the file.
     pub(crate) fn name_unnamed(&mut self, link: &Op<'_>) -> FsResult<()> {
+        // The file's creation, attributes and content: committed whole.
+        self.grouped(|m| m.name_unnamed_records(link))
+    }
+
+    fn name_unnamed_records(&mut self, link: &Op<'_>) -> FsResult<()> {
         let Op::Link {
             ino,
             parent,
@@ -525,25 +547,27 @@ impl Engine {
         self.mutate(
             ctx,
             |m, time_ns| {
-                let before = m.state().inode(ino)?.durability();
-                m.apply(&Op::SetDurability {
-                    ino,
-                    durability: durability.code(),
-                    time_ns,
-                })?;
-                // An inode with no links (unlinked, or unnamed) stays unknown to the levels.
-                let inode = m.state().inode(ino)?;
-                let (linked, absent) = (inode.nlink > 0, inode.absent);
-                let route = Route::store(Durability::default().stronger(durability));
-                if absent && durability != Durability::Volatile && linked {
-                    m.make_present(ino, route);
-                } else if before == Durability::Volatile
-                    && durability != Durability::Volatile
-                    && linked
-                {
-                    m.materialize(ino, route);
-                }
-                Ok(())
+                m.grouped(|m| {
+                    let before = m.state().inode(ino)?.durability();
+                    m.apply(&Op::SetDurability {
+                        ino,
+                        durability: durability.code(),
+                        time_ns,
+                    })?;
+                    // An inode with no links (unlinked, or unnamed) stays unknown to the levels.
+                    let inode = m.state().inode(ino)?;
+                    let (linked, absent) = (inode.nlink > 0, inode.absent);
+                    let route = Route::store(Durability::default().stronger(durability));
+                    if absent && durability != Durability::Volatile && linked {
+                        m.make_present(ino, route);
+                    } else if before == Durability::Volatile
+                        && durability != Durability::Volatile
+                        && linked
+                    {
+                        m.materialize(ino, route);
+                    }
+                    Ok(())
+                })
             },
             |_| vec![Invalidation::Inode { ino }],
         )

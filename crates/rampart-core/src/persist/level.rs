@@ -121,6 +121,12 @@ pub trait Level: Send + Sync {
     fn remove_after_commit(&self, _name: &str) -> bool {
         false
     }
+
+    /// The ops handed over from `open` true to `open` false are one op's records (a volatile
+    /// file made durable: its durability, then its content and attributes): a commit takes
+    /// all of them or none, so that a crash never recovers a half of them. Under the engine's
+    /// lock, both calls in the same mutation.
+    fn group(&self, _open: bool) {}
 }
 
 /// What one op must honour on each level (the policy's answer).
@@ -258,6 +264,14 @@ impl Levels {
             taken |= level.remove_after_commit(name);
         }
         taken
+    }
+
+    /// Opens (`open`) or closes a group of records every level commits whole
+    /// ([`Level::group`]).
+    pub fn group(&self, open: bool) {
+        for level in &self.chain {
+            level.group(open);
+        }
     }
 
     /// Makes everything handed over so far durable on every level.
