@@ -9,7 +9,7 @@
 //! (`persist::device::MirrorDevice`).
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -113,22 +113,9 @@ pub fn read_record(dir: &Path) -> Result<Option<MirrorRecord>, StoreError> {
     }
 }
 
-/// Writes `record` as the `mirror` file of `dir`: a temporary file, synced, renamed, then
-/// the folder synced.
+/// Writes `record` as the `mirror` file of `dir`, atomically.
 pub fn write_record(dir: &Path, record: &MirrorRecord) -> Result<(), StoreError> {
-    let tmp = dir.join(format!("{MIRROR_FILE}{COPY_SUFFIX}"));
-    let _ = fs::remove_file(&tmp);
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io_err(&tmp))?;
-    f.write_all(&record.encode()).map_err(io_err(&tmp))?;
-    f.sync_all().map_err(io_err(&tmp))?;
-    let final_path = dir.join(MIRROR_FILE);
-    fs::rename(&tmp, &final_path).map_err(io_err(&final_path))?;
-    sync_dir(dir)
+    super::write_file_atomically(dir, MIRROR_FILE, COPY_SUFFIX, &record.encode())
 }
 
 fn sync_dir(dir: &Path) -> Result<(), StoreError> {

@@ -246,11 +246,22 @@ pub fn mkfs_mirrored(
     Ok(sb)
 }
 
-/// Writes `sb` as the superblock of the store at `path`: to a temporary name, synced, then
-/// renamed over the old one, so that a crash leaves no half superblock.
+/// Writes `sb` as the superblock of the store at `path`, atomically (`write_file_atomically`):
+/// a crash leaves no half superblock.
 fn write_superblock(path: &Path, sb: &Superblock) -> Result<(), StoreError> {
-    let tmp = path.join(format!("{SUPERBLOCK_FILE}.tmp"));
-    // A temporary file left by a crash in the middle holds nothing of value.
+    write_file_atomically(path, SUPERBLOCK_FILE, ".tmp", &sb.encode())
+}
+
+/// Writes `bytes` as file `name` of folder `dir`: to `name` + `tmp_suffix` (a temporary file
+/// left by a crash holds nothing of value and is replaced), synced, renamed over `name`, then
+/// the folder synced. Owner-only (0600).
+pub(crate) fn write_file_atomically(
+    dir: &Path,
+    name: &str,
+    tmp_suffix: &str,
+    bytes: &[u8],
+) -> Result<(), StoreError> {
+    let tmp = dir.join(format!("{name}{tmp_suffix}"));
     let _ = fs::remove_file(&tmp);
     let mut f = OpenOptions::new()
         .write(true)
@@ -258,13 +269,13 @@ fn write_superblock(path: &Path, sb: &Superblock) -> Result<(), StoreError> {
         .mode(0o600)
         .open(&tmp)
         .map_err(io_err(&tmp))?;
-    f.write_all(&sb.encode()).map_err(io_err(&tmp))?;
+    f.write_all(bytes).map_err(io_err(&tmp))?;
     f.sync_all().map_err(io_err(&tmp))?;
-    let final_path = path.join(SUPERBLOCK_FILE);
+    let final_path = dir.join(name);
     fs::rename(&tmp, &final_path).map_err(io_err(&final_path))?;
-    File::open(path)
+    File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(io_err(path))
+        .map_err(io_err(dir))
 }
 
 /// True if `path` holds a superblock file (valid or not).
