@@ -592,3 +592,119 @@ fn data_past_its_deadline_is_in_the_store_at_every_sync_point() {
         drop(fs);
     }
 }
+
+/// Set to a store's folder in the environment of [`library_process_killed_by_its_parent`].
+const CHILD_STORE_ENV: &str = "RAMPART_CATEGORY_CRASH_STORE";
+
+/// The library in a process of its own, until its parent kills it: files given their
+/// category by the library API (`OpenOptions::category`), each written; prints `ready` once
+/// every contract is acknowledged, then waits to be killed.
+#[test]
+#[ignore = "the child of a_library_process_killed_by_sigkill_keeps_its_contracts"]
+fn library_process_killed_by_its_parent() {
+    let store = std::env::var(CHILD_STORE_ENV).expect("run by its parent test");
+    let options = Options {
+        engine: engine_config(),
+        persist: PersistConfig {
+            commit_interval: COMMIT,
+            ..PersistConfig::default()
+        },
+    };
+    let fs = Fs::open_with(&store, &options, 0, 0).unwrap();
+    let create = |path: &str, category: &str| {
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .category(category)
+            .open(&fs, path)
+            .unwrap()
+    };
+    // Acknowledged when close returns (first: its commit takes everything before it).
+    let mut edited = create("edited", "edited");
+    edited.write_all(&version("edited", 0)).unwrap();
+    edited.close().unwrap();
+    // Acknowledged when write returns: kept open.
+    let mut safe = create("safe", "SAFE");
+    safe.write_all(&version("safe", 0)).unwrap();
+    let mut spec = create("spec", "spec:lm=before_write");
+    spec.write_all(&version("spec", 0)).unwrap();
+    // Never in the store.
+    let mut scratch = create("scratch", "TEMPORARY");
+    scratch.write_all(MARKER).unwrap();
+    let mut null = create("null", "DISPOSABLE");
+    null.write_all(MARKER).unwrap();
+    // SOON: an hour's commit interval, no sync.
+    fs.write("soon", b"not acknowledged").unwrap();
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    std::thread::sleep(Duration::from_secs(600));
+    panic!("not killed within ten minutes");
+}
+
+/// kill -9 of a program using the library: what its categories acknowledged is in the store
+/// when it is opened again; TEMPORARY and DISPOSABLE bytes are in no store file.
+#[test]
+fn a_library_process_killed_by_sigkill_keeps_its_contracts() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    rampart_core::store::mkfs(&store).unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "library_process_killed_by_its_parent",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(CHILD_STORE_ENV, &store)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let ready = std::io::BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .any(|line| line == "ready");
+    child.kill().unwrap(); // SIGKILL
+    let status = child.wait().unwrap();
+    assert!(ready, "the child ended before it was ready: {status}");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    let fs = Fs::open(&store).unwrap();
+    for path in ["safe", "spec", "edited"] {
+        assert_eq!(fs.read(path).unwrap(), version(path, 0), "{path}");
+    }
+    assert_eq!(fs.category("edited").unwrap().name, "EDITED");
+    assert!(!fs.exists("scratch").unwrap());
+    assert!(!fs.exists("null").unwrap());
+    assert!(
+        !fs.exists("soon").unwrap(),
+        "SOON was durable without a sync"
+    );
+    fs.close().unwrap();
+    let mut holding = Vec::new();
+    for entry in walk(&store) {
+        if std::fs::read(&entry)
+            .unwrap()
+            .windows(MARKER.len())
+            .any(|w| w == MARKER)
+        {
+            holding.push(entry);
+        }
+    }
+    assert_eq!(holding, Vec::<std::path::PathBuf>::new());
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
