@@ -13,9 +13,8 @@ import shutil
 
 import pytest
 
-from e2e_helpers import Mount, read_file
-from test_persistence import (assert_fsck_clean_after_crash, assert_no_panic, crash, remount,
-                              unmount)
+from e2e_helpers import (Mount, assert_fsck_clean_after_crash, assert_no_panic, configured_mount, crash,
+                         read_file, remount, unmount)
 
 pytestmark = pytest.mark.rampart_only("categories are rampart's")
 
@@ -36,15 +35,13 @@ def store_holds(store, needle):
 
 def configured(test_base, env, name, cleanup, config, mirror=False):
     """A store with `config` as its rampart.toml (and a mirror), mounted; returns (m, mirror)."""
+    if not mirror:
+        return configured_mount(test_base, env, name, cleanup, config, LONG), None
     m = Mount(test_base, name, opts=LONG, env=env)
     cleanup.append(m)
-    mirror_dir = None
-    if mirror:
-        mirror_dir = m.base / f"{name}-mirror"
-        r = m.cli("mkfs", "--mirror", mirror_dir, m.store)
-        assert r.returncode == 0, r.stderr
-    else:
-        m.mkfs()
+    mirror_dir = m.base / f"{name}-mirror"
+    r = m.cli("mkfs", "--mirror", mirror_dir, m.store)
+    assert r.returncode == 0, r.stderr
     (m.store / "rampart.toml").write_text(config)
     m.mount(mkfs=False)
     assert m.pid
@@ -265,9 +262,9 @@ def test_database_fsync_and_disposable_by_attribute_through_kill_9(test_base, ra
     assert_no_panic(m)
 
 
-@pytest.mark.xfail(strict=True, reason="known gap, reported in the catcrash branch: under the "
-                   "writeback cache a descriptor opened before its file became SAFE writes "
-                   "through the page cache (FOPEN_DIRECT_IO is chosen at open, decision 0063)")
+@pytest.mark.xfail(strict=True, reason="known gap (decision 0099): under the writeback cache "
+                   "a descriptor opened before its file became SAFE writes through the page "
+                   "cache (FOPEN_DIRECT_IO is chosen at open, decision 0063)")
 def test_a_descriptor_opened_before_the_file_became_safe_keeps_the_contract(
         test_base, rampart_env, cleanup_mounts):
     m, _ = configured(test_base, rampart_env, "open-before", cleanup_mounts,
@@ -280,5 +277,26 @@ def test_a_descriptor_opened_before_the_file_became_safe_keeps_the_contract(
     remount(m)
     try:
         assert read_file(p / "f") == b"acknowledged by a SAFE file"
+    finally:
+        unmount(m)
+
+
+def test_a_descriptor_opened_before_the_file_became_edited_keeps_the_contract(
+        test_base, rampart_env, cleanup_mounts):
+    """Without the writeback cache, a descriptor opened before its file became EDITED: its
+    close(2) sends FLUSH all the same on a store that answers FLUSH (decision 0099; it was
+    opened FOPEN_NOFLUSH before, and the file was lost)."""
+    m = configured_mount(test_base, rampart_env, "open-before-edited", cleanup_mounts,
+                         '[[rules]]\nglob = "*.tex"\ncategory = "EDITED"\n',
+                         LONG + ("--writeback-cache", "off"))
+    p = m.path
+    fd = os.open(p / "f", os.O_WRONLY | os.O_CREAT, 0o644)
+    os.setxattr(p / "f", "user.rampart.category", b"EDITED")
+    os.write(fd, b"closed as an EDITED file")
+    os.close(fd)
+    crash(m)
+    remount(m)
+    try:
+        assert read_file(p / "f") == b"closed as an EDITED file"
     finally:
         unmount(m)
