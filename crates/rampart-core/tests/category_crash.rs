@@ -708,3 +708,29 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// `File::close` of an `until_close` file says when its sync failed (dropping it cannot);
+/// other files close without a sync.
+#[test]
+fn close_reports_an_until_close_file_that_could_not_be_made_durable() {
+    let device = Arc::new(SimDevice::new(21));
+    let fs = open_on(device.clone(), CONFIG, false);
+    let mut plain = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .open(&fs, "plain")
+        .unwrap();
+    plain.write_all(b"soon").unwrap();
+    let mut notes = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .open(&fs, "a.tex")
+        .unwrap();
+    notes.write_all(b"edited").unwrap();
+    let syncs = device.sync_count();
+    plain.close().unwrap();
+    assert_eq!(device.sync_count(), syncs, "a SOON file's close synced");
+    device.fail_after_syncs(0);
+    let e = notes.close().unwrap_err();
+    assert!(e.to_string().contains("os error 5"), "{e}");
+}
