@@ -208,14 +208,17 @@ impl RampartFs {
     /// sent at once: SAFE (durable before write(2) returns) and DISPOSABLE (nothing kept to
     /// read back) get direct I/O, whatever the writeback cache does (decision 0063).
     /// Without the writeback cache, the kernel skips FLUSH for files opened with
-    /// FOPEN_NOFLUSH: only those durable at close need it (with the cache it is always sent).
+    /// FOPEN_NOFLUSH (with the cache it is always sent). A mount that answers FLUSH has a
+    /// store that may make a file durable at close after it was opened (setfattr on an open
+    /// file): there every close sends FLUSH and FLUSH decides; the others skip it
+    /// (decision 0099).
     fn open_flags(&self, ino: u64) -> FopenFlags {
         let mut flags = if self.engine.writes_through(ino) {
             FopenFlags::FOPEN_DIRECT_IO
         } else {
             FopenFlags::FOPEN_KEEP_CACHE
         };
-        if !self.cache.writeback_cache && !self.engine.durable_at_close(ino) {
+        if !self.cache.writeback_cache && self.cache.no_flush {
             flags |= FopenFlags::FOPEN_NOFLUSH;
         }
         flags

@@ -221,6 +221,20 @@ impl Mutation<'_> {
         Ok(())
     }
 
+    /// The category of a file being created as `ino` with the category `assigned` (checked
+    /// by `checked_category`): as a rule's, it wins over the directory's.
+    pub(crate) fn plan_explicit_category(
+        &mut self,
+        assigned: Assigned,
+        resolved: Resolved,
+        ino: Ino,
+    ) -> (Option<Assigned>, Resolved) {
+        if resolved.durability == Durability::Volatile {
+            self.create_absent(ino);
+        }
+        (Some(assigned), resolved)
+    }
+
     /// Before creating `ino` of `kind` as `name` in `parent`: the category a rule or the
     /// directory gives it (None for the store default), and marks it unknown to the store
     /// when it never reaches it: its category is `lm=never`, or it has none and its
@@ -378,22 +392,20 @@ impl Engine {
         name: Option<&str>,
         origin: Origin,
     ) -> Result<(), CategoryError> {
-        let categories = self.categories();
         let (assigned, resolved) = match name {
             Some(name) => {
-                let name = categories.canonical(name)?;
-                let resolved = categories.resolve(&name)?;
-                if let Some(request) = self.kernel_refuses(&resolved.spec, false) {
-                    return Err(CategoryError::NotSentByKernel { name, request });
-                }
-                (Some(Assigned { name, origin }), resolved)
+                let (assigned, resolved) = self.checked_category(name, origin)?;
+                (Some(assigned), resolved)
             }
-            None => (
-                None,
-                categories
-                    .resolve(&categories.default_category().name)
-                    .expect("the default is checked when the configuration is read"),
-            ),
+            None => {
+                let categories = self.categories();
+                (
+                    None,
+                    categories
+                        .resolve(&categories.default_category().name)
+                        .expect("the default is checked when the configuration is read"),
+                )
+            }
         };
         self.mutate(
             ctx,
@@ -406,6 +418,22 @@ impl Engine {
             |_| vec![Invalidation::Inode { ino }],
         )
         .map_err(CategoryError::Refused)
+    }
+
+    /// The category `name` as it is stored, with what it means: an unknown or unusable one
+    /// (one the kernel of this mount does not serve) is refused.
+    pub(crate) fn checked_category(
+        &self,
+        name: &str,
+        origin: Origin,
+    ) -> Result<(Assigned, Resolved), CategoryError> {
+        let categories = self.categories();
+        let name = categories.canonical(name)?;
+        let resolved = categories.resolve(&name)?;
+        if let Some(request) = self.kernel_refuses(&resolved.spec, false) {
+            return Err(CategoryError::NotSentByKernel { name, request });
+        }
+        Ok((Assigned { name, origin }, resolved))
     }
 
     /// `ino`'s category: its name, where it came from, its spec and what the engine enforces.
