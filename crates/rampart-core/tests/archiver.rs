@@ -451,3 +451,42 @@ fn random_ops_with_held_files_recover_consistently_at_every_sync_point() {
         }
     }
 }
+
+/// A held file large enough for the disk tier moves there like any other (it is not
+/// volatile); made present (fsync), its host file is synced before its records, and after a
+/// power cut it is whole. One deleted while held leaves no host file behind.
+#[test]
+fn a_held_file_on_the_disk_tier_is_made_present_whole() {
+    use rampart_core::disk::{recover_host_files, DiskConfig, DiskTier};
+    use rampart_core::persist::device::CrashMode;
+    use rampart_core::persist::recovery::recover;
+    let disk = || DiskConfig {
+        threshold_bytes: 8 << 10,
+        ..DiskConfig::default()
+    };
+    let (device, e, _p) = setup(8);
+    e.set_disk_tier(DiskTier::new(device.clone(), disk()));
+    let c = Ctx::library(0, 0);
+    let data: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
+    let big = e.mknod(&c, ROOT_INO, b"big.o", FILE, 0).unwrap().ino;
+    e.write(&c, big, 0, &data, false).unwrap();
+    assert_eq!(e.tier(big).unwrap(), rampart_core::Tier::Disk);
+    let gone = e.mknod(&c, ROOT_INO, b"gone.o", FILE, 0).unwrap().ino;
+    e.write(&c, gone, 0, &data, false).unwrap();
+    e.unlink(&c, ROOT_INO, b"gone.o").unwrap();
+    fsync(&e, big);
+    let image = Arc::new(device.crash(CrashMode::LoseUnsynced));
+    let (mut state, _) = recover(
+        image.as_ref(),
+        common::STORE_ID,
+        &rampart_core::EngineConfig::default(),
+    )
+    .unwrap();
+    let hosts = recover_host_files(image.as_ref(), &mut state).unwrap();
+    assert!(hosts.damaged.is_empty(), "{:?}", hosts.damaged);
+    let r = Engine::from_state(state);
+    r.set_disk_tier(DiskTier::new(image.clone(), disk()));
+    assert!(r.check().is_empty(), "{:?}", r.check());
+    assert_eq!(content(&r, b"/big.o"), data);
+    assert!(r.lookup_path(b"/gone.o").is_err());
+}

@@ -303,3 +303,34 @@ impl Engine {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_archiver_gives_up_the_file_due_first_and_takes_files_in_due_order() {
+        let mut a = Archiver::default();
+        let now = Instant::now();
+        let held = |secs: u64| Held {
+            generation: 1,
+            since: now,
+            due: now + Duration::from_secs(secs),
+        };
+        // Due in reverse order of creation: the last one created is due first.
+        for i in 0..HELD_FILES_MAX as u64 {
+            assert_eq!(a.hold(100 + i, held(10 + HELD_FILES_MAX as u64 - i)), None);
+        }
+        let first = 100 + HELD_FILES_MAX as u64 - 1;
+        assert_eq!(a.by_due.first().map(|&(_, ino)| ino), Some(first));
+        assert_eq!(a.hold(7, held(1_000_000)), Some((first, 1)));
+        assert_eq!(a.len(), HELD_FILES_MAX);
+        assert!(a.get(first, 1).is_none());
+        // Taken in due order, only those due; a released one is not taken.
+        assert!(a.release(first - 1).is_some());
+        let due = a.take_due(Some(now + Duration::from_secs(13)), usize::MAX);
+        assert_eq!(due, vec![(first - 2, 1)]);
+        assert_eq!(a.take_due(None, 2).len(), 2);
+        assert!(a.get(100, 2).is_none(), "another generation is not held");
+    }
+}
