@@ -490,3 +490,50 @@ fn a_held_file_on_the_disk_tier_is_made_present_whole() {
     assert_eq!(content(&r, b"/big.o"), data);
     assert!(r.lookup_path(b"/gone.o").is_err());
 }
+
+/// The archiver tracks a held file's names through links, renames and exchanges: made
+/// present, it is created under exactly the names it has (a wrong one would fail the debug
+/// check in `make_present`, or the recovered tree's).
+#[test]
+fn a_held_file_is_made_present_under_the_names_it_has_now() {
+    let (device, e, _p) = setup(9);
+    let c = Ctx::library(0, 0);
+    let d = e.mkdir(&c, ROOT_INO, b"d", 0o755).unwrap().ino;
+    let known = e.mknod(&c, d, b"known", FILE, 0).unwrap().ino;
+    e.write(&c, known, 0, b"known", false).unwrap();
+    let f = e.mknod(&c, ROOT_INO, b"a.o", FILE, 0).unwrap().ino;
+    e.write(&c, f, 0, b"held", false).unwrap();
+    e.link(&c, f, d, b"b.o").unwrap();
+    e.link(&c, f, d, b"gone.o").unwrap();
+    e.rename(&c, ROOT_INO, b"a.o", ROOT_INO, b"c.o", 0).unwrap();
+    e.unlink(&c, d, b"gone.o").unwrap();
+    // Exchanged with another held file: both stay held.
+    let g = e.mknod(&c, ROOT_INO, b"x.o", FILE, 0).unwrap().ino;
+    e.write(&c, g, 0, b"other", false).unwrap();
+    e.rename(
+        &c,
+        d,
+        b"b.o",
+        ROOT_INO,
+        b"x.o",
+        rampart_core::op::RENAME_EXCHANGE,
+    )
+    .unwrap();
+    assert!(!e.known_to_store(f).unwrap() && !e.known_to_store(g).unwrap());
+    e.sync().unwrap();
+    assert_eq!(e.archive_all(), 2);
+    e.sync().unwrap();
+    let r = crash_and_recover(&device);
+    assert_eq!(content(&r, b"/c.o"), b"held");
+    assert_eq!(content(&r, b"/x.o"), b"held");
+    assert_eq!(content(&r, b"/d/b.o"), b"other");
+    assert_eq!(content(&r, b"/d/known"), b"known");
+    assert_eq!(
+        r.getattr(r.lookup_path(b"/c.o").unwrap().ino)
+            .unwrap()
+            .nlink,
+        2
+    );
+    assert!(r.lookup_path(b"/d/gone.o").is_err());
+    assert!(r.lookup_path(b"/a.o").is_err());
+}

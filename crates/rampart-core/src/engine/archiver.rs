@@ -24,14 +24,21 @@ use crate::limits::{HELD_FILES_MAX, HELD_PRESENT_PER_MUTATION_MAX};
 use crate::persist::level::Route;
 
 /// One held file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Held {
     generation: u32,
+    /// Its names (directory, name), kept as ops move them, so that making it present needs
+    /// no scan of every directory; `policy::make_present` checks them and scans when they do
+    /// not add up. At most `HELD_NAMES_MAX`; past that, none (the scan finds them).
+    names: Vec<(Ino, Vec<u8>)>,
     /// When it was created: its oldest change not in the store.
     since: Instant,
     /// When it is made present: its deadline less one commit interval.
     due: Instant,
 }
+
+/// Names tracked per held file (hard links to object files are rare).
+const HELD_NAMES_MAX: usize = 4;
 
 /// The held files, by inode and by due time.
 #[derive(Debug, Default)]
@@ -45,13 +52,14 @@ impl Archiver {
     /// the archiver is full: the one due first.
     fn hold(&mut self, ino: Ino, held: Held) -> Option<(Ino, u32)> {
         self.release(ino);
-        self.held.insert(ino, held);
         self.by_due.insert((held.due, ino));
+        self.held.insert(ino, held);
         if self.held.len() <= HELD_FILES_MAX {
             return None;
         }
+        // Released by the caller once made present (with the names tracked until then).
         let &(_, first) = self.by_due.first()?;
-        self.release(first).map(|h| (first, h.generation))
+        self.held.get(&first).map(|h| (first, h.generation))
     }
 
     /// Forgets `ino` (made present, or gone); what was held.
@@ -61,28 +69,46 @@ impl Archiver {
         Some(held)
     }
 
-    /// Takes up to `max` files due at `now` (all of them: `now` None).
-    fn take_due(&mut self, now: Option<Instant>, max: usize) -> Vec<(Ino, u32)> {
-        let mut out = Vec::new();
-        while out.len() < max {
-            let Some(&(due, ino)) = self.by_due.first() else {
-                break;
-            };
-            if now.is_some_and(|now| due > now) {
-                break;
-            }
-            if let Some(h) = self.release(ino) {
-                out.push((ino, h.generation));
-            }
-        }
-        out
+    /// Up to `max` files due at `now` (all of them: `now` None), first due first; the caller
+    /// releases each once made present (`make_held_present`).
+    fn due(&self, now: Option<Instant>, max: usize) -> Vec<(Ino, u32)> {
+        self.by_due
+            .iter()
+            .take_while(|(due, _)| now.is_none_or(|now| *due <= now))
+            .take(max)
+            .filter_map(|&(_, ino)| self.held.get(&ino).map(|h| (ino, h.generation)))
+            .collect()
     }
 
-    fn get(&self, ino: Ino, generation: u32) -> Option<Held> {
+    fn get(&self, ino: Ino, generation: u32) -> Option<&Held> {
+        self.held.get(&ino).filter(|h| h.generation == generation)
+    }
+
+    /// The names tracked for held file `ino` (None: not held, or too many to track).
+    pub(crate) fn names(&self, ino: Ino) -> Option<Vec<(Ino, Vec<u8>)>> {
         self.held
             .get(&ino)
-            .copied()
-            .filter(|h| h.generation == generation)
+            .map(|h| h.names.clone())
+            .filter(|n| !n.is_empty())
+    }
+
+    /// Held file `ino` has the name `to` now, instead of `from` (None: a new link; `to` None:
+    /// a name removed).
+    fn rename(&mut self, ino: Ino, from: Option<(Ino, &[u8])>, to: Option<(Ino, &[u8])>) {
+        let Some(h) = self.held.get_mut(&ino) else {
+            return;
+        };
+        if let Some((p, n)) = from {
+            h.names.retain(|(hp, hn)| !(*hp == p && hn == n));
+        }
+        if let Some((p, n)) = to {
+            if h.names.len() < HELD_NAMES_MAX {
+                h.names.push((p, n.to_vec()));
+            } else {
+                // Past the bound: make_present scans for them.
+                h.names.clear();
+            }
+        }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -119,7 +145,7 @@ pub(crate) fn hold_for(
 impl Mutation<'_> {
     /// Holds `ino`, just created unknown to the store, for `deadline` (decision 0090). A
     /// full archiver makes the file due first present now.
-    pub(super) fn hold(&mut self, ino: Ino, deadline: Duration) {
+    pub(super) fn hold(&mut self, ino: Ino, deadline: Duration, parent: Ino, name: &[u8]) {
         let Ok(inode) = self.state.inode(ino) else {
             return;
         };
@@ -127,6 +153,7 @@ impl Mutation<'_> {
         let margin = self.engine.categories().commit_interval();
         let held = Held {
             generation: inode.generation,
+            names: vec![(parent, name.to_vec())],
             since: now,
             due: now + deadline.saturating_sub(margin),
         };
@@ -166,6 +193,49 @@ impl Mutation<'_> {
         let generation = self.state.inode(ino).ok()?.generation;
         let archiver = self.engine.archiver.lock();
         archiver.get(ino, generation).map(|_| (ino, generation))
+    }
+
+    /// Keeps the archiver's names of held files in step with `op`, just applied: `moved` the
+    /// held file a rename moved, `removed` the held file it or an unlink removed a name of.
+    pub(super) fn track_held_names(
+        &mut self,
+        op: &crate::op::Op<'_>,
+        moved: Option<Ino>,
+        removed: Option<Ino>,
+    ) {
+        use crate::op::{Op, RENAME_EXCHANGE};
+        let mut archiver = self.engine.archiver.lock();
+        match *op {
+            Op::Link {
+                ino, parent, name, ..
+            } => archiver.rename(ino, None, Some((parent, name))),
+            Op::Unlink { parent, name, .. } => {
+                if let Some(ino) = removed {
+                    archiver.rename(ino, Some((parent, name)), None);
+                }
+            }
+            Op::Rename {
+                parent,
+                name,
+                new_parent,
+                new_name,
+                flags,
+                ..
+            } => {
+                if moved.is_some() && moved == removed {
+                    return; // two names of one file: nothing moves
+                }
+                let exchange = flags & RENAME_EXCHANGE != 0;
+                if let Some(ino) = removed {
+                    let back = exchange.then_some((parent, name));
+                    archiver.rename(ino, Some((new_parent, new_name)), back);
+                }
+                if let Some(ino) = moved {
+                    archiver.rename(ino, Some((parent, name)), Some((new_parent, new_name)));
+                }
+            }
+            _ => {}
+        }
     }
 
     /// Forgets `ino` if it is held and has no name left (deleted before its deadline: the
@@ -217,7 +287,7 @@ impl Engine {
                         .engine
                         .archiver
                         .lock()
-                        .take_due(now, HELD_PRESENT_PER_MUTATION_MAX);
+                        .due(now, HELD_PRESENT_PER_MUTATION_MAX);
                     for &(ino, generation) in &due {
                         m.make_held_present(ino, generation);
                     }
@@ -274,7 +344,7 @@ impl Engine {
     pub fn held_file(&self, ino: Ino) -> FsResult<Option<HeldFile>> {
         let state = self.read_state();
         let generation = state.inode(ino)?.generation;
-        let held = self.archiver.lock().get(ino, generation);
+        let held = self.archiver.lock().get(ino, generation).cloned();
         let now = Instant::now();
         Ok(held.map(|h| HeldFile {
             age: now.saturating_duration_since(h.since),
@@ -314,6 +384,7 @@ mod tests {
         let now = Instant::now();
         let held = |secs: u64| Held {
             generation: 1,
+            names: Vec::new(),
             since: now,
             due: now + Duration::from_secs(secs),
         };
@@ -324,13 +395,16 @@ mod tests {
         let first = 100 + HELD_FILES_MAX as u64 - 1;
         assert_eq!(a.by_due.first().map(|&(_, ino)| ino), Some(first));
         assert_eq!(a.hold(7, held(1_000_000)), Some((first, 1)));
+        assert!(
+            a.release(first).is_some(),
+            "the caller releases it once made present"
+        );
         assert_eq!(a.len(), HELD_FILES_MAX);
-        assert!(a.get(first, 1).is_none());
-        // Taken in due order, only those due; a released one is not taken.
+        // Due in order, only those due; a released one is not.
         assert!(a.release(first - 1).is_some());
-        let due = a.take_due(Some(now + Duration::from_secs(13)), usize::MAX);
+        let due = a.due(Some(now + Duration::from_secs(13)), usize::MAX);
         assert_eq!(due, vec![(first - 2, 1)]);
-        assert_eq!(a.take_due(None, 2).len(), 2);
+        assert_eq!(a.due(None, 2), vec![(first - 2, 1), (first - 3, 1)]);
         assert!(a.get(100, 2).is_none(), "another generation is not held");
     }
 }

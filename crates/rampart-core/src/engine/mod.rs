@@ -182,9 +182,10 @@ impl Mutation<'_> {
 
     /// Applies `op` and hands it to the levels with what the policy says it must honour.
     pub(crate) fn apply(&mut self, op: &Op<'_>) -> FsResult<()> {
-        // What this op may remove: a held file deleted before its deadline is forgotten.
-        let removed = match *op {
-            Op::Unlink { parent, name, .. } => self.held_at(parent, name),
+        // The held files whose names this op moves or removes (source, target): the archiver
+        // tracks their names, and forgets one deleted before its deadline.
+        let (moved, removed) = match *op {
+            Op::Unlink { parent, name, .. } => (None, self.held_at(parent, name)),
             Op::Rename {
                 parent,
                 name,
@@ -203,9 +204,12 @@ impl Mutation<'_> {
                         self.make_held_present(ino, generation);
                     }
                 }
-                self.held_at(new_parent, new_name)
+                (
+                    self.held_at(parent, name),
+                    self.held_at(new_parent, new_name),
+                )
             }
-            _ => None,
+            _ => (None, None),
         };
         let privileges = |state: &State, ino| state.inode(ino).ok().map(privileges_of);
         let watched = attributes_not_in_reply(op);
@@ -220,15 +224,20 @@ impl Mutation<'_> {
                 self.behind_kernel.push(Invalidation::Attributes { ino });
             }
         }
+        if moved.is_some() || removed.is_some() || matches!(op, Op::Link { .. }) {
+            self.track_held_names(op, moved.map(|(i, _)| i), removed.map(|(i, _)| i));
+        }
         if let Some((ino, _)) = removed {
             self.release_if_gone(ino);
         }
         if let Op::Create { ino, .. } = *op {
             if self.absent_create.take() == Some(ino) {
                 self.state.table.get_mut(ino)?.absent = true;
-                if let Some((held, deadline)) = self.hold_create {
+                if let (Some((held, deadline)), Op::Create { parent, name, .. }) =
+                    (self.hold_create, *op)
+                {
                     if held == ino {
-                        self.hold(ino, deadline);
+                        self.hold(ino, deadline, parent, name);
                     }
                 }
             }
@@ -306,7 +315,9 @@ impl Mutation<'_> {
         }
         let route = route.stronger(Route::store(Durability::default()));
         let levels = self.engine.levels.read();
-        let made = policy::make_present(&self.state, ino, |op| {
+        // A held file's names, as the archiver tracked them (no scan of every directory).
+        let names = self.engine.archiver.lock().names(ino);
+        let made = policy::make_present(&self.state, ino, names, |op| {
             // A disk-tier file's host file is synced before its records (data=ordered).
             self.after_applied(&levels, op, &route);
             levels.applied_in(&self.state, op, &route)
