@@ -195,12 +195,12 @@ impl Mutation<'_> {
             } => {
                 // A held file renamed over one the store knows (the atomic-replace pattern):
                 // made present first, so that a crash never loses both (decision 0090).
-                let target_known = self
-                    .state
-                    .child(new_parent, new_name)
-                    .is_ok_and(|(t, _)| self.state.inode(t).is_ok_and(|i| !i.absent));
-                if target_known {
-                    if let Some((ino, generation)) = self.held_at(parent, name) {
+                if let Some((ino, generation)) = self.held_at(parent, name) {
+                    let target_known = self
+                        .state
+                        .child(new_parent, new_name)
+                        .is_ok_and(|(t, _)| self.state.inode(t).is_ok_and(|i| !i.absent));
+                    if target_known {
                         self.make_held_present(ino, generation);
                     }
                 }
