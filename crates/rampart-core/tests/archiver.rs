@@ -537,3 +537,40 @@ fn a_held_file_is_made_present_under_the_names_it_has_now() {
     assert!(r.lookup_path(b"/d/gone.o").is_err());
     assert!(r.lookup_path(b"/a.o").is_err());
 }
+
+/// Through the library: `File::sync_all` makes a held file present, `Fs::sync` (syncfs) all
+/// of them, and closing the store keeps the others.
+#[test]
+fn the_library_makes_held_files_present_at_sync_all_sync_and_close() {
+    use rampart_core::fs::{File, Fs};
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    rampart_core::store::mkfs(&store).unwrap();
+    std::fs::write(store.join("rampart.toml"), CONFIG).unwrap();
+    let fs = Fs::open(&store).unwrap();
+    let e = fs.engine().clone();
+    let known = |path: &str| {
+        let ino = e.lookup_path(path.as_bytes()).unwrap().ino;
+        e.known_to_store(ino).unwrap()
+    };
+    let mut f = File::create(&fs, "synced.o").unwrap();
+    f.write_all(b"synced").unwrap();
+    assert!(!known("synced.o"));
+    f.sync_all().unwrap();
+    assert!(known("synced.o"));
+    drop(f);
+    fs.write("a.o", b"a").unwrap();
+    fs.write("b.late", b"b").unwrap();
+    assert!(!known("a.o") && !known("b.late"));
+    fs.sync().unwrap();
+    assert!(known("a.o") && known("b.late"));
+    fs.write("kept.o", b"kept by close").unwrap();
+    assert!(!known("kept.o"));
+    drop(e);
+    fs.close().unwrap();
+    let fs = Fs::open(&store).unwrap();
+    assert_eq!(fs.read("kept.o").unwrap(), b"kept by close");
+    assert_eq!(fs.read("synced.o").unwrap(), b"synced");
+    assert_eq!(fs.category("kept.o").unwrap().name, "BUILD");
+}
