@@ -194,18 +194,34 @@ fn a_held_file_is_present_after_its_deadline() {
     )
     .unwrap();
     let (device, e, p) = engine_on_sim_device(5, Duration::from_secs(1), Some(categories));
-    let o = e.mknod(&c, ROOT_INO, b"a.o", FILE, 0).unwrap().ino;
-    e.write(&c, o, 0, b"made present by the committer", false)
-        .unwrap();
+    // More than one mutation's worth (256): the committer goes round again for the rest.
+    let files: Vec<u64> = (0..300)
+        .map(|i| {
+            let o = e
+                .mknod(&c, ROOT_INO, format!("a{i}.o").as_bytes(), FILE, 0)
+                .unwrap()
+                .ino;
+            e.write(&c, o, 0, format!("made present {i}").as_bytes(), false)
+                .unwrap();
+            o
+        })
+        .collect();
     // No speed is asserted: wait (within a generous bound) for the committer to do it.
     let mut waited = Duration::ZERO;
-    while !(e.known_to_store(o).unwrap() && p.stats().ops_pending == 0) {
+    while !(files.iter().all(|&o| e.known_to_store(o).unwrap()) && p.stats().ops_pending == 0) {
         assert!(waited < Duration::from_secs(120), "never made present");
         std::thread::sleep(Duration::from_millis(50));
         waited += Duration::from_millis(50);
     }
+    assert_eq!(e.held_files(), 0);
     let r = crash_and_recover(&device);
-    assert_eq!(content(&r, b"/a.o"), b"made present by the committer");
+    for i in 0..300 {
+        let path = format!("/a{i}.o");
+        assert_eq!(
+            content(&r, path.as_bytes()),
+            format!("made present {i}").as_bytes()
+        );
+    }
 }
 
 #[test]

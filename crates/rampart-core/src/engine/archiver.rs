@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 use super::{Ctx, Engine, Mutation};
 use crate::attr::{Durability, FileKind, Ino};
 use crate::error::FsResult;
-use crate::limits::{HELD_FILES_MAX, HELD_PRESENT_PER_MUTATION_MAX};
+use crate::limits::{
+    HELD_FILES_MAX, HELD_PRESENT_BYTES_PER_MUTATION_MAX, HELD_PRESENT_PER_MUTATION_MAX,
+};
 use crate::persist::level::Route;
 
 /// One held file.
@@ -254,16 +256,18 @@ impl Engine {
         self.archiver.lock().by_due.first().map(|&(due, _)| due)
     }
 
-    /// Makes present every held file due at `now` (the committer calls it before each commit;
-    /// a test may pass a later time). Returns how many were made present.
+    /// Makes present held files due at `now`, as many as one mutation takes (the committer
+    /// calls it before each commit, and commits again at once while more are due, so that
+    /// what it gathers stays bounded; a test may pass a later time). Returns how many were
+    /// made present.
     pub fn archive_due(&self, now: Instant) -> usize {
-        self.archive(Some(now))
+        self.archive(Some(now), true)
     }
 
     /// Makes every held file present: before a clean unmount's final checkpoint, and for
     /// syncfs (the library's `Fs::sync`). Returns how many were made present.
     pub fn archive_all(&self) -> usize {
-        self.archive(None)
+        self.archive(None, false)
     }
 
     /// How many files the archiver holds.
@@ -271,7 +275,7 @@ impl Engine {
         self.archiver.lock().len()
     }
 
-    fn archive(&self, now: Option<Instant>) -> usize {
+    fn archive(&self, now: Option<Instant>, once: bool) -> usize {
         let kernel = Ctx {
             kernel: true,
             ..Ctx::library(0, 0)
@@ -292,15 +296,23 @@ impl Engine {
                         .archiver
                         .lock()
                         .due(now, HELD_PRESENT_PER_MUTATION_MAX);
+                    let mut bytes = 0u64;
+                    let mut n = 0;
                     for &(ino, generation) in &due {
+                        if bytes >= HELD_PRESENT_BYTES_PER_MUTATION_MAX {
+                            break;
+                        }
+                        bytes += m.state().inode(ino).map_or(0, |i| i.size_bytes);
                         m.make_held_present(ino, generation);
+                        n += 1;
                     }
-                    Ok(due.len())
+                    Ok(n)
                 },
                 |_| Vec::new(),
             );
             match done {
                 Ok(0) | Err(_) => return made,
+                Ok(n) if once => return made + n,
                 Ok(n) => made += n,
             }
         }
