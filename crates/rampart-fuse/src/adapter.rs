@@ -713,7 +713,12 @@ impl Filesystem for RampartFs {
                 // nothing to make durable: success at once, as tmpfs answers (decision 0065).
                 Ok(a) if a.durability == rampart_core::Durability::Volatile => reply.ok(),
                 Ok(_) if self.engine.check_da2(ino.0).is_err() => reply.error(Errno::EIO), // 0077
-                Ok(_) => self.reply_synced(reply, timer.hand_off()),
+                // A file held out of the store until its deadline is made present first
+                // (decision 0090).
+                Ok(_) => match self.engine.archive_for_sync(ino.0) {
+                    Err(e) => reply.error(errno(e)),
+                    Ok(()) => self.reply_synced(reply, timer.hand_off()),
+                },
             }
         });
     }
@@ -811,13 +816,17 @@ impl Filesystem for RampartFs {
     fn fsyncdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
         let timer = self.counters.start(RequestKind::fsyncdir);
-        guarded("fsyncdir", || self.reply_synced(reply, timer.hand_off()));
+        // The held files named in it are made present first (decision 0090).
+        guarded("fsyncdir", || match self.engine.archive_for_sync(ino.0) {
+            Err(e) => reply.error(errno(e)),
+            Ok(()) => self.reply_synced(reply, timer.hand_off()),
+        });
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

@@ -348,7 +348,9 @@ impl File {
     /// Makes the file's data and attributes durable (fsync). The store commits every change
     /// before this one with it: one journal sync for all of them.
     pub fn sync_all(&self) -> io::Result<()> {
-        self.fs.sync()?;
+        // A file held out of the store (decision 0090) is made present first.
+        self.fs.engine().archive_for_sync(self.ino).map_err(errno)?;
+        self.fs.engine().sync()?;
         // A ROBUST or PARANOID file on a store whose mirror is degraded (decision 0077).
         self.fs
             .engine()
@@ -444,7 +446,7 @@ impl Drop for File {
         // `lm=until_close` (EDITED): durable once the handle is closed. A failure here has
         // no caller to go to; it is logged, and the commit interval still applies.
         if self.write && self.fs.engine().durable_at_close(self.ino) {
-            if let Err(e) = self.fs.sync() {
+            if let Err(e) = self.fs.engine().sync() {
                 tracing::error!("closing inode {}: not made durable: {e}", self.ino);
             }
         }
