@@ -76,6 +76,11 @@ pub const JOURNAL_RESERVE_BYTES: usize = 2 << 20;
 /// batch it writes, before that write's sync): a journal that ends with fewer was cut short,
 /// not torn by a crash (decision 0038).
 pub const JOURNAL_ZEROS_AHEAD_BYTES_MIN: usize = 4096;
+/// A commit whose batch is at most this long writes the journal's room ahead as zeros when it
+/// runs past it (its fdatasync then has no file-system metadata to write); a larger one
+/// allocates the room (fallocate): a batch written over zeros is written twice, and for a
+/// large batch that costs more than the metadata (decision 0093).
+pub const JOURNAL_ZEROS_WRITTEN_BATCH_BYTES_MAX: usize = 64 << 10;
 
 /// Least room the daemon keeps for a checkpoint in the store's `reserve` file (it keeps as
 /// much as the last checkpoint, when that is more), given up to write the checkpoint that

@@ -27,8 +27,10 @@ use common::{random_op, seeds, snapshot, Rng, Snapshot, STORE_ID};
 
 /// Runs the workload of `seed` with a crash image taken before every sync and rename (a
 /// crash point too: between a checkpoint's two renames lies a state of its own), and checks
-/// the recovery of each. Returns how many recoveries dropped a torn journal batch.
-fn run_seed(seed: u64, mode: CrashMode) -> usize {
+/// the recovery of each. Returns how many recoveries dropped a torn journal batch. With
+/// `large_writes`, writes of 64–192 KiB come between the ops too, so that commits run past
+/// the journal's room with batches large enough to allocate it (decision 0093).
+fn run_seed(seed: u64, mode: CrashMode, large_writes: bool) -> usize {
     let device = Arc::new(SimDevice::new(seed));
     let config = EngineConfig {
         memory_cap_bytes: 1 << 30,
@@ -63,6 +65,9 @@ fn run_seed(seed: u64, mode: CrashMode) -> usize {
     let mut at_begin: Option<(Snapshot, bool)> = None;
     for step in 0..240 {
         random_op(&engine, &mut rng);
+        if large_writes && rng.below(3) == 0 {
+            large_write(&engine, &mut rng);
+        }
         if rng.below(6) == 0 {
             let images_before = device.crash_images_taken();
             engine.sync().unwrap();
@@ -95,6 +100,10 @@ fn run_seed(seed: u64, mode: CrashMode) -> usize {
             }
             _ => {}
         }
+    }
+    if large_writes {
+        let written = device.written("journal");
+        assert!(written.allocated_bytes > 0, "seed {seed}: {written:?}");
     }
     let images = device.take_crash_images();
     assert!(
@@ -137,14 +146,18 @@ fn run_seed(seed: u64, mode: CrashMode) -> usize {
 fn crash_before_every_sync_losing_unsynced_writes() {
     for seed in 0..seeds(12) {
         // Only synced batches survive: none can be torn.
-        assert_eq!(run_seed(seed, CrashMode::LoseUnsynced), 0, "seed {seed}");
+        assert_eq!(
+            run_seed(seed, CrashMode::LoseUnsynced, false),
+            0,
+            "seed {seed}"
+        );
     }
 }
 
 #[test]
 fn crash_before_every_sync_with_torn_writes() {
     let torn: usize = (0..seeds(12))
-        .map(|seed| run_seed(1000 + seed, CrashMode::TornTail))
+        .map(|seed| run_seed(1000 + seed, CrashMode::TornTail, false))
         .sum();
     // The torn-tail path of recovery really ran (the simulation tears inside the batch
     // written, not in the zeros reserved after it).
@@ -153,6 +166,37 @@ fn crash_before_every_sync_with_torn_writes() {
         torn >= seeds(12) as usize,
         "only {torn} torn batches recovered"
     );
+}
+
+#[test]
+fn crash_before_every_sync_with_large_batches_over_allocated_room() {
+    let torn: usize = (0..seeds(6))
+        .map(|seed| {
+            let mode = if seed % 2 == 0 {
+                CrashMode::TornTail
+            } else {
+                CrashMode::LoseUnsynced
+            };
+            run_seed(2000 + seed, mode, true)
+        })
+        .sum();
+    eprintln!("{torn} recoveries dropped a torn batch");
+}
+
+/// Writes 64–192 KiB to one of four files at the root (made when missing).
+fn large_write(engine: &Engine, rng: &mut Rng) {
+    let c = Ctx::library(0, 0);
+    let name = format!("large{}", rng.below(4));
+    let ino = match engine.lookup(&c, ROOT_INO, name.as_bytes()) {
+        Ok(attr) => attr.ino,
+        Err(_) => match engine.mknod(&c, ROOT_INO, name.as_bytes(), libc::S_IFREG | 0o644, 0) {
+            Ok(attr) => attr.ino,
+            Err(_) => return,
+        },
+    };
+    let len = (64 << 10) + rng.below(128 << 10) as usize;
+    let byte = rng.below(255) as u8 + 1;
+    let _ = engine.write(&c, ino, rng.below(256 << 10), &vec![byte; len], false);
 }
 
 #[test]

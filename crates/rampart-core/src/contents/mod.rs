@@ -129,6 +129,15 @@ impl Contents {
         }
     }
 
+    /// How many leading bytes of `data` a memory file already holds at `offset` (stored and
+    /// equal); 0 for a disk-tier file.
+    pub fn same_prefix_bytes(&self, offset: u64, data: &[u8]) -> usize {
+        match self {
+            Contents::Memory(file) => file.same_prefix_bytes(offset, data),
+            Contents::Disk(_) => 0,
+        }
+    }
+
     /// RAM [`Contents::reserve`] of the range would add.
     pub fn reserve_growth_bytes(&self, offset: u64, len: u64) -> u64 {
         match self {

@@ -96,6 +96,37 @@ impl FileData {
             .sum()
     }
 
+    /// How many leading bytes of `data` the file already holds at `offset`: stored (a hole
+    /// ends them, even where `data` is zeros, so leaving them out of a write changes neither
+    /// the bytes nor the memory held) and equal.
+    pub fn same_prefix_bytes(&self, offset: u64, data: &[u8]) -> usize {
+        let mut same = 0usize;
+        while same < data.len() {
+            let at = offset + same as u64;
+            let Some(chunk) = usize::try_from(at / CHUNK_BYTES as u64)
+                .ok()
+                .and_then(|i| self.chunks.get(i))
+            else {
+                break;
+            };
+            let within = (at % CHUNK_BYTES as u64) as usize;
+            if within >= chunk.len() {
+                break;
+            }
+            let n = (chunk.len() - within).min(data.len() - same);
+            let stored = &chunk[within..within + n];
+            match stored
+                .iter()
+                .zip(&data[same..same + n])
+                .position(|(a, b)| a != b)
+            {
+                Some(i) => return same + i,
+                None => same += n,
+            }
+        }
+        same
+    }
+
     /// Heap bytes a write of `len` bytes at `offset` may add at most; used to refuse a write
     /// before it starts rather than fail half-way. Capacity already held (reserved by
     /// `fallocate`, or slack) is counted, so a write into a reserved range needs nothing.

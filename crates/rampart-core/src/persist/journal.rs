@@ -15,9 +15,11 @@
 //! journal's end and made durable by one fdatasync shared by every op in it (group commit);
 //! a commit of several batches syncs each before writing the next.
 //!
-//! The writer keeps zeros reserved after the last batch (`JOURNAL_RESERVE_BYTES`): a commit then
-//! overwrites blocks the file system has already allocated and written, and its fdatasync
-//! has no file-system metadata to write. A remainder of nothing but zeros is the clean end.
+//! The writer keeps zeros reserved after the last batch (`JOURNAL_RESERVE_BYTES`): written after
+//! a small batch, so that a commit overwrites blocks the file system has already allocated and
+//! written and its fdatasync has no file-system metadata to write; allocated after a large one,
+//! so that its bytes are not written twice (decision 0093). A remainder of nothing but zeros is
+//! the clean end.
 //!
 //! Scanning stops at the first batch that is incomplete or fails its checksum. If nothing
 //! valid follows it, it is a torn tail: the last write was cut by a crash before its sync,

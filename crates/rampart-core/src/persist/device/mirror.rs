@@ -217,6 +217,15 @@ impl Device for MirrorDevice {
     fn set_len(&self, name: &str, len: u64) -> io::Result<()> {
         self.both("set_len", name, |d| d.set_len(name, len))
     }
+    fn allocate(&self, name: &str, offset: u64, len: u64) -> io::Result<()> {
+        // DA1 decides whether the caller writes zeros instead; DA2 may sit on a file system
+        // without fallocate, which is no reason to give it up.
+        self.primary.allocate(name, offset, len)?;
+        self.on_mirror("allocate", name, |d| {
+            super::allocate_or_write_zeros(d, name, offset, len)
+        });
+        Ok(())
+    }
     fn punch_hole(&self, name: &str, offset: u64, len: u64) -> io::Result<()> {
         self.both("punch_hole", name, |d| d.punch_hole(name, offset, len))
     }

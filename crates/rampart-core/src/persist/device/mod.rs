@@ -14,8 +14,8 @@
 //! [`DirDevice`] relies on Linux file systems to provide these rules; [`SimDevice`] enforces
 //! exactly them, no more, no less.
 //!
-//! 1. `append`, `write`, `write_at`, `write_at_sparse`, `truncate`, `set_len` and `punch_hole`
-//!    change the volatile content only. A crash may lose them, partly or wholly, until the
+//! 1. `append`, `write`, `write_at`, `write_at_sparse`, `truncate`, `set_len`, `allocate` and
+//!    `punch_hole` change the volatile content only. A crash may lose them, partly or wholly, until the
 //!    next `sync` of that file. (A hole reads as zeros, in both contents.)
 //! 2. `sync(name)` makes the file's volatile content its durable content, and the file's
 //!    existence durable too ([`DirDevice`] also fsyncs the folder the first time it syncs a
@@ -84,7 +84,7 @@ mod sim;
 pub use dir::{DirDevice, CACHED_FILES_MAX};
 pub use faults::{CrashImages, Delay, FailSyncs, Faults, Files, SyncOp};
 pub use mirror::{MirrorDevice, MirrorHealth};
-pub use sim::{CrashMode, Event, SimDevice, EVENTS_MAX};
+pub use sim::{CrashMode, Event, SimDevice, Written, EVENTS_MAX};
 
 #[cfg(test)]
 mod tests;
@@ -152,6 +152,16 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     fn punch_hole(&self, name: &str, _offset: u64, _len: u64) -> io::Result<()> {
         Err(unsupported("punch_hole", name))
     }
+    /// Allocates `offset..offset + len` of an existing file without writing it (fallocate(2),
+    /// mode 0): the file grows to at least `offset + len`, the new bytes read as zeros, bytes
+    /// already there stay, and the room is taken now, so a full disk fails this call rather
+    /// than a later write into the range. Not durable until `sync`. ENOENT if the file does
+    /// not exist. The default, and file systems without fallocate: `ErrorKind::Unsupported`
+    /// (callers then write zeros). Why: writing zeros to reserve room writes every byte
+    /// twice, once as zeros and once for real (decision 0093).
+    fn allocate(&self, name: &str, _offset: u64, _len: u64) -> io::Result<()> {
+        Err(unsupported("allocate", name))
+    }
     /// A new open descriptor of the host file behind `name`, for the kernel to read and write
     /// directly (FUSE passthrough); Ok(None) if the device has no host files (the default).
     /// ENOENT if the file does not exist. Writes through it bypass the device: the caller
@@ -195,6 +205,32 @@ pub const DATA_PREFIX: &str = "data/";
 /// Whether `name` denotes a host file in the data folder.
 pub fn is_data_name(name: &str) -> bool {
     name.starts_with(DATA_PREFIX)
+}
+
+/// Grows `name` by `len` bytes from `offset`, its length, that read as zeros: allocated
+/// ([`Device::allocate`]) where the device can, else zeros written. Not durable until `sync`.
+pub fn allocate_or_write_zeros(
+    device: &dyn Device,
+    name: &str,
+    offset: u64,
+    len: u64,
+) -> io::Result<()> {
+    match device.allocate(name, offset, len) {
+        Err(e) if e.kind() == io::ErrorKind::Unsupported => write_zeros(device, name, offset, len),
+        other => other,
+    }
+}
+
+/// Writes `len` zeros into `name` from `offset` (at most its length), in pieces.
+pub fn write_zeros(device: &dyn Device, name: &str, offset: u64, len: u64) -> io::Result<()> {
+    static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
+    let mut at = offset;
+    while at < offset + len {
+        let n = (offset + len - at).min(ZEROS.len() as u64) as usize;
+        device.write_at(name, at, &ZEROS[..n])?;
+        at += n as u64;
+    }
+    Ok(())
 }
 
 fn unsupported(what: &str, name: &str) -> io::Error {

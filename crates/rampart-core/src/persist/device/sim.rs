@@ -34,6 +34,20 @@ pub enum Event {
     },
     /// A successful `sync`.
     Sync { name: String },
+    /// Room taken by `allocate`: no bytes written.
+    Allocate { name: String, offset: u64, len: u64 },
+}
+
+/// What the writes to one file name carried since the device was made (see
+/// [`SimDevice::written`]): the measure of how many bytes a workload costs the store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Written {
+    /// Bytes of writes that carried some nonzero byte.
+    pub data_bytes: u64,
+    /// Bytes of writes of nothing but zeros (reserved room written).
+    pub zero_bytes: u64,
+    /// Bytes `allocate` added, never written.
+    pub allocated_bytes: u64,
 }
 
 /// How many of the latest events a device keeps.
@@ -95,6 +109,8 @@ struct SimState {
     syncs_failed: u64,
     crash_images: Vec<SimDevice>,
     events: VecDeque<Event>,
+    /// Per file name (at the time of the write), what the writes carried.
+    written: BTreeMap<String, Written>,
 }
 
 impl SimState {
@@ -286,8 +302,20 @@ impl SimDevice {
                 syncs_failed: 0,
                 crash_images: Vec::new(),
                 events: VecDeque::new(),
+                written: BTreeMap::new(),
             }),
         }
+    }
+
+    /// What the writes to `name` carried since the device was made (a crash image starts
+    /// from nothing); counted under the name the file had when written.
+    pub fn written(&self, name: &str) -> Written {
+        self.state
+            .lock()
+            .written
+            .get(name)
+            .copied()
+            .unwrap_or_default()
     }
 
     /// Sync points passed so far: successful `sync`, `rename`, and `remove` of an existing file.
@@ -422,11 +450,18 @@ impl SimDevice {
         if !data.is_empty() {
             file.put(offset, data);
         }
+        let zeros = data.iter().all(|&b| b == 0);
+        let written = state.written.entry(name.to_owned()).or_default();
+        if zeros {
+            written.zero_bytes += data.len() as u64;
+        } else {
+            written.data_bytes += data.len() as u64;
+        }
         state.log(Event::Write {
             name: name.to_owned(),
             offset,
             len: data.len() as u64,
-            zeros: data.iter().all(|&b| b == 0),
+            zeros,
         });
         Ok(())
     }
@@ -578,6 +613,38 @@ impl Device for SimDevice {
             state.check_write(name, len)?;
         }
         state.file_mut(name)?.volatile.resize(len_usize, 0);
+        Ok(())
+    }
+
+    fn allocate(&self, name: &str, offset: u64, len: u64) -> io::Result<()> {
+        validate_name(name)?;
+        self.delay(name, false);
+        let mut state = self.state.lock();
+        let current = state.file_mut(name)?.volatile.len() as u64;
+        let end = offset
+            .checked_add(len)
+            .filter(|&end| usize::try_from(end).is_ok())
+            .ok_or_else(|| os_error(libc::EFBIG))?;
+        if len == 0 {
+            return Ok(());
+        }
+        // The room is taken now: a full disk fails here, never a later write into it.
+        state.check_write(name, end.max(current))?;
+        let file = state.file_mut(name)?;
+        if end > current {
+            // Reads as zeros; like reserved zeros, never where a torn write is cut.
+            file.volatile.resize(end as usize, 0);
+        }
+        state
+            .written
+            .entry(name.to_owned())
+            .or_default()
+            .allocated_bytes += len;
+        state.log(Event::Allocate {
+            name: name.to_owned(),
+            offset,
+            len,
+        });
         Ok(())
     }
 
