@@ -680,6 +680,41 @@ mod tests {
         }
     }
 
+    #[test]
+    fn batches_taken_in_recycled_buffers_scan_whole() {
+        // Each commit's buffer is given back and reused by the next batch (decision 0095):
+        // what a later commit takes must be framed and checksummed as if fresh.
+        let mut b = BatchBuilder::new(7);
+        let mut journal = Header {
+            base_seq: 7,
+            ..header()
+        }
+        .encode()
+        .to_vec();
+        for round in 0..4u64 {
+            let data = vec![round as u8; 1000 + 3000 * round as usize];
+            for i in 0..3 {
+                let op = Op::Write {
+                    ino: 2,
+                    offset: i * 4096,
+                    data: &data,
+                    time_ns: 0,
+                    kill_suidgid: false,
+                };
+                b.add(&op, round as i64);
+            }
+            let framed = b.take_frames().unwrap().finish();
+            journal.extend_from_slice(&framed);
+            b.recycle(framed);
+            let s = scan(&journal).unwrap();
+            assert_eq!(s.batches.len(), round as usize + 1);
+            assert_eq!(s.tail, Tail::Clean);
+            let last = s.batches.last().unwrap();
+            assert_eq!((last.first_seq, last.op_count), (7 + 3 * round, 3));
+        }
+        assert!(b.take_frames().is_none());
+    }
+
     fn header() -> Header {
         Header {
             store_id: [9; 16],
