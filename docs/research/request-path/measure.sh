@@ -40,13 +40,16 @@ run
 quit
 CFG
 counts > "$OUT/status-before.json"
-if [ "${PERF_RECORD:-0}" = 1 ]; then
-  perf stat -e task-clock,context-switches,cpu-migrations -p "$PID" -o "$OUT/perf-stat.txt" -- \
+if [ "${PERF_SCHED:-0}" = 1 ]; then
+  # Every CPU's scheduler events: how long each thread waited for a CPU once woken.
+  perf sched record -o "$OUT/sched.data" -- postmark "$W/pm.cfg" > "$OUT/postmark.txt" 2>&1
+elif [ "${PERF_RECORD:-0}" = 1 ]; then
+  perf stat ${PER_THREAD:+--per-thread} -e task-clock,context-switches,cpu-migrations -p "$PID" -o "$OUT/perf-stat.txt" -- \
     perf record -q -c ${PERF_PERIOD_NS:-50000} --call-graph dwarf,8192 -p "$PID" -o "$OUT/perf.data" -- \
     postmark "$W/pm.cfg" > "$OUT/postmark.txt" 2>&1
 else
   # The daemon's CPU, and PostMark's own (user and kernel: the kernel's FUSE work runs in it).
-  perf stat -e task-clock,context-switches,cpu-migrations -p "$PID" -o "$OUT/perf-stat.txt" -- \
+  perf stat ${PER_THREAD:+--per-thread} -e task-clock,context-switches,cpu-migrations -p "$PID" -o "$OUT/perf-stat.txt" -- \
     perf stat -e task-clock,context-switches,cpu-migrations -o "$OUT/postmark-stat.txt" -- \
     postmark "$W/pm.cfg" > "$OUT/postmark.txt" 2>&1
 fi
