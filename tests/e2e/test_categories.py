@@ -479,3 +479,81 @@ def test_data_older_than_its_deadline_survives_kill_9(test_base, rampart_env, cl
         assert category(p / name.lower()) == name
     unmount(m)
     assert_no_panic(m)
+
+
+HELD_CONFIG = """\
+[categories]
+OBJECT = "lm=10min"
+
+[[rules]]
+glob = "*.o"
+category = "OBJECT"
+"""
+HELD_MARKER = b"held-object-marker-7d21"
+
+
+@pytest.mark.parametrize("end", ["umount", "kill-9"])
+def test_held_files_reach_the_store_only_if_they_live_long_enough(test_base, rampart_env,
+                                                                    cleanup_mounts, end):
+    """Files whose category allows ten minutes are held out of the store (decision 0090): one
+    created and deleted meanwhile costs the store nothing; fsync, a rename over a known file
+    and a clean unmount make them present; kill -9 before their deadline loses the others."""
+    m = configured(test_base, rampart_env, f"held-{end}", cleanup_mounts, config=HELD_CONFIG)
+    p = m.path
+    os.mkdir(p / "build")
+    main = p / "main.c"
+    main.write_bytes(b"int main(void) { return 0; }\n")
+    sync_point = os.open(main, os.O_RDONLY)
+    os.fsync(sync_point)  # SOON: durable now, with everything before it
+    journal_before = journal_len(m)
+    # A build's temporary object: written, closed, deleted within its deadline.
+    with open(p / "build" / "x.o", "wb") as f:
+        f.write(HELD_MARKER * 1000)
+    assert category(p / "build" / "x.o") == "OBJECT"
+    os.unlink(p / "build" / "x.o")
+    os.fsync(sync_point)
+    assert journal_len(m) == journal_before, "a deleted held file reached the journal"
+    assert store_holds(m, HELD_MARKER) == []
+    # Kept, not synced: held until its deadline (five minutes away at least).
+    (p / "build" / "y.o").write_bytes(b"kept object " * 100)
+    # fsync'd: present at once.
+    with open(p / "build" / "z.o", "wb") as f:
+        f.write(b"synced object")
+        f.flush()
+        os.fsync(f.fileno())
+    # The atomic-replace pattern over a file the store knows: never both lost.
+    with open(p / "build" / "lib.o", "wb") as f:
+        f.write(b"old library")
+        f.flush()
+        os.fsync(f.fileno())
+    (p / "build" / "lib.o.new.o").write_bytes(b"new library")
+    os.replace(p / "build" / "lib.o.new.o", p / "build" / "lib.o")
+    os.fsync(sync_point)
+    stat = rampart_stat(m, str(p / "build" / "y.o"), str(p / "build" / "z.o"))
+    held = stat["build/y.o"]
+    assert held["held_for_ms"] is not None and held["held_until"].endswith("UTC"), held
+    assert held["bytes_not_in_store"] == 1200, held
+    assert stat["build/z.o"]["held_for_ms"] is None, stat["build/z.o"]
+    text = m.cli("stat", str(p / "build" / "y.o"))
+    assert "held:      out of the store until" in text.stdout, text.stdout
+    status = m.status()
+    assert status["categories"]["OBJECT"]["bytes_at_risk"] >= 1200, status["categories"]
+    os.close(sync_point)
+    if end == "kill-9":
+        crash(m)
+        assert_fsck_clean_after_crash(m)
+    else:
+        unmount(m)
+    remount(m)
+    assert read_file(main) == b"int main(void) { return 0; }\n"
+    assert read_file(p / "build" / "z.o") == b"synced object"
+    assert read_file(p / "build" / "lib.o") == b"new library"
+    assert not (p / "build" / "x.o").exists()
+    if end == "kill-9":
+        assert not (p / "build" / "y.o").exists(), "a held file survived kill -9"
+    else:
+        assert read_file(p / "build" / "y.o") == b"kept object " * 100
+        assert category(p / "build" / "y.o") == "OBJECT"
+    assert store_holds(m, HELD_MARKER) == []
+    unmount(m)
+    assert_no_panic(m)

@@ -11,8 +11,8 @@ import jsonschema
 import pytest
 
 from disk_tier_helpers import MiB, wait_tier
-from e2e_helpers import REPO, Mount, read_file, wait_until, write_file
-from test_persistence import assert_no_panic, crash, remount, unmount
+from e2e_helpers import (REPO, Mount, assert_no_panic, configured_mount, crash, fsync_path, read_file, remount,
+                         unmount, wait_until, write_file)
 from test_status import scrape
 
 pytestmark = pytest.mark.rampart_only("categories are rampart's")
@@ -34,21 +34,7 @@ category = "QUICK"
 
 
 def configured(test_base, env, name, cleanup, *opts):
-    m = Mount(test_base, name, opts=opts, env=env)
-    cleanup.append(m)
-    m.mkfs()
-    (m.store / "rampart.toml").write_text(CONFIG)
-    m.mount(mkfs=False)
-    assert m.pid
-    return m
-
-
-def fsync_path(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    return configured_mount(test_base, env, name, cleanup, CONFIG, opts)
 
 
 def test_bytes_per_category_in_status_metrics_and_stat(test_base, rampart_env, cleanup_mounts):

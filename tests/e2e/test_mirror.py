@@ -11,8 +11,7 @@ import shutil
 
 import pytest
 
-from e2e_helpers import Mount, read_file
-from test_persistence import crash
+from e2e_helpers import Mount, crash, read_file
 from test_status import scrape
 
 pytestmark = pytest.mark.rampart_only("tests the store's second copy (DA2)")

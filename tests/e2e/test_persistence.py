@@ -7,12 +7,10 @@ Every test drives its own mounts by hand (Mount + cleanup_mounts), as test_cli.p
 The helpers at the top (CRC-32C, journal parsing, crash and remount) are shared with
 test_fsck.py."""
 
-import fcntl
 import hashlib
 import json
 import os
 import random
-import signal
 import socket
 import stat
 import struct
@@ -22,12 +20,13 @@ import time
 
 import pytest
 
-from e2e_helpers import (FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, MiB, RAMPART_BIN, Mount, fallocate,
-                         in_mount_table, pid_alive, read_file, run, wait_until, write_file)
+from e2e_helpers import (EXIT_WAIT, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, MiB, Mount,
+                         assert_fsck_clean_after_crash, assert_no_panic, cli, crash, fallocate, fsck,
+                         fsck_json, fsync_path, in_mount_table, lock_released, new_mount, pid_alive,
+                         read_file, remount, run, unmount, wait_until, write_file, write_synced)
 
 pytestmark = pytest.mark.rampart_only("tests the rampart store: journal, checkpoint, recovery")
 
-EXIT_WAIT = 30
 HEADER_BYTES = 64
 # Zeros the daemon keeps after the journal's last batch (limits::JOURNAL_ZEROS_AHEAD_BYTES_MIN).
 ZEROS_AHEAD_BYTES = 4096
@@ -93,101 +92,28 @@ def store_bytes(m):
     return out
 
 
-def cli(*args, env=None, timeout=120):
-    return run([RAMPART_BIN, *map(str, args)], env=env, timeout=timeout)
 
 
-def fsck(m, *args):
-    return cli("fsck", m.store, *args, env=m.env)
 
 
-def fsck_json(m, *args):
-    r = fsck(m, "--json", *args)
-    try:
-        report = json.loads(r.stdout)
-    except ValueError:
-        raise AssertionError(f"fsck --json printed no JSON (exit {r.returncode}): {r.stdout!r} {r.stderr!r}")
-    return r, report
 
 
-def new_mount(test_base, env, name, cleanup, opts=()):
-    m = Mount(test_base, name, opts=opts, env=env)
-    cleanup.append(m)
-    m.mount()
-    assert m.pid, f"could not find the daemon's pid ({m.pid_source})"
-    return m
 
 
-def lock_released(store):
-    """True if no process holds the store's lock (docs/FORMAT.md, Lock)."""
-    try:
-        f = open(store / "lock", "rb")
-    except FileNotFoundError:
-        return True
-    with f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        fcntl.flock(f, fcntl.LOCK_UN)
-        return True
 
 
-def crash(m):
-    """kill -9 the daemon, then detach the dead mount (fusermount3 -u -z)."""
-    pid = m.pid
-    os.kill(pid, signal.SIGKILL)
-    assert wait_until(lambda: not pid_alive(pid), EXIT_WAIT), f"daemon {pid} survived SIGKILL"
-    # Its leader may be a zombie while its last threads still exit, holding the store's lock.
-    assert wait_until(lambda: lock_released(m.store), EXIT_WAIT), f"daemon {pid} still holds the lock"
-    run(["fusermount3", "-u", "-z", m.path], timeout=60)
-    assert wait_until(lambda: not in_mount_table(m.path), EXIT_WAIT), "dead mount still in the mount table"
-    m.mounted = False
 
 
-def remount(m):
-    m.mount(mkfs=False)
-    assert m.alive()
-    return m
 
 
-def unmount(m):
-    r = m.umount()
-    assert r.returncode == 0, f"umount: {r.stderr}"
-    assert not in_mount_table(m.path)
 
 
-def assert_no_panic(m):
-    log = m.store / "rampart.log"
-    if log.is_file():
-        text = log.read_text(errors="replace")
-        assert "panicked" not in text, f"{log}: the daemon panicked: {text[-2000:]}"
 
 
-def write_synced(path, data, mode=0o644):
-    """Writes a new file and fsyncs it; returns once it is durable."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
-def fsync_path(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
-def assert_fsck_clean_after_crash(m):
-    """`rampart fsck` of a crashed store, run while it is unmounted, is clean (a torn tail is
-    benign)."""
-    r, report = fsck_json(m)
-    assert r.returncode == 0, f"fsck after kill -9 exited {r.returncode}:\n{json.dumps(report, indent=1)}\n{r.stderr}"
-    return report
 
 
 def journal_len(m):

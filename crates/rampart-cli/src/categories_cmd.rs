@@ -88,19 +88,49 @@ struct FileCategory {
     /// How long from now until that change must be in the store (null: nothing waits, or it
     /// never goes there; negative: overdue).
     due_in_ms: Option<i64>,
+    /// Held out of the store by the archiver (decision 0090): how long until it is made
+    /// present (null: not held; the store knows the file).
+    held_for_ms: Option<u64>,
+    /// The same as a time of day, `HH:MM:SS UTC`.
+    held_until: Option<String>,
 }
 
-/// What of a file is not yet in the store: (bytes, age of its oldest change, time left
-/// until its deadline), from `user.rampart.at_risk`.
-fn at_risk(path: &Path) -> Result<(u64, Option<u64>, Option<i64>), String> {
+/// What `user.rampart.at_risk` says of a file.
+struct AtRisk {
+    bytes: u64,
+    age_ms: Option<u64>,
+    due_in_ms: Option<i64>,
+    held_ms: Option<u64>,
+}
+
+/// `now + in_ms` as a time of day, UTC.
+fn time_of_day_utc(in_ms: u64) -> String {
+    let at = std::time::SystemTime::now() + std::time::Duration::from_millis(in_ms);
+    let secs = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+        % 86_400;
+    format!(
+        "{:02}:{:02}:{:02} UTC",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+/// What of a file is not yet in the store: bytes, age of its oldest change, time left until
+/// its deadline, and until the archiver makes it present, from `user.rampart.at_risk`.
+fn at_risk(path: &Path) -> Result<AtRisk, String> {
     let text = attribute(path, "user.rampart.at_risk")
         .map_err(|e| format!("{}: cannot read user.rampart.at_risk: {e}", path.display()))?;
     let mut bytes = 0;
     let mut age = None;
     let mut deadline = None;
+    let mut held_ms = None;
     for field in text.split_whitespace() {
         match field.split_once('=') {
             Some(("bytes", v)) => bytes = v.parse().unwrap_or(0),
+            Some(("held_ms", v)) => held_ms = v.parse::<u64>().ok(),
             Some(("age_ms", v)) => age = v.parse::<u64>().ok(),
             Some(("deadline_ms", v)) => deadline = v.parse::<u64>().ok(),
             _ => {}
@@ -110,7 +140,12 @@ fn at_risk(path: &Path) -> Result<(u64, Option<u64>, Option<i64>), String> {
         (Some(a), Some(d)) => Some(d as i64 - a as i64),
         _ => None,
     };
-    Ok((bytes, age, due_in))
+    Ok(AtRisk {
+        bytes,
+        age_ms: age,
+        due_in_ms: due_in,
+        held_ms,
+    })
 }
 
 fn describe(spec: &Spec) -> (Vec<Level>, String) {
@@ -163,11 +198,13 @@ fn file_category(
     };
     let spec = Spec::parse(&spec_text).map_err(|e| format!("{}: {e}", path.display()))?;
     let (levels, on_the_store) = describe(&spec);
-    let (bytes_not_in_store, oldest_change_age_ms, due_in_ms) = at_risk(path)?;
+    let risk = at_risk(path)?;
     Ok(FileCategory {
-        bytes_not_in_store,
-        oldest_change_age_ms,
-        due_in_ms,
+        bytes_not_in_store: risk.bytes,
+        oldest_change_age_ms: risk.age_ms,
+        due_in_ms: risk.due_in_ms,
+        held_for_ms: risk.held_ms,
+        held_until: risk.held_ms.map(time_of_day_utc),
         path: path.to_path_buf(),
         category,
         origin,
@@ -237,6 +274,11 @@ pub fn stat(paths: &[PathBuf], json: bool) -> Result<(), String> {
             outln!("  spec:      {}", f.spec);
             outln!("  store:     {}", f.on_the_store);
             outln!("  at risk:   {}", at_risk_text(f));
+            if let Some(until) = &f.held_until {
+                outln!(
+                    "  held:      out of the store until {until} (or until fsync, sync or unmount)"
+                );
+            }
             for l in &f.levels {
                 outln!("  {:<4} stays {:<13} {}", l.level, l.stay, l.replication);
             }

@@ -39,7 +39,7 @@ mod xattr;
 pub use attr::{Attr, Durability, FileKind, Ino, SetAttr, SetTime, StatFs, Stats, ROOT_INO};
 pub use contents::Tier;
 pub use engine::{
-    CategoryInfo, CategoryStatus, Ctx, Engine, EngineConfig, FileAtRisk, Invalidation,
+    CategoryInfo, CategoryStatus, Ctx, Engine, EngineConfig, FileAtRisk, HeldFile, Invalidation,
     KernelRequests, Observer, ReadBuf, State, WriteTimes,
 };
 pub use error::{Broken, Errno, FsResult};

@@ -198,3 +198,13 @@ pub const CATEGORY_SLOTS_MAX: usize = 256;
 /// Inodes whose not-yet-durable changes the persister tracks one by one (for `rampart stat`);
 /// when this many are gathered, the committer commits at once (like `HOST_REMOVALS_PENDING_MAX`).
 pub const AT_RISK_INODES_MAX: usize = 65_536;
+
+/// Files the archiver holds out of the store until their deadline (`engine::archiver`,
+/// decision 0090); when one more is created, the one due first is made present early.
+pub const HELD_FILES_MAX: usize = 65_536;
+
+/// Held files the archiver makes present in one mutation (one hold of the engine's lock),
+/// and their bytes (past it, no more files are added): more due at once are made present in
+/// several, one per commit when the committer does it.
+pub const HELD_PRESENT_PER_MUTATION_MAX: usize = 256;
+pub const HELD_PRESENT_BYTES_PER_MUTATION_MAX: u64 = 16 << 20;

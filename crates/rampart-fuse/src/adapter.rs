@@ -208,14 +208,17 @@ impl RampartFs {
     /// sent at once: SAFE (durable before write(2) returns) and DISPOSABLE (nothing kept to
     /// read back) get direct I/O, whatever the writeback cache does (decision 0063).
     /// Without the writeback cache, the kernel skips FLUSH for files opened with
-    /// FOPEN_NOFLUSH: only those durable at close need it (with the cache it is always sent).
+    /// FOPEN_NOFLUSH (with the cache it is always sent). A mount that answers FLUSH has a
+    /// store that may make a file durable at close after it was opened (setfattr on an open
+    /// file): there every close sends FLUSH and FLUSH decides; the others skip it
+    /// (decision 0099).
     fn open_flags(&self, ino: u64) -> FopenFlags {
         let mut flags = if self.engine.writes_through(ino) {
             FopenFlags::FOPEN_DIRECT_IO
         } else {
             FopenFlags::FOPEN_KEEP_CACHE
         };
-        if !self.cache.writeback_cache && !self.engine.durable_at_close(ino) {
+        if !self.cache.writeback_cache && self.cache.no_flush {
             flags |= FopenFlags::FOPEN_NOFLUSH;
         }
         flags
@@ -710,7 +713,12 @@ impl Filesystem for RampartFs {
                 // nothing to make durable: success at once, as tmpfs answers (decision 0065).
                 Ok(a) if a.durability == rampart_core::Durability::Volatile => reply.ok(),
                 Ok(_) if self.engine.check_da2(ino.0).is_err() => reply.error(Errno::EIO), // 0077
-                Ok(_) => self.reply_synced(reply, timer.hand_off()),
+                // A file held out of the store until its deadline is made present first
+                // (decision 0090).
+                Ok(_) => match self.engine.archive_for_sync(ino.0) {
+                    Err(e) => reply.error(errno(e)),
+                    Ok(()) => self.reply_synced(reply, timer.hand_off()),
+                },
             }
         });
     }
@@ -808,13 +816,17 @@ impl Filesystem for RampartFs {
     fn fsyncdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
         let timer = self.counters.start(RequestKind::fsyncdir);
-        guarded("fsyncdir", || self.reply_synced(reply, timer.hand_off()));
+        // The held files named in it are made present first (decision 0090).
+        guarded("fsyncdir", || match self.engine.archive_for_sync(ino.0) {
+            Err(e) => reply.error(errno(e)),
+            Ok(()) => self.reply_synced(reply, timer.hand_off()),
+        });
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

@@ -212,13 +212,30 @@ impl Mutation<'_> {
         let inode = self.state().inode(ino)?;
         let (linked, absent) = (inode.nlink > 0, inode.absent);
         let route = Route::store(Durability::default().stronger(durability));
-        if absent && resolved.durability != Durability::Volatile && linked {
-            // Unknown to the store, and now needs it: created there as it is.
+        if absent && self.creating_held(ino) {
+            // Created held (decision 0090): the archiver makes it present by its deadline.
+        } else if absent && resolved.durability != Durability::Volatile && linked {
+            // Unknown to the store, and now needs it: created there as it is (a held file
+            // given another category too: it reaches the store now, as a known file would).
             self.make_present(ino, route);
         } else if before == Durability::Volatile && durability != Durability::Volatile && linked {
             self.materialize(ino, route);
         }
         Ok(())
+    }
+
+    /// The category of a file being created as `ino` with the category `assigned` (checked
+    /// by `checked_category`): as a rule's, it wins over the directory's.
+    pub(crate) fn plan_explicit_category(
+        &mut self,
+        assigned: Assigned,
+        resolved: Resolved,
+        ino: Ino,
+    ) -> (Option<Assigned>, Resolved) {
+        if resolved.durability == Durability::Volatile {
+            self.create_absent(ino);
+        }
+        (Some(assigned), resolved)
     }
 
     /// Before creating `ino` of `kind` as `name` in `parent`: the category a rule or the
@@ -243,7 +260,7 @@ impl Mutation<'_> {
         }
         let from_parent = assigned(self.state(), parent);
         if from_parent.is_none() && categories.rules().is_empty() {
-            return self.plan_store_default(categories, ino);
+            return self.plan_store_default(categories, kind, ino);
         }
         let path = if categories.rules_need_path() {
             self.dir_path(parent).map(|mut p| {
@@ -255,7 +272,7 @@ impl Mutation<'_> {
             None
         };
         let Some(new) = categories.for_new(name, path.as_deref(), from_parent.as_ref()) else {
-            return self.plan_store_default(categories, ino);
+            return self.plan_store_default(categories, kind, ino);
         };
         match categories.resolve(&new.name) {
             Ok(resolved) => {
@@ -266,9 +283,7 @@ impl Mutation<'_> {
                     String::from_utf8_lossy(name),
                     new.name
                 );
-                if resolved.durability == Durability::Volatile {
-                    self.create_absent(ino);
-                }
+                self.plan_absence(categories, kind, &resolved, ino);
                 Some((Some(new), resolved))
             }
             Err(e) => {
@@ -276,7 +291,7 @@ impl Mutation<'_> {
                     "{}: {e}; the file gets the store default",
                     String::from_utf8_lossy(name)
                 );
-                self.plan_store_default(categories, ino)
+                self.plan_store_default(categories, kind, ino)
             }
         }
     }
@@ -288,13 +303,32 @@ impl Mutation<'_> {
     fn plan_store_default(
         &mut self,
         categories: &Categories,
+        kind: FileKind,
         ino: Ino,
     ) -> Option<(Option<Assigned>, Resolved)> {
         let resolved = categories.default_if_not_plain()?;
+        self.plan_absence(categories, kind, &resolved, ino);
+        Some((None, resolved))
+    }
+
+    /// A new file of `resolved` is unknown to the store when it never reaches it, and held by
+    /// the archiver when it is a regular file whose deadline is longer than the commit
+    /// interval (decision 0090).
+    fn plan_absence(
+        &mut self,
+        categories: &Categories,
+        kind: FileKind,
+        resolved: &Resolved,
+        ino: Ino,
+    ) {
         if resolved.durability == Durability::Volatile {
             self.create_absent(ino);
+        } else if kind == FileKind::RegularFile {
+            let hold = super::archiver::hold_for(&resolved.spec, categories.commit_interval());
+            if let Some(deadline) = hold {
+                self.create_held(ino, deadline);
+            }
         }
-        Some((None, resolved))
     }
 }
 
@@ -378,22 +412,20 @@ impl Engine {
         name: Option<&str>,
         origin: Origin,
     ) -> Result<(), CategoryError> {
-        let categories = self.categories();
         let (assigned, resolved) = match name {
             Some(name) => {
-                let name = categories.canonical(name)?;
-                let resolved = categories.resolve(&name)?;
-                if let Some(request) = self.kernel_refuses(&resolved.spec, false) {
-                    return Err(CategoryError::NotSentByKernel { name, request });
-                }
-                (Some(Assigned { name, origin }), resolved)
+                let (assigned, resolved) = self.checked_category(name, origin)?;
+                (Some(assigned), resolved)
             }
-            None => (
-                None,
-                categories
-                    .resolve(&categories.default_category().name)
-                    .expect("the default is checked when the configuration is read"),
-            ),
+            None => {
+                let categories = self.categories();
+                (
+                    None,
+                    categories
+                        .resolve(&categories.default_category().name)
+                        .expect("the default is checked when the configuration is read"),
+                )
+            }
         };
         self.mutate(
             ctx,
@@ -406,6 +438,22 @@ impl Engine {
             |_| vec![Invalidation::Inode { ino }],
         )
         .map_err(CategoryError::Refused)
+    }
+
+    /// The category `name` as it is stored, with what it means: an unknown or unusable one
+    /// (one the kernel of this mount does not serve) is refused.
+    pub(crate) fn checked_category(
+        &self,
+        name: &str,
+        origin: Origin,
+    ) -> Result<(Assigned, Resolved), CategoryError> {
+        let categories = self.categories();
+        let name = categories.canonical(name)?;
+        let resolved = categories.resolve(&name)?;
+        if let Some(request) = self.kernel_refuses(&resolved.spec, false) {
+            return Err(CategoryError::NotSentByKernel { name, request });
+        }
+        Ok((Assigned { name, origin }, resolved))
     }
 
     /// `ino`'s category: its name, where it came from, its spec and what the engine enforces.
@@ -523,13 +571,20 @@ impl Engine {
             return Some(self.at_risk_of(ino).map(|risk| {
                 let text = match risk {
                     None => "bytes=0".to_string(),
-                    Some(r) => format!(
-                        "bytes={} age_ms={} deadline_ms={}",
-                        r.bytes,
-                        r.age.as_millis(),
-                        r.deadline
-                            .map_or_else(|| "never".to_string(), |d| d.as_millis().to_string())
-                    ),
+                    Some(r) => {
+                        let mut text = format!(
+                            "bytes={} age_ms={} deadline_ms={}",
+                            r.bytes,
+                            r.age.as_millis(),
+                            r.deadline
+                                .map_or_else(|| "never".to_string(), |d| d.as_millis().to_string())
+                        );
+                        if let Some(held) = r.held_for {
+                            // Held out of the store (decision 0090): made present in this.
+                            text.push_str(&format!(" held_ms={}", held.as_millis()));
+                        }
+                        text
+                    }
                 };
                 text.into_bytes()
             }));

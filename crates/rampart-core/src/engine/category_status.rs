@@ -43,6 +43,9 @@ pub struct FileAtRisk {
     pub age: Duration,
     /// How long that change may wait in all (None: it never goes to the store).
     pub deadline: Option<Duration>,
+    /// Held out of the store by the archiver (decision 0090): how long until it is made
+    /// present (zero: at the next commit).
+    pub held_for: Option<Duration>,
 }
 
 /// How long a spec lets a change stay in memory before it must be in the store.
@@ -130,12 +133,32 @@ impl Engine {
             e.oldest_at_risk_age = e.oldest_at_risk_age.max(risk.oldest_age);
             e.lag_max = e.lag_max.max(risk.lag_max);
         }
+        // Held files are at risk whole, since they were created (decision 0090).
+        for (slot, (bytes, age)) in self.held_by_slot() {
+            let name = slot_names
+                .get(&slot)
+                .cloned()
+                .unwrap_or_else(|| default_name.clone());
+            let e = entry(&mut out, &categories, &name);
+            e.bytes_at_risk += bytes;
+            e.oldest_at_risk_age = e.oldest_at_risk_age.max(Some(age));
+        }
         out.into_values().collect()
     }
 
     /// What of `ino` is not yet in the store and by when it must be (None: nothing waits).
     pub fn at_risk_of(&self, ino: Ino) -> FsResult<Option<FileAtRisk>> {
         let info = self.category(ino)?;
+        let deadline = deadline_of(&info.spec, self.categories().commit_interval());
+        if let Some(held) = self.held_file(ino)? {
+            // Not in the store at all: every byte, since it was created.
+            return Ok(Some(FileAtRisk {
+                bytes: self.getattr(ino)?.size_bytes,
+                age: held.age,
+                deadline,
+                held_for: Some(held.present_in),
+            }));
+        }
         let store = self.levels().get(LevelId::Store).cloned();
         let Some(waiting) = store.and_then(|l| l.at_risk_of(ino)) else {
             return Ok(None);
@@ -143,7 +166,8 @@ impl Engine {
         Ok(Some(FileAtRisk {
             bytes: waiting.bytes,
             age: waiting.since.elapsed(),
-            deadline: deadline_of(&info.spec, self.categories().commit_interval()),
+            deadline,
+            held_for: None,
         }))
     }
 }

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use super::file_ops::{kept_times, restore_times};
+use super::file_ops::write_keeping_times;
 use super::{Ctx, Engine, Invalidation, Mutation, WriteTimes};
 use crate::attr::Ino;
 use crate::contents::host_file::{host_file_name, parse_host_file_name};
@@ -246,8 +246,9 @@ impl Engine {
         self.mutate(
             ctx,
             |m, time_ns| {
-                let kept = kept_times(m, ino, times, kill_suidgid);
-                apply_write_extent(m, ino, offset, data.len(), time_ns, kill_suidgid, kept)
+                write_keeping_times(m, ino, times, kill_suidgid, |m| {
+                    apply_write_extent(m, ino, offset, data.len(), time_ns, kill_suidgid)
+                })
             },
             |_| vec![Invalidation::Inode { ino }],
         )
@@ -362,13 +363,14 @@ impl Engine {
                 {
                     return Ok(None);
                 }
-                let kept = kept_times(m, ino, times, kill_suidgid);
-                if !self.migrate_to_disk(disk, m, ino, time_ns)? {
-                    return Ok(None);
-                }
-                let name = host_file_name(ino, m.state().inode(ino)?.generation);
-                write_host_file(disk, &name, offset, data)?;
-                apply_write_extent(m, ino, offset, data.len(), time_ns, kill_suidgid, kept)
+                write_keeping_times(m, ino, times, kill_suidgid, |m| {
+                    if !self.migrate_to_disk(disk, m, ino, time_ns)? {
+                        return Ok(None);
+                    }
+                    let name = host_file_name(ino, m.state().inode(ino)?.generation);
+                    write_host_file(disk, &name, offset, data)?;
+                    apply_write_extent(m, ino, offset, data.len(), time_ns, kill_suidgid)
+                })
             },
             |_| vec![Invalidation::Inode { ino }],
         )
@@ -882,8 +884,8 @@ fn write_host_file(disk: &DiskTier, name: &str, offset: u64, data: &[u8]) -> FsR
         .map_err(|e| host_errno("writing the disk-tier file", name, &e))
 }
 
-/// Records a write whose bytes are already in the host file: `WriteExtent`, then the times
-/// `kept` before it put back (`kept_times`). Returns the bytes written, as `write` does.
+/// Records a write whose bytes are already in the host file (`WriteExtent`). Returns the
+/// bytes written, as `write` does.
 fn apply_write_extent(
     m: &mut Mutation<'_>,
     ino: Ino,
@@ -891,7 +893,6 @@ fn apply_write_extent(
     len: usize,
     time_ns: TimeNs,
     kill_suidgid: bool,
-    kept: Option<(TimeNs, TimeNs)>,
 ) -> FsResult<Option<u32>> {
     m.apply(&Op::WriteExtent {
         ino,
@@ -900,9 +901,6 @@ fn apply_write_extent(
         time_ns,
         kill_suidgid,
     })?;
-    if let Some(kept) = kept {
-        restore_times(m, ino, kept);
-    }
     Ok(Some(len as u32))
 }
 

@@ -219,11 +219,9 @@ impl Engine {
                 if tier == Some(Tier::Disk) {
                     return Ok(None);
                 }
-                let kept = kept_times(m, ino, times, kill_suidgid);
-                let done = write_pieces(m, ino, offset, data, time_ns, kill_suidgid)?;
-                if let Some(kept) = kept {
-                    restore_times(m, ino, kept);
-                }
+                let done = write_keeping_times(m, ino, times, kill_suidgid, |m| {
+                    write_pieces(m, ino, offset, data, time_ns, kill_suidgid)
+                })?;
                 Ok(Some(done as u32))
             },
             |_| vec![Invalidation::Inode { ino }],
@@ -279,11 +277,9 @@ impl Engine {
                 if bytes.is_empty() {
                     return Ok(0);
                 }
-                let kept = kept_times(m, ino_out, times, kill_suidgid);
-                let done = write_pieces(m, ino_out, offset_out, &bytes, time_ns, kill_suidgid)?;
-                if let Some(kept) = kept {
-                    restore_times(m, ino_out, kept);
-                }
+                let done = write_keeping_times(m, ino_out, times, kill_suidgid, |m| {
+                    write_pieces(m, ino_out, offset_out, &bytes, time_ns, kill_suidgid)
+                })?;
                 Ok(done as u64)
             },
             |_| vec![Invalidation::Inode { ino: ino_out }],
@@ -376,9 +372,26 @@ fn write_pieces(
     Ok(done)
 }
 
+/// Applies a write to `ino` (`write`, which stamps mtime and ctime) and, when the kernel owns
+/// the file's times (`WriteTimes`), puts back the times it had before.
+pub(super) fn write_keeping_times<T>(
+    m: &mut Mutation<'_>,
+    ino: Ino,
+    times: WriteTimes,
+    kill_suidgid: bool,
+    write: impl FnOnce(&mut Mutation<'_>) -> FsResult<T>,
+) -> FsResult<T> {
+    let kept = kept_times(m, ino, times, kill_suidgid);
+    let done = write(m)?;
+    if let Some(kept) = kept {
+        restore_times(m, ino, kept);
+    }
+    Ok(done)
+}
+
 /// The times before a write to `ino`, to put back after it (`restore_times`) when the kernel
 /// owns them (`WriteTimes`); a write that clears setuid/setgid changes ctime all the same.
-pub(super) fn kept_times(
+fn kept_times(
     m: &Mutation<'_>,
     ino: Ino,
     times: WriteTimes,
@@ -396,11 +409,7 @@ pub(super) fn kept_times(
 /// after the write(2); the kernel stamped the times then and sends them itself (SETATTR) if
 /// they changed, so the flush time must not replace them. Only if the write changed them (not
 /// within the same clock tick).
-pub(super) fn restore_times(
-    m: &mut Mutation<'_>,
-    ino: Ino,
-    (mtime_ns, ctime_ns): (TimeNs, TimeNs),
-) {
+fn restore_times(m: &mut Mutation<'_>, ino: Ino, (mtime_ns, ctime_ns): (TimeNs, TimeNs)) {
     let now = m.state().inode(ino).ok().map(|i| (i.mtime_ns, i.ctime_ns));
     if now == Some((mtime_ns, ctime_ns)) {
         return;

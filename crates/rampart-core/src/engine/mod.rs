@@ -11,6 +11,8 @@
 //! to the levels, drop the lock, tell the observer what the kernel may have cached, then
 //! honour the durability (throttle; sync before returning where asked).
 
+mod archiver;
+pub use archiver::HeldFile;
 mod category_ops;
 mod category_status;
 pub use category_ops::{CategoryInfo, KernelRequests};
@@ -148,6 +150,8 @@ pub struct Engine {
     kernel: parking_lot::RwLock<Option<category_ops::KernelMount>>,
     /// The store's mirror (DA2), on a mirrored store (`set_mirror_health`).
     mirror: std::sync::OnceLock<Arc<crate::persist::device::MirrorHealth>>,
+    /// The files held out of the store until their deadline (`archiver`, decision 0090).
+    archiver: parking_lot::Mutex<archiver::Archiver>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -165,6 +169,8 @@ pub(crate) struct Mutation<'e> {
     behind_kernel: Vec<Invalidation>,
     /// The inode the next Create makes is unknown to the store (`Inode::absent`).
     absent_create: Option<crate::attr::Ino>,
+    /// ... and held by the archiver for this deadline (decision 0090).
+    hold_create: Option<(crate::attr::Ino, std::time::Duration)>,
     _rank: lock_order::Held,
 }
 
@@ -176,6 +182,35 @@ impl Mutation<'_> {
 
     /// Applies `op` and hands it to the levels with what the policy says it must honour.
     pub(crate) fn apply(&mut self, op: &Op<'_>) -> FsResult<()> {
+        // The held files whose names this op moves or removes (source, target): the archiver
+        // tracks their names, and forgets one deleted before its deadline.
+        let (moved, removed) = match *op {
+            Op::Unlink { parent, name, .. } => (None, self.held_at(parent, name)),
+            Op::Rename {
+                parent,
+                name,
+                new_parent,
+                new_name,
+                ..
+            } => {
+                // A held file renamed over one the store knows (the atomic-replace pattern):
+                // made present first, so that a crash never loses both (decision 0090).
+                if let Some((ino, generation)) = self.held_at(parent, name) {
+                    let target_known = self
+                        .state
+                        .child(new_parent, new_name)
+                        .is_ok_and(|(t, _)| self.state.inode(t).is_ok_and(|i| !i.absent));
+                    if target_known {
+                        self.make_held_present(ino, generation);
+                    }
+                }
+                (
+                    self.held_at(parent, name),
+                    self.held_at(new_parent, new_name),
+                )
+            }
+            _ => (None, None),
+        };
         let privileges = |state: &State, ino| state.inode(ino).ok().map(privileges_of);
         let watched = attributes_not_in_reply(op);
         let before = watched.and_then(|ino| privileges(&self.state, ino));
@@ -189,9 +224,22 @@ impl Mutation<'_> {
                 self.behind_kernel.push(Invalidation::Attributes { ino });
             }
         }
+        if moved.is_some() || removed.is_some() || matches!(op, Op::Link { .. }) {
+            self.track_held_names(op, moved.map(|(i, _)| i), removed.map(|(i, _)| i));
+        }
+        if let Some((ino, _)) = removed {
+            self.release_if_gone(ino);
+        }
         if let Op::Create { ino, .. } = *op {
             if self.absent_create.take() == Some(ino) {
                 self.state.table.get_mut(ino)?.absent = true;
+                if let (Some((held, deadline)), Op::Create { parent, name, .. }) =
+                    (self.hold_create, *op)
+                {
+                    if held == ino {
+                        self.hold(ino, deadline, parent, name);
+                    }
+                }
             }
         }
         let (presence, needed) = policy::presence(&self.state, op, &seen);
@@ -245,6 +293,19 @@ impl Mutation<'_> {
         self.absent_create = Some(ino);
     }
 
+    /// Marks the regular file the next Create makes as unknown to the store and held by the
+    /// archiver until `deadline` less one commit interval (decision 0090).
+    pub(crate) fn create_held(&mut self, ino: crate::attr::Ino, deadline: std::time::Duration) {
+        self.absent_create = Some(ino);
+        self.hold_create = Some((ino, deadline));
+    }
+
+    /// Whether `ino` is the file this mutation creates held (its category is assigned after
+    /// the create: that must not make it present).
+    pub(crate) fn creating_held(&self, ino: crate::attr::Ino) -> bool {
+        self.hold_create.is_some_and(|(i, _)| i == ino)
+    }
+
     /// Makes `ino`, if unknown to the store, known to it (and the directories above it):
     /// hands the levels the ops that create it as it is, with `route` (at least the store
     /// default). A no-op for an inode the store knows.
@@ -254,15 +315,22 @@ impl Mutation<'_> {
         }
         let route = route.stronger(Route::store(Durability::default()));
         let levels = self.engine.levels.read();
-        let made = policy::make_present(&self.state, ino, |op| {
+        // A held file's names, as the archiver tracked them (no scan of every directory).
+        let names = self.engine.archiver.lock().names(ino);
+        let made = policy::make_present(&self.state, ino, names, |op| {
+            // A disk-tier file's host file is synced before its records (data=ordered).
+            self.after_applied(&levels, op, &route);
             levels.applied_in(&self.state, op, &route)
         });
         drop(levels);
+        let mut archiver = self.engine.archiver.lock();
         for made in made {
+            archiver.release(made);
             if let Ok(inode) = self.state.table.get_mut(made) {
                 inode.absent = false;
             }
         }
+        drop(archiver);
         self.route = self.route.stronger(route);
     }
 
@@ -401,6 +469,7 @@ impl Engine {
             passthrough_available: std::sync::atomic::AtomicBool::new(false),
             mirror: std::sync::OnceLock::new(),
             kernel: parking_lot::RwLock::new(None),
+            archiver: parking_lot::Mutex::new(archiver::Archiver::default()),
         }
     }
 
@@ -497,6 +566,7 @@ impl Engine {
             route: Route::VOLATILE,
             behind_kernel: Vec::new(),
             absent_create: None,
+            hold_create: None,
             _rank: rank,
         };
         let out = body(&mut mutation, time_ns);

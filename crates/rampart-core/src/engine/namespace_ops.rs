@@ -4,6 +4,7 @@ use std::sync::atomic::Ordering;
 
 use super::{Ctx, Engine, Invalidation, Mutation};
 use crate::attr::{Attr, FileKind, Ino, ROOT_INO};
+use crate::category::{Assigned, CategoryError, Origin, Resolved};
 use crate::error::{Errno, FsResult};
 use crate::limits::PATH_DEPTH_MAX;
 use crate::namespace::inode::{Inode, Payload};
@@ -106,15 +107,42 @@ impl Engine {
         if kind == FileKind::Symlink {
             return Err(Errno::EINVAL);
         }
-        self.create_inode(ctx, parent, name, mode, rdev, b"")
+        self.create_inode(ctx, parent, name, NewInode::plain(mode, rdev, b""))
+    }
+
+    /// Creates a regular file with the category `category` (the library API's, origin `api`,
+    /// over any rule or directory), as [`Engine::mknod`] does: one created TEMPORARY is
+    /// unknown to the store from the start, not created in it and then left (decision 0066).
+    /// `category` is checked first, as [`Engine::set_category`] checks it.
+    pub fn create_file_in_category(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        category: &str,
+    ) -> Result<Attr, CategoryError> {
+        let (assigned, resolved) = self.checked_category(category, Origin::Api)?;
+        let new = NewInode {
+            category: Some((assigned, resolved)),
+            ..NewInode::plain(libc::S_IFREG | (mode & 0o7777), 0, b"")
+        };
+        self.create_inode(ctx, parent, name, new)
+            .map_err(CategoryError::Refused)
     }
 
     pub fn mkdir(&self, ctx: &Ctx, parent: Ino, name: &[u8], mode: u32) -> FsResult<Attr> {
-        self.create_inode(ctx, parent, name, libc::S_IFDIR | (mode & 0o7777), 0, b"")
+        let new = NewInode::plain(libc::S_IFDIR | (mode & 0o7777), 0, b"");
+        self.create_inode(ctx, parent, name, new)
     }
 
     pub fn symlink(&self, ctx: &Ctx, parent: Ino, name: &[u8], target: &[u8]) -> FsResult<Attr> {
-        self.create_inode(ctx, parent, name, libc::S_IFLNK | 0o777, 0, target)
+        self.create_inode(
+            ctx,
+            parent,
+            name,
+            NewInode::plain(libc::S_IFLNK | 0o777, 0, target),
+        )
     }
 
     fn create_inode(
@@ -122,10 +150,14 @@ impl Engine {
         ctx: &Ctx,
         parent: Ino,
         name: &[u8],
-        mut mode: u32,
-        rdev: u32,
-        target: &[u8],
+        new: NewInode<'_>,
     ) -> FsResult<Attr> {
+        let NewInode {
+            mut mode,
+            rdev,
+            target,
+            category: explicit,
+        } = new;
         let categories = self.categories();
         self.mutate(
             ctx,
@@ -141,7 +173,12 @@ impl Engine {
                 }
                 let (ino, generation) = m.state().table.next_allocation()?;
                 let kind = FileKind::from_mode(mode).ok_or(Errno::EINVAL)?;
-                let category = m.plan_category(&categories, parent, name, kind, ino);
+                let category = match &explicit {
+                    Some((assigned, resolved)) => {
+                        Some(m.plan_explicit_category(assigned.clone(), *resolved, ino))
+                    }
+                    None => m.plan_category(&categories, parent, name, kind, ino),
+                };
                 m.apply(&Op::Create {
                     parent,
                     name,
@@ -382,6 +419,27 @@ impl Engine {
         let atime = inode.atime();
         if atime <= inode.mtime_ns || atime <= inode.ctime_ns {
             inode.set_atime(self.now_ns());
+        }
+    }
+}
+
+/// What `Engine::create_inode` makes: its mode (with the type bits), device number, symlink
+/// target, and the category given by the library API, if any (else a rule's, the
+/// directory's or the store default).
+struct NewInode<'a> {
+    mode: u32,
+    rdev: u32,
+    target: &'a [u8],
+    category: Option<(Assigned, Resolved)>,
+}
+
+impl<'a> NewInode<'a> {
+    fn plain(mode: u32, rdev: u32, target: &'a [u8]) -> NewInode<'a> {
+        NewInode {
+            mode,
+            rdev,
+            target,
+            category: None,
         }
     }
 }

@@ -130,18 +130,30 @@ impl OpenOptions {
     /// (an inconsistent set of options, or a category that cannot be used), ELOOP and
     /// ENAMETOOLONG.
     pub fn open(&self, fs: &Fs, path: impl AsRef<Path>) -> io::Result<File> {
-        let file = self.open_inner(fs, path.as_ref()).map_err(errno)?;
-        if let Some(name) = &self.category {
+        let (file, created) = self.open_inner(fs, path.as_ref())?;
+        if let (Some(name), false) = (&self.category, created) {
             file.set_category(Some(name))?;
         }
         Ok(file)
     }
 
-    fn open_inner(&self, fs: &Fs, path: &Path) -> Result<File, Errno> {
+    /// The file opened, and whether it was created (then with its category, if any).
+    fn open_inner(&self, fs: &Fs, path: &Path) -> io::Result<(File, bool)> {
+        let mut created = false;
+        let file = self
+            .open_or_create(fs, path, &mut created)
+            .map_err(|e| match e {
+                OpenError::Errno(e) => errno(e),
+                OpenError::Category(e) => super::category_error(e),
+            })?;
+        Ok((file, created))
+    }
+
+    fn open_or_create(&self, fs: &Fs, path: &Path, created: &mut bool) -> Result<File, OpenError> {
         let writes = self.write || self.append;
         let needs_writing = self.truncate || self.create || self.create_new;
         if !writes && (!self.read || needs_writing) {
-            return Err(Errno::EINVAL);
+            return Err(Errno::EINVAL.into());
         }
         let engine = fs.engine();
         // The lookup of an existing name is counted as the kernel counts an open inode:
@@ -152,22 +164,38 @@ impl OpenOptions {
                 if name.is_some() {
                     engine.forget(attr.ino, 1);
                 }
-                return Err(Errno::EEXIST);
+                return Err(Errno::EEXIST.into());
             }
             (Some(attr), Some(_)) => attr,
             // The root, or a directory reached by "..": directories are not freed while
             // open, as they cannot be removed unless empty and an open one reads as empty.
             (Some(attr), None) => attr,
-            (None, _) if !(self.create || self.create_new) => return Err(Errno::ENOENT),
-            (None, _) if found.must_be_dir => return Err(Errno::EISDIR),
-            (None, Some(name)) => engine.mknod(
-                &fs.open_ctx(),
-                found.parent,
-                name,
-                libc::S_IFREG | self.mode,
-                0,
-            )?,
-            (None, None) => return Err(Errno::ENOENT),
+            (None, _) if !(self.create || self.create_new) => return Err(Errno::ENOENT.into()),
+            (None, _) if found.must_be_dir => return Err(Errno::EISDIR.into()),
+            (None, Some(name)) => {
+                *created = true;
+                match &self.category {
+                    // Created in its category: one that never reaches the store is not
+                    // created there first (decision 0066).
+                    Some(category) => engine
+                        .create_file_in_category(
+                            &fs.open_ctx(),
+                            found.parent,
+                            name,
+                            self.mode,
+                            category,
+                        )
+                        .map_err(OpenError::Category)?,
+                    None => engine.mknod(
+                        &fs.open_ctx(),
+                        found.parent,
+                        name,
+                        libc::S_IFREG | self.mode,
+                        0,
+                    )?,
+                }
+            }
+            (None, None) => return Err(Errno::ENOENT.into()),
         };
         let counted = found.name.is_some();
         let file = File {
@@ -181,7 +209,7 @@ impl OpenOptions {
             scratch: ReadBuf::new(),
         };
         if attr.kind == FileKind::Directory && writes {
-            return Err(Errno::EISDIR);
+            return Err(Errno::EISDIR.into());
         }
         if self.truncate && attr.kind == FileKind::RegularFile && attr.size_bytes > 0 {
             let set = SetAttr {
@@ -191,6 +219,19 @@ impl OpenOptions {
             engine.setattr(fs.ctx(), attr.ino, &set)?;
         }
         Ok(file)
+    }
+}
+
+/// Why `OpenOptions::open_or_create` failed.
+enum OpenError {
+    Errno(Errno),
+    /// The category to create the file in cannot be used.
+    Category(crate::category::CategoryError),
+}
+
+impl From<Errno> for OpenError {
+    fn from(e: Errno) -> Self {
+        OpenError::Errno(e)
     }
 }
 
@@ -307,7 +348,9 @@ impl File {
     /// Makes the file's data and attributes durable (fsync). The store commits every change
     /// before this one with it: one journal sync for all of them.
     pub fn sync_all(&self) -> io::Result<()> {
-        self.fs.sync()?;
+        // A file held out of the store (decision 0090) is made present first.
+        self.fs.engine().archive_for_sync(self.ino).map_err(errno)?;
+        self.fs.engine().sync()?;
         // A ROBUST or PARANOID file on a store whose mirror is degraded (decision 0077).
         self.fs
             .engine()
@@ -318,6 +361,19 @@ impl File {
     /// Makes the file's data durable (fdatasync; the same as [`File::sync_all`] here).
     pub fn sync_data(&self) -> io::Result<()> {
         self.sync_all()
+    }
+
+    /// Closes the file, as close(2): for a file durable at close (`lm=until_close`, e.g.
+    /// EDITED) it returns once the file's changes are durable, and says so if they could not
+    /// be made durable (dropping the handle does the same but can only log the failure).
+    pub fn close(mut self) -> io::Result<()> {
+        let durable_at_close = self.write && self.fs.engine().durable_at_close(self.ino);
+        // Drop must not sync again.
+        self.write = false;
+        if durable_at_close {
+            self.sync_all()?;
+        }
+        Ok(())
     }
 
     fn write_at(&mut self, buf: &[u8]) -> Result<usize, Errno> {
@@ -390,7 +446,7 @@ impl Drop for File {
         // `lm=until_close` (EDITED): durable once the handle is closed. A failure here has
         // no caller to go to; it is logged, and the commit interval still applies.
         if self.write && self.fs.engine().durable_at_close(self.ino) {
-            if let Err(e) = self.fs.sync() {
+            if let Err(e) = self.fs.engine().sync() {
                 tracing::error!("closing inode {}: not made durable: {e}", self.ino);
             }
         }

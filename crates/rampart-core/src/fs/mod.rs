@@ -172,8 +172,10 @@ impl Fs {
         self.inner.store.as_ref()
     }
 
-    /// Makes every change so far durable (sync(2) of the store: one journal commit).
+    /// Makes every change so far durable (sync(2) of the store: one journal commit), the
+    /// files held out of the store until their deadline too (decision 0090).
     pub fn sync(&self) -> io::Result<()> {
+        self.inner.engine.archive_all();
         self.inner.engine.sync()
     }
 

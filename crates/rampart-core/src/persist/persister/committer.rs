@@ -36,11 +36,17 @@ pub(super) fn commit_loop(persister: Weak<Persister>) {
             return;
         }
         let interval = p.config.commit_interval;
+        // The archiver's next held file (decision 0090): the engine is asked outside every
+        // persister lock (it takes only the archiver's).
+        let engine = lock(&p.engine).upgrade();
+        let archive_at = engine.as_ref().and_then(|e| e.archive_next_due());
+        drop(engine);
         {
             // Until the commit interval is up, or the earliest short deadline of what is
             // gathered (`due_at`), or someone asks for a commit. A wakeup that only moved
             // `due_at` earlier (`rearm`) sleeps again, until the new time.
             let interval_at = Instant::now() + interval;
+            let interval_at = archive_at.map_or(interval_at, |a| a.min(interval_at));
             let mut guard = locked(&p.pending);
             while guard.waiters.is_empty() && !p.stop.load(Ordering::Acquire) {
                 let at = guard.due_at.map_or(interval_at, |d| d.min(interval_at));
@@ -64,6 +70,8 @@ pub(super) fn commit_loop(persister: Weak<Persister>) {
         // with this commit: the commit-interval deadline holds for it too.
         if let Some(engine) = lock(&p.engine).upgrade() {
             engine.sync_passthrough_files();
+            // Held files whose time has come are made present, and committed now.
+            engine.archive_due(Instant::now());
         }
         {
             let writing = locked(&p.writing);
