@@ -26,7 +26,7 @@ use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::thread::{self, JoinHandle, ThreadId};
+use std::thread::{self, JoinHandle};
 
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
 use log::{debug, error, warn};
@@ -132,7 +132,12 @@ pub(crate) struct QueueShared {
     qid: u16,
     pending: Mutex<Vec<PendingReply>>,
     wake_fd: RawFd,
-    owner: Mutex<Option<ThreadId>>,
+}
+
+thread_local! {
+    /// The queue this thread runs (`Arc::as_ptr` of its `QueueShared`), 0 on other threads:
+    /// a reply sent from its own queue thread needs no wake-up, and telling so takes no lock.
+    static SERVING_QUEUE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 impl Drop for QueueShared {
@@ -182,7 +187,8 @@ impl UringSender {
             commit_id: self.commit_id,
             bytes,
         });
-        if *self.queue.owner.lock() != Some(thread::current().id()) {
+        let own_queue = SERVING_QUEUE.with(|q| q.get()) == Arc::as_ptr(&self.queue) as usize;
+        if !own_queue {
             let one: u64 = 1;
             // SAFETY: writing 8 bytes from a live u64 to the queue's eventfd.
             let n = unsafe { libc::write(self.queue.wake_fd, (&one as *const u64).cast(), 8) };
@@ -270,7 +276,6 @@ impl Prepared {
                     qid: qid as u16,
                     pending: Mutex::new(Vec::new()),
                     wake_fd,
-                    owner: Mutex::new(None),
                 }),
                 device: None,
             });
@@ -446,7 +451,7 @@ fn run_queue<FS: Filesystem>(
     event_loop: &SessionEventLoop<FS>,
 ) -> io::Result<()> {
     pin_to_cpu(usize::from(queue.qid));
-    *queue.shared.owner.lock() = Some(thread::current().id());
+    SERVING_QUEUE.with(|q| q.set(Arc::as_ptr(&queue.shared) as usize));
     let qid = queue.qid;
     let iovecs: Vec<[libc::iovec; 2]> = queue
         .entries
@@ -482,18 +487,18 @@ fn run_queue<FS: Filesystem>(
     let mut live_entries = queue.entries.len();
     // Whether an entry's command in flight is a REGISTER (else a COMMIT_AND_FETCH).
     let mut registering = vec![true; queue.entries.len()];
+    // Reused from one wake-up to the next: no allocation per pass.
+    let mut completions: Vec<(u64, i32)> = Vec::with_capacity(queue.entries.len() + 1);
+    let mut replies: Vec<PendingReply> = Vec::with_capacity(queue.entries.len());
     loop {
         match queue.ring.submit_and_wait(1) {
             Ok(_) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
             Err(e) => return Err(e),
         }
-        let completions: Vec<(u64, i32)> = queue
-            .ring
-            .completion()
-            .map(|c| (c.user_data(), c.result()))
-            .collect();
-        for (user_data, result) in completions {
+        completions.clear();
+        completions.extend(queue.ring.completion().map(|c| (c.user_data(), c.result())));
+        for &(user_data, result) in &completions {
             if user_data == WAKE_USER_DATA {
                 if result < 0 && result != -libc::EINTR && result != -libc::EAGAIN {
                     warn!("queue {qid}: eventfd read failed: {result}");
@@ -528,8 +533,9 @@ fn run_queue<FS: Filesystem>(
             debug!("queue {qid}: connection ended");
             return Ok(());
         }
-        let replies = std::mem::take(&mut *queue.shared.pending.lock());
-        for reply in replies {
+        debug_assert!(replies.is_empty());
+        std::mem::swap(&mut *queue.shared.pending.lock(), &mut replies);
+        for reply in replies.drain(..) {
             registering[reply.entry] = false;
             commit(queue, fuse_fd, reply)?;
         }
@@ -545,7 +551,8 @@ fn serve_request<FS: Filesystem>(queue: &PreparedQueue, index: usize, event_loop
     let request_len = ne_u32(header, 0) as usize;
     let commit_id = ne_u64(header, ENT_AT + 8);
     let payload_len = ne_u32(header, ENT_AT + 16) as usize;
-    let sender = crate::uring::UringSender {
+    // Made once per request, moved into it (each clone costs two atomic increments).
+    let make_sender = || crate::uring::UringSender {
         queue: queue.shared.clone(),
         entry: index,
         commit_id,
@@ -559,7 +566,7 @@ fn serve_request<FS: Filesystem>(queue: &PreparedQueue, index: usize, event_loop
             "queue {}: malformed request (len {request_len}, payload {payload_len})",
             queue.qid
         );
-        let _ = reply_errno(&sender, libc::EIO);
+        let _ = reply_errno(&make_sender(), libc::EIO);
         return;
     };
     let prefix = IN_HEADER_BYTES + op_len;
@@ -576,7 +583,7 @@ fn serve_request<FS: Filesystem>(queue: &PreparedQueue, index: usize, event_loop
         );
         std::slice::from_raw_parts(start, prefix + payload_len)
     };
-    match RequestWithSender::new_uring(sender.clone(), request) {
+    match RequestWithSender::new_uring(make_sender(), request) {
         Some(req) => {
             if let Ok(Operation::Destroy(_)) = req.request.operation() {
                 req.reply::<crate::ReplyEmpty>().ok();
@@ -585,7 +592,7 @@ fn serve_request<FS: Filesystem>(queue: &PreparedQueue, index: usize, event_loop
             }
         }
         None => {
-            let _ = reply_errno(&sender, libc::EIO);
+            let _ = reply_errno(&make_sender(), libc::EIO);
         }
     }
 }

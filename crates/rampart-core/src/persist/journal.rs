@@ -171,18 +171,41 @@ impl BatchHeader {
         })
     }
 
-    /// Appends the batch: this header (with `body_len` and `crc` computed here) and `body`.
-    fn frame(first_seq: u64, op_count: u32, base_time_ns: i64, body: &[u8], out: &mut Vec<u8>) {
-        let start = out.len();
-        out.extend_from_slice(&BATCH_MAGIC.to_le_bytes());
-        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        out.extend_from_slice(&[0; 4]); // crc, filled below
-        out.extend_from_slice(&first_seq.to_le_bytes());
-        out.extend_from_slice(&op_count.to_le_bytes());
-        out.extend_from_slice(&base_time_ns.to_le_bytes());
-        out.extend_from_slice(body);
-        let crc = crc32c::crc32c(&out[start + Self::CRC_FROM..]);
-        out[start + 8..start + 12].copy_from_slice(&crc.to_le_bytes());
+    /// Writes the header of the batch whose body follows it in `batch` (`batch[..32]` is
+    /// reserved for it), leaving the CRC to [`Unchecked::finish`]: the batch is framed where it
+    /// was encoded, without a copy.
+    fn frame_in_place(first_seq: u64, op_count: u32, base_time_ns: i64, batch: &mut [u8]) {
+        debug_assert!(batch.len() >= BATCH_HEADER_BYTES);
+        let body_len = (batch.len() - BATCH_HEADER_BYTES) as u32;
+        batch[0..4].copy_from_slice(&BATCH_MAGIC.to_le_bytes());
+        batch[4..8].copy_from_slice(&body_len.to_le_bytes());
+        batch[8..12].copy_from_slice(&[0; 4]);
+        batch[12..20].copy_from_slice(&first_seq.to_le_bytes());
+        batch[20..24].copy_from_slice(&op_count.to_le_bytes());
+        batch[24..32].copy_from_slice(&(base_time_ns as u64).to_le_bytes());
+    }
+}
+
+/// Whole framed batches whose CRCs are not computed yet: what [`BatchBuilder::take_frames`]
+/// hands out under the persister's `pending` lock, so that the CRCs (a pass over every byte)
+/// are computed after the lock is released.
+#[derive(Debug)]
+pub struct Unchecked(Vec<u8>);
+
+impl Unchecked {
+    /// Computes each batch's CRC: the framed batches, ready to be written.
+    pub fn finish(mut self) -> Vec<u8> {
+        let mut at = 0;
+        while at < self.0.len() {
+            let batch = &mut self.0[at..];
+            debug_assert!(BatchHeader::read(batch).is_some(), "a batch lost its magic");
+            let len = BATCH_HEADER_BYTES + le_u32(batch, 4) as usize;
+            let crc = crc32c::crc32c(&batch[BatchHeader::CRC_FROM..len]);
+            batch[8..12].copy_from_slice(&crc.to_le_bytes());
+            at += len;
+        }
+        debug_assert_eq!(at, self.0.len(), "a framed batch was cut");
+        self.0
     }
 }
 
@@ -453,6 +476,13 @@ fn find_next_valid(bytes: &[u8], from: usize, expected_seq: u64) -> Option<usize
 /// Builds batches: ops are encoded as they come, and `take_batch` frames what has gathered.
 /// A batch is sealed once its body passes half of `BATCH_BODY_BYTES_MAX`; as one op is at most
 /// 16 MiB, no batch ever passes the limit, however much gathers between two commits.
+///
+/// Ops are encoded after room left for their batch's header, so sealing a batch writes the
+/// header in front of it and hands the buffer over as it is; the one copy of a written page
+/// is its encoding (a sealed batch is copied only when another is already waiting, i.e. more
+/// than half of `BATCH_BODY_BYTES_MAX` gathered between two commits). The committer gives
+/// the buffer back once written ([`BatchBuilder::recycle`]), so the next batch does not grow
+/// a fresh one from nothing.
 #[derive(Debug)]
 pub struct BatchBuilder {
     next_seq: u64,
@@ -461,9 +491,12 @@ pub struct BatchBuilder {
     first_seq: u64,
     op_count: u32,
     base_time_ns: i64,
-    body: Vec<u8>,
-    /// Whole batches, framed, waiting for the next commit.
+    /// The open batch: `BATCH_HEADER_BYTES` reserved for its header, then its ops.
+    batch: Vec<u8>,
+    /// Whole batches, framed (but for their CRCs), waiting for the next commit.
     sealed: Vec<u8>,
+    /// A buffer written by a commit and given back, empty, for the next batch.
+    spare: Vec<u8>,
 }
 
 impl BatchBuilder {
@@ -474,8 +507,9 @@ impl BatchBuilder {
             first_seq: next_seq,
             op_count: 0,
             base_time_ns: 0,
-            body: Vec::new(),
+            batch: vec![0; BATCH_HEADER_BYTES],
             sealed: Vec::new(),
+            spare: Vec::new(),
         }
     }
 
@@ -501,7 +535,7 @@ impl BatchBuilder {
 
     /// Bytes gathered so far.
     pub fn body_bytes(&self) -> usize {
-        self.body.len() + self.sealed.len()
+        self.batch.len() - BATCH_HEADER_BYTES + self.sealed.len()
     }
 
     /// Encodes `op` into the open batch; returns its sequence number.
@@ -509,11 +543,11 @@ impl BatchBuilder {
         if self.op_count == 0 {
             self.base_time_ns = time_ns;
         }
-        codec::encode_op(op, self.base_time_ns, &mut self.body);
+        codec::encode_op(op, self.base_time_ns, &mut self.batch);
         self.op_count += 1;
         let seq = self.next_seq;
         self.next_seq += 1;
-        if self.body.len() > BATCH_BODY_BYTES_MAX / 2 {
+        if self.batch.len() - BATCH_HEADER_BYTES > BATCH_BODY_BYTES_MAX / 2 {
             self.seal();
         }
         seq
@@ -525,38 +559,72 @@ impl BatchBuilder {
             return;
         }
         assert!(
-            self.body.len() <= BATCH_BODY_BYTES_MAX,
+            self.batch.len() - BATCH_HEADER_BYTES <= BATCH_BODY_BYTES_MAX,
             "batch over the limit"
         );
-        BatchHeader::frame(
+        BatchHeader::frame_in_place(
             self.first_seq,
             self.op_count,
             self.base_time_ns,
-            &self.body,
-            &mut self.sealed,
+            &mut self.batch,
         );
-        // The next batch reuses the buffer: growing a fresh one from nothing by doubling
-        // copied every batch's bytes again (a tenth of a small-write workload's time). It
-        // keeps at most twice what this batch needed and never more than
-        // BATCH_BUFFER_KEPT_BYTES_MAX: after a burst of large writes the buffer would
-        // otherwise hold up to twice the largest batch for as long as the store stays idle.
-        let used = self.body.len();
-        self.body.clear();
-        self.body
-            .shrink_to(used.saturating_mul(2).min(BATCH_BUFFER_KEPT_BYTES_MAX));
+        if self.sealed.is_empty() {
+            // The usual case: one batch per commit, handed over without a copy.
+            let next = std::mem::take(&mut self.spare);
+            self.sealed = std::mem::replace(&mut self.batch, next);
+        } else {
+            self.sealed.extend_from_slice(&self.batch);
+            let used_bytes = self.batch.len();
+            self.batch.clear();
+            Self::trim(&mut self.batch, used_bytes);
+        }
+        debug_assert!(self.batch.is_empty());
+        self.batch.resize(BATCH_HEADER_BYTES, 0);
         self.first_seq = self.next_seq;
         self.op_count = 0;
     }
 
-    /// Frames everything gathered (one or more whole batches) and starts anew. None if
-    /// empty.
-    pub fn take_batch(&mut self) -> Option<Vec<u8>> {
+    /// Keeps at most twice what the last batch needed and never more than
+    /// BATCH_BUFFER_KEPT_BYTES_MAX of an empty buffer's capacity: after a burst of large
+    /// writes it would otherwise hold up to twice the largest batch for as long as the store
+    /// stays idle. (Growing a fresh buffer from nothing by doubling copied every batch's
+    /// bytes again: a tenth of a small-write workload's time.)
+    fn trim(buffer: &mut Vec<u8>, used_bytes: usize) {
+        debug_assert!(buffer.is_empty());
+        buffer.shrink_to(
+            used_bytes
+                .saturating_mul(2)
+                .min(BATCH_BUFFER_KEPT_BYTES_MAX),
+        );
+    }
+
+    /// Takes everything gathered (one or more whole batches, framed but for their CRCs) and
+    /// starts anew. None if empty. Cheap: meant to be called under a lock, with the CRCs
+    /// computed after it ([`Unchecked::finish`]).
+    pub fn take_frames(&mut self) -> Option<Unchecked> {
         self.seal();
         if self.sealed.is_empty() {
             return None;
         }
         self.taken_to = self.next_seq;
-        Some(std::mem::take(&mut self.sealed))
+        Some(Unchecked(std::mem::take(&mut self.sealed)))
+    }
+
+    /// Frames everything gathered (one or more whole batches) and starts anew. None if
+    /// empty.
+    pub fn take_batch(&mut self) -> Option<Vec<u8>> {
+        self.take_frames().map(Unchecked::finish)
+    }
+
+    /// Gives back a buffer that `take_batch` or `take_frames` returned, once written, for
+    /// the next batch to reuse (trimmed as a sealed batch's buffer is).
+    pub fn recycle(&mut self, mut buffer: Vec<u8>) {
+        let used_bytes = buffer.len();
+        buffer.clear();
+        Self::trim(&mut buffer, used_bytes);
+        if buffer.capacity() > self.spare.capacity() {
+            self.spare = buffer;
+        }
     }
 }
 
@@ -612,6 +680,41 @@ mod tests {
             let s = scan(&journal).unwrap();
             assert_eq!((s.batches.len(), s.tail.clone()), (i + 1, Tail::Clean));
         }
+    }
+
+    #[test]
+    fn batches_taken_in_recycled_buffers_scan_whole() {
+        // Each commit's buffer is given back and reused by the next batch (decision 0095):
+        // what a later commit takes must be framed and checksummed as if fresh.
+        let mut b = BatchBuilder::new(7);
+        let mut journal = Header {
+            base_seq: 7,
+            ..header()
+        }
+        .encode()
+        .to_vec();
+        for round in 0..4u64 {
+            let data = vec![round as u8; 1000 + 3000 * round as usize];
+            for i in 0..3 {
+                let op = Op::Write {
+                    ino: 2,
+                    offset: i * 4096,
+                    data: &data,
+                    time_ns: 0,
+                    kill_suidgid: false,
+                };
+                b.add(&op, round as i64);
+            }
+            let framed = b.take_frames().unwrap().finish();
+            journal.extend_from_slice(&framed);
+            b.recycle(framed);
+            let s = scan(&journal).unwrap();
+            assert_eq!(s.batches.len(), round as usize + 1);
+            assert_eq!(s.tail, Tail::Clean);
+            let last = s.batches.last().unwrap();
+            assert_eq!((last.first_seq, last.op_count), (7 + 3 * round, 3));
+        }
+        assert!(b.take_frames().is_none());
     }
 
     fn header() -> Header {

@@ -168,7 +168,7 @@ struct Pending {
 
 /// What a commit takes from what was gathered.
 struct Gathered {
-    framed: Option<Vec<u8>>,
+    framed: Option<journal::Unchecked>,
     next_seq: u64,
     host_files: std::collections::BTreeSet<String>,
     removals: Vec<String>,
@@ -553,7 +553,7 @@ impl Persister {
             p = p.wait_timeout(&self.group_closed, Duration::from_millis(10));
         }
         let taken = Gathered {
-            framed: p.builder.take_batch(),
+            framed: p.builder.take_frames(),
             next_seq: p.builder.next_seq(),
             host_files: std::mem::take(&mut p.host_files),
             removals: std::mem::take(&mut p.removals),
@@ -589,6 +589,8 @@ impl Persister {
             self.remove_host_files(&removals);
             return Ok(());
         };
+        // The CRCs are computed here, out of the `pending` lock that every op takes.
+        let framed = framed.finish();
         self.sync_host_files(&host_files);
         // One sync per batch: if several went out in one write, a crash could leave a later
         // batch whole and an earlier one missing (the file system orders the blocks of one
@@ -596,6 +598,7 @@ impl Persister {
         for batch in journal::framed_batches(&framed) {
             self.write_batch(batch)?;
         }
+        locked(&self.pending).builder.recycle(framed);
         {
             let mut d = locked(&self.durable);
             d.seq = d.seq.max(next_seq);

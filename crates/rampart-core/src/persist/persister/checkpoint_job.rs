@@ -112,7 +112,7 @@ impl CheckpointJob<'_> {
                 p.sync_host_files(&gathered.host_files);
                 // Removed at the next commit, once this journal is in place.
                 locked(&p.pending).removals.extend(gathered.removals);
-                if let Some(batch) = batch {
+                if let Some(batch) = batch.map(journal::Unchecked::finish) {
                     // One write holding several batches is safe here: the file is synced
                     // before it is renamed into place.
                     p.device.append(JOURNAL_TMP, &batch)?;
