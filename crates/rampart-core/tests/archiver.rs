@@ -590,3 +590,29 @@ fn the_library_makes_held_files_present_at_sync_all_sync_and_close() {
     assert_eq!(fs.read("synced.o").unwrap(), b"synced");
     assert_eq!(fs.category("kept.o").unwrap().name, "BUILD");
 }
+
+#[test]
+fn a_full_archiver_that_gives_up_the_file_being_created_journals_it_once() {
+    // The archiver is full of EVENTUAL files (due in 59 min); a BUILD file (due in 9 min) is
+    // the one due first when it is created, so it is the one made present at once: inside
+    // its own Create. Its Create must reach the journal once.
+    let (device, e, _p) = setup(9);
+    let c = Ctx::library(0, 0);
+    let d = e.mkdir(&c, ROOT_INO, b"cache", 0o755).unwrap().ino;
+    for i in 0..rampart_core::limits::HELD_FILES_MAX {
+        e.mknod(&c, d, format!("{i}.late").as_bytes(), FILE, 0)
+            .unwrap();
+    }
+    assert_eq!(e.held_files(), rampart_core::limits::HELD_FILES_MAX);
+    let o = e.mknod(&c, ROOT_INO, b"x.o", FILE, 0).unwrap().ino;
+    e.write(&c, o, 0, b"object", false).unwrap();
+    assert!(
+        e.known_to_store(o).unwrap(),
+        "the file due first is made present"
+    );
+    assert_eq!(e.held_files(), rampart_core::limits::HELD_FILES_MAX);
+    e.sync().unwrap();
+    let r = crash_and_recover(&device);
+    assert_eq!(content(&r, b"/x.o"), b"object");
+    assert_eq!(r.lookup_path(b"/x.o").unwrap().nlink, 1);
+}

@@ -146,11 +146,18 @@ pub(crate) fn hold_for(
 
 impl Mutation<'_> {
     /// Holds `ino`, just created unknown to the store, for `deadline` (decision 0090). A
-    /// full archiver makes the file due first present now.
-    pub(super) fn hold(&mut self, ino: Ino, deadline: Duration, parent: Ino, name: &[u8]) {
-        let Ok(inode) = self.state.inode(ino) else {
-            return;
-        };
+    /// full archiver returns the file due first (perhaps `ino`), for the caller to make
+    /// present once the Create is dealt with (`make_held_present`): made present within
+    /// it, `ino`'s Create would reach the journal twice.
+    #[must_use]
+    pub(super) fn hold(
+        &mut self,
+        ino: Ino,
+        deadline: Duration,
+        parent: Ino,
+        name: &[u8],
+    ) -> Option<(Ino, u32)> {
+        let inode = self.state.inode(ino).ok()?;
         let now = Instant::now();
         let margin = self.engine.categories().commit_interval();
         let held = Held {
@@ -159,10 +166,7 @@ impl Mutation<'_> {
             since: now,
             due: now + deadline.saturating_sub(margin),
         };
-        let early = self.engine.archiver.lock().hold(ino, held);
-        if let Some((first, generation)) = early {
-            self.make_held_present(first, generation);
-        }
+        self.engine.archiver.lock().hold(ino, held)
     }
 
     /// Makes held file `ino` (of `generation`) present in the store, if it still is held: it

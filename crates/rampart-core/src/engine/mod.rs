@@ -230,6 +230,9 @@ impl Mutation<'_> {
         if let Some((ino, _)) = removed {
             self.release_if_gone(ino);
         }
+        // A full archiver gives up the file due first (it may be this one): made present
+        // once this Create is dealt with, so that its Create reaches the levels once.
+        let mut early = None;
         if let Op::Create { ino, .. } = *op {
             if self.absent_create.take() == Some(ino) {
                 self.state.table.get_mut(ino)?.absent = true;
@@ -237,7 +240,7 @@ impl Mutation<'_> {
                     (self.hold_create, *op)
                 {
                     if held == ino {
-                        self.hold(ino, deadline, parent, name);
+                        early = self.hold(ino, deadline, parent, name);
                     }
                 }
             }
@@ -248,6 +251,10 @@ impl Mutation<'_> {
                 // Nothing reaches the levels; a host file the op left unused still goes.
                 let levels = self.engine.levels.read();
                 self.after_applied(&levels, op, &Route::VOLATILE);
+                drop(levels);
+                if let Some((first, generation)) = early {
+                    self.make_held_present(first, generation);
+                }
                 return Ok(());
             }
             policy::Presence::Tell => *op,
@@ -268,6 +275,9 @@ impl Mutation<'_> {
         levels.applied_in(&self.state, &told, &route);
         drop(levels);
         self.route = self.route.stronger(route);
+        if let Some((first, generation)) = early {
+            self.make_held_present(first, generation);
+        }
         Ok(())
     }
 
