@@ -616,3 +616,34 @@ fn a_full_archiver_that_gives_up_the_file_being_created_journals_it_once() {
     assert_eq!(content(&r, b"/x.o"), b"object");
     assert_eq!(r.lookup_path(b"/x.o").unwrap().nlink, 1);
 }
+
+#[test]
+fn a_known_file_exchanged_with_a_held_one_is_never_lost() {
+    // RENAME_EXCHANGE is symmetric: the held file may be either side. Here the known file is
+    // the source, then the name it leaves for the held file's is unlinked (the old content).
+    let (device, e, _p) = setup(10);
+    let c = Ctx::library(0, 0);
+    let old = e.mknod(&c, ROOT_INO, b"lib.o", FILE, 0).unwrap().ino;
+    e.write(&c, old, 0, b"old", false).unwrap();
+    fsync(&e, old);
+    assert!(e.known_to_store(old).unwrap());
+    let new = e.mknod(&c, ROOT_INO, b"lib.o.new.o", FILE, 0).unwrap().ino;
+    e.write(&c, new, 0, b"new", false).unwrap();
+    e.rename(
+        &c,
+        ROOT_INO,
+        b"lib.o",
+        ROOT_INO,
+        b"lib.o.new.o",
+        rampart_core::op::RENAME_EXCHANGE,
+    )
+    .unwrap();
+    e.unlink(&c, ROOT_INO, b"lib.o.new.o").unwrap();
+    e.sync().unwrap();
+    let r = crash_and_recover(&device);
+    let got = r.lookup_path(b"/lib.o").map(|_| content(&r, b"/lib.o"));
+    assert!(
+        got.as_deref() == Ok(b"new".as_slice()) || got.as_deref() == Ok(b"old".as_slice()),
+        "lib.o lost both: {got:?}"
+    );
+}

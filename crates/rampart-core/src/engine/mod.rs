@@ -191,17 +191,27 @@ impl Mutation<'_> {
                 name,
                 new_parent,
                 new_name,
+                flags,
                 ..
             } => {
                 // A held file renamed over one the store knows (the atomic-replace pattern):
-                // made present first, so that a crash never loses both (decision 0090).
+                // made present first, so that a crash never loses both (decision 0090). An
+                // exchange is symmetric: the held file may be either side.
+                let known = |m: &Self, parent, name| {
+                    m.state
+                        .child(parent, name)
+                        .is_ok_and(|(t, _)| m.state.inode(t).is_ok_and(|i| !i.absent))
+                };
                 if let Some((ino, generation)) = self.held_at(parent, name) {
-                    let target_known = self
-                        .state
-                        .child(new_parent, new_name)
-                        .is_ok_and(|(t, _)| self.state.inode(t).is_ok_and(|i| !i.absent));
-                    if target_known {
+                    if known(self, new_parent, new_name) {
                         self.make_held_present(ino, generation);
+                    }
+                }
+                if flags & crate::op::RENAME_EXCHANGE != 0 {
+                    if let Some((ino, generation)) = self.held_at(new_parent, new_name) {
+                        if known(self, parent, name) {
+                            self.make_held_present(ino, generation);
+                        }
                     }
                 }
                 (
