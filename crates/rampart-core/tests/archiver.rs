@@ -647,3 +647,29 @@ fn a_known_file_exchanged_with_a_held_one_is_never_lost() {
         "lib.o lost both: {got:?}"
     );
 }
+
+/// Past the names it tracks (4), the archiver keeps none: a link after that must not start a
+/// list that misses the others (the debug check in `make_present` fails on it; a release
+/// build scans).
+#[test]
+fn a_held_file_linked_past_the_names_tracked_is_made_present_under_all_of_them() {
+    let (device, e, _p) = setup(11);
+    let c = Ctx::library(0, 0);
+    let f = e.mknod(&c, ROOT_INO, b"n0.o", FILE, 0).unwrap().ino;
+    e.write(&c, f, 0, b"linked", false).unwrap();
+    for i in 1..=6 {
+        e.link(&c, f, ROOT_INO, format!("n{i}.o").as_bytes())
+            .unwrap();
+    }
+    e.unlink(&c, ROOT_INO, b"n3.o").unwrap();
+    e.link(&c, f, ROOT_INO, b"n7.o").unwrap();
+    assert!(!e.known_to_store(f).unwrap());
+    fsync(&e, f);
+    assert!(e.known_to_store(f).unwrap());
+    let r = crash_and_recover(&device);
+    for i in [0, 1, 2, 4, 5, 6, 7] {
+        assert_eq!(content(&r, format!("/n{i}.o").as_bytes()), b"linked");
+    }
+    assert!(r.lookup_path(b"/n3.o").is_err());
+    assert_eq!(r.lookup_path(b"/n0.o").unwrap().nlink, 7);
+}

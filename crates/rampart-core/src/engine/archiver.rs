@@ -33,6 +33,9 @@ pub(crate) struct Held {
     /// no scan of every directory; `policy::make_present` checks them and scans when they do
     /// not add up. At most `HELD_NAMES_MAX`; past that, none (the scan finds them).
     names: Vec<(Ino, Vec<u8>)>,
+    /// It had more names than `HELD_NAMES_MAX` once: `names` is no longer kept (a link
+    /// after that must not start a list that misses the others).
+    names_untracked: bool,
     /// When it was created: its oldest change not in the store.
     since: Instant,
     /// When it is made present: its deadline less one commit interval.
@@ -104,11 +107,14 @@ impl Archiver {
             h.names.retain(|(hp, hn)| !(*hp == p && hn == n));
         }
         if let Some((p, n)) = to {
-            if h.names.len() < HELD_NAMES_MAX {
+            if h.names_untracked {
+                // The scan finds them.
+            } else if h.names.len() < HELD_NAMES_MAX {
                 h.names.push((p, n.to_vec()));
             } else {
                 // Past the bound: make_present scans for them.
                 h.names.clear();
+                h.names_untracked = true;
             }
         }
     }
@@ -163,6 +169,7 @@ impl Mutation<'_> {
         let held = Held {
             generation: inode.generation,
             names: vec![(parent, name.to_vec())],
+            names_untracked: false,
             since: now,
             due: now + deadline.saturating_sub(margin),
         };
@@ -405,6 +412,7 @@ mod tests {
         let held = |secs: u64| Held {
             generation: 1,
             names: Vec::new(),
+            names_untracked: false,
             since: now,
             due: now + Duration::from_secs(secs),
         };
