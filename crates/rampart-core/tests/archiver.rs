@@ -713,3 +713,36 @@ fn a_large_held_file_is_made_present_whole_or_not_at_all() {
         }
     }
 }
+
+/// fsync of a directory naming more held files than one mutation makes present: every one of
+/// them is made present (in rounds), and the directory's other entries are left alone.
+#[test]
+fn fsync_of_a_directory_with_many_held_files_makes_all_of_them_present() {
+    let (device, e, _p) = setup(13);
+    let c = Ctx::library(0, 0);
+    let d = e.mkdir(&c, ROOT_INO, b"out", 0o755).unwrap().ino;
+    let files: Vec<u64> = (0..600)
+        .map(|i| {
+            let f = e
+                .mknod(&c, d, format!("{i}.o").as_bytes(), FILE, 0)
+                .unwrap()
+                .ino;
+            e.write(&c, f, 0, format!("object {i}").as_bytes(), false)
+                .unwrap();
+            f
+        })
+        .collect();
+    let elsewhere = e.mknod(&c, ROOT_INO, b"other.o", FILE, 0).unwrap().ino;
+    fsync(&e, d);
+    assert!(files.iter().all(|&f| e.known_to_store(f).unwrap()));
+    assert!(!e.known_to_store(elsewhere).unwrap());
+    assert_eq!(e.held_files(), 1);
+    let r = crash_and_recover(&device);
+    for i in 0..600 {
+        let path = format!("/out/{i}.o");
+        assert_eq!(
+            content(&r, path.as_bytes()),
+            format!("object {i}").as_bytes()
+        );
+    }
+}

@@ -330,41 +330,65 @@ impl Engine {
     }
 
     /// Before an fsync of `ino`: a held file is made present, and for a directory its held
-    /// entries (decision 0090), so that the sync that follows makes them durable.
+    /// entries (decision 0090), so that the sync that follows makes them durable. A directory
+    /// may name many: they are made present as many as one mutation takes at a time (as
+    /// `archive` does), so that neither the engine's lock nor the pending batch grows with
+    /// their number and size.
     pub fn archive_for_sync(&self, ino: Ino) -> FsResult<()> {
         if self.archiver.lock().is_empty() {
             return Ok(());
         }
+        let targets: Vec<(Ino, u32)> = {
+            let state = self.read_state();
+            let inode = state.inode(ino)?;
+            let held = |ino: Ino| {
+                let generation = state.inode(ino).ok()?.generation;
+                let archiver = self.archiver.lock();
+                archiver.get(ino, generation).map(|_| (ino, generation))
+            };
+            match inode.kind() {
+                FileKind::Directory => {
+                    let mut children = Vec::new();
+                    if let Some(dir) = inode.dir() {
+                        dir.list_from(0, |e| {
+                            if e.kind_code == FileKind::RegularFile.code() {
+                                children.push(e.ino);
+                            }
+                            true
+                        });
+                    }
+                    children.into_iter().filter_map(held).collect()
+                }
+                _ => held(ino).into_iter().collect(),
+            }
+        };
         let kernel = Ctx {
             kernel: true,
             ..Ctx::library(0, 0)
         };
-        self.mutate(
-            &kernel,
-            |m, _| {
-                let inode = m.state().inode(ino)?;
-                let targets: Vec<(Ino, u32)> = match inode.kind() {
-                    FileKind::Directory => {
-                        let mut children = Vec::new();
-                        if let Some(dir) = inode.dir() {
-                            dir.list_from(0, |e| {
-                                if e.kind_code == FileKind::RegularFile.code() {
-                                    children.push(e.ino);
-                                }
-                                true
-                            });
+        let mut rest = &targets[..];
+        while !rest.is_empty() {
+            let n = self.mutate(
+                &kernel,
+                |m, _| {
+                    let mut bytes = 0u64;
+                    let mut n = 0;
+                    for &(target, generation) in rest.iter().take(HELD_PRESENT_PER_MUTATION_MAX) {
+                        if bytes >= HELD_PRESENT_BYTES_PER_MUTATION_MAX {
+                            break;
                         }
-                        children.into_iter().filter_map(|c| m.held(c)).collect()
+                        bytes += m.state().inode(target).map_or(0, |i| i.size_bytes);
+                        // One made present meanwhile (or gone) is left as it is.
+                        m.make_held_present(target, generation);
+                        n += 1;
                     }
-                    _ => m.held(ino).into_iter().collect(),
-                };
-                for (target, generation) in targets {
-                    m.make_held_present(target, generation);
-                }
-                Ok(())
-            },
-            |_| Vec::new(),
-        )
+                    Ok(n)
+                },
+                |_| Vec::new(),
+            )?;
+            rest = &rest[n..];
+        }
+        Ok(())
     }
 
     /// Whether `ino` is held, for how long yet, and since when.
