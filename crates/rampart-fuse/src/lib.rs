@@ -7,6 +7,7 @@
 
 mod adapter;
 mod bdi;
+mod cache_policy;
 pub mod counters;
 mod direct_io;
 mod disk_reads;

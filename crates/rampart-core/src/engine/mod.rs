@@ -174,6 +174,9 @@ pub(crate) struct Mutation<'e> {
     _rank: lock_order::Held,
 }
 
+/// A held file (inode, generation), where one is named.
+type HeldAt = Option<(crate::attr::Ino, u32)>;
+
 impl Mutation<'_> {
     /// The state as the ops applied so far left it.
     pub(crate) fn state(&self) -> &State {
@@ -182,9 +185,69 @@ impl Mutation<'_> {
 
     /// Applies `op` and hands it to the levels with what the policy says it must honour.
     pub(crate) fn apply(&mut self, op: &Op<'_>) -> FsResult<()> {
+        let (moved, removed) = self.held_names_before(op);
+        let privileges = |state: &State, ino| state.inode(ino).ok().map(privileges_of);
+        let watched = attributes_not_in_reply(op);
+        let before = watched.and_then(|ino| privileges(&self.state, ino));
+        let seen = policy::before(&self.state, op);
+        self.state.apply(op)?;
+        if matches!(op, Op::Rename { .. } | Op::Rmdir { .. }) {
+            self.engine.namespace_epoch.fetch_add(1, Ordering::Release);
+        }
+        if let Some(ino) = watched {
+            if before != privileges(&self.state, ino) {
+                self.behind_kernel.push(Invalidation::Attributes { ino });
+            }
+        }
+        if moved.is_some() || removed.is_some() || matches!(op, Op::Link { .. }) {
+            self.track_held_names(op, moved.map(|(i, _)| i), removed.map(|(i, _)| i));
+        }
+        if let Some((ino, _)) = removed {
+            self.release_if_gone(ino);
+        }
+        let early = self.hold_if_created(op)?;
+        let (presence, needed) = policy::presence(&self.state, op, &seen);
+        let told = match presence {
+            policy::Presence::Skip => {
+                // Nothing reaches the levels; a host file the op left unused still goes.
+                let levels = self.engine.levels.read();
+                self.after_applied(&levels, op, &Route::VOLATILE);
+                drop(levels);
+                if let Some((first, generation)) = early {
+                    self.make_held_present(first, generation);
+                }
+                return Ok(());
+            }
+            policy::Presence::Tell => *op,
+            policy::Presence::Instead(instead) => instead,
+        };
+        let mut route = policy::route(&self.state, &told);
+        if let Some(moved) = seen.moved {
+            // Removing or moving a SAFE file is as strong as creating one (MBFS §5.4).
+            route = route.stronger(Route::store(moved));
+        }
+        if let Some(dir) = needed {
+            self.make_present(dir, route);
+        }
+        let levels = self.engine.levels.read();
+        // Before the op is handed over: a commit may take it at once, and must find its host
+        // file among those to sync first.
+        self.after_applied(&levels, &told, &route);
+        levels.applied_in(&self.state, &told, &route);
+        drop(levels);
+        self.route = self.route.stronger(route);
+        if let Some((first, generation)) = early {
+            self.make_held_present(first, generation);
+        }
+        Ok(())
+    }
+
+    /// The held files whose names `op` moves or removes (source, target), before it is
+    /// applied; a held file renamed over one the store knows is made present first.
+    fn held_names_before(&mut self, op: &Op<'_>) -> (HeldAt, HeldAt) {
         // The held files whose names this op moves or removes (source, target): the archiver
         // tracks their names, and forgets one deleted before its deadline.
-        let (moved, removed) = match *op {
+        match *op {
             Op::Unlink { parent, name, .. } => (None, self.held_at(parent, name)),
             Op::Rename {
                 parent,
@@ -220,26 +283,13 @@ impl Mutation<'_> {
                 )
             }
             _ => (None, None),
-        };
-        let privileges = |state: &State, ino| state.inode(ino).ok().map(privileges_of);
-        let watched = attributes_not_in_reply(op);
-        let before = watched.and_then(|ino| privileges(&self.state, ino));
-        let seen = policy::before(&self.state, op);
-        self.state.apply(op)?;
-        if matches!(op, Op::Rename { .. } | Op::Rmdir { .. }) {
-            self.engine.namespace_epoch.fetch_add(1, Ordering::Release);
         }
-        if let Some(ino) = watched {
-            if before != privileges(&self.state, ino) {
-                self.behind_kernel.push(Invalidation::Attributes { ino });
-            }
-        }
-        if moved.is_some() || removed.is_some() || matches!(op, Op::Link { .. }) {
-            self.track_held_names(op, moved.map(|(i, _)| i), removed.map(|(i, _)| i));
-        }
-        if let Some((ino, _)) = removed {
-            self.release_if_gone(ino);
-        }
+    }
+
+    /// After a Create of an inode unknown to the store: marks it absent and gives it to
+    /// the archiver if held; the file a full archiver gives up, to make present once the
+    /// Create is dealt with.
+    fn hold_if_created(&mut self, op: &Op<'_>) -> FsResult<HeldAt> {
         // A full archiver gives up the file due first (it may be this one): made present
         // once this Create is dealt with, so that its Create reaches the levels once.
         let mut early = None;
@@ -255,40 +305,7 @@ impl Mutation<'_> {
                 }
             }
         }
-        let (presence, needed) = policy::presence(&self.state, op, &seen);
-        let told = match presence {
-            policy::Presence::Skip => {
-                // Nothing reaches the levels; a host file the op left unused still goes.
-                let levels = self.engine.levels.read();
-                self.after_applied(&levels, op, &Route::VOLATILE);
-                drop(levels);
-                if let Some((first, generation)) = early {
-                    self.make_held_present(first, generation);
-                }
-                return Ok(());
-            }
-            policy::Presence::Tell => *op,
-            policy::Presence::Instead(instead) => instead,
-        };
-        let mut route = policy::route(&self.state, &told);
-        if let Some(moved) = seen.moved {
-            // Removing or moving a SAFE file is as strong as creating one (MBFS §5.4).
-            route = route.stronger(Route::store(moved));
-        }
-        if let Some(dir) = needed {
-            self.make_present(dir, route);
-        }
-        let levels = self.engine.levels.read();
-        // Before the op is handed over: a commit may take it at once, and must find its host
-        // file among those to sync first.
-        self.after_applied(&levels, &told, &route);
-        levels.applied_in(&self.state, &told, &route);
-        drop(levels);
-        self.route = self.route.stronger(route);
-        if let Some((first, generation)) = early {
-            self.make_held_present(first, generation);
-        }
-        Ok(())
+        Ok(early)
     }
 
     /// Runs `f`, whose ops' records the levels commit whole (`Level::group`): an op that
