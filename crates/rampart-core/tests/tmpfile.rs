@@ -217,6 +217,7 @@ fn an_unnamed_file_in_a_temporary_directory_never_reaches_the_journal() {
     e.link(&KERNEL, t.ino, tmp, b"scratch").unwrap();
     e.link(&KERNEL, t.ino, ROOT_INO, b"also").unwrap();
     assert!(!e.known_to_store(t.ino).unwrap());
+    assert!(e.check().is_empty(), "{:?}", e.check());
     e.write(&KERNEL, t.ino, 10_000, b"more", false).unwrap();
     e.sync().unwrap();
     assert_eq!(
@@ -237,4 +238,29 @@ fn an_unnamed_file_without_a_directory_category_gets_the_store_default() {
     let info = e.category(t.ino).unwrap();
     assert_eq!(info.origin, Origin::Default);
     assert_eq!(info.durability, Durability::default());
+}
+
+#[test]
+fn a_temporary_unnamed_file_named_then_made_safe_reaches_the_store_whole() {
+    let device = Arc::new(SimDevice::new(16));
+    let (e, _p) = mount(device.clone());
+    let tmp = e.mkdir(&KERNEL, ROOT_INO, b"tmp", 0o755).unwrap().ino;
+    e.set_category(&KERNEL, tmp, Some("TEMPORARY"), Origin::Xattr)
+        .unwrap();
+    let t = e.tmpfile(&KERNEL, tmp, 0o600, true).unwrap();
+    e.write(&KERNEL, t.ino, 0, b"kept after all", false)
+        .unwrap();
+    e.link(&KERNEL, t.ino, tmp, b"a").unwrap();
+    e.link(&KERNEL, t.ino, ROOT_INO, b"b").unwrap();
+    assert!(!e.known_to_store(t.ino).unwrap());
+    // Its category now reaches the store: created there under both names, before it returns.
+    e.set_category(&KERNEL, t.ino, Some("SAFE"), Origin::Xattr)
+        .unwrap();
+    assert!(e.known_to_store(t.ino).unwrap());
+    let r = after_crash(&device);
+    for path in [&b"/tmp/a"[..], b"/b"] {
+        let a = r.lookup_path(path).unwrap();
+        assert_eq!((a.ino, a.nlink), (t.ino, 2));
+        assert_eq!(read_all(&r, a.ino, a.size_bytes), b"kept after all");
+    }
 }
