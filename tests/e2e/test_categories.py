@@ -510,7 +510,12 @@ def test_held_files_reach_the_store_only_if_they_live_long_enough(test_base, ram
     with open(p / "build" / "x.o", "wb") as f:
         f.write(HELD_MARKER * 1000)
     assert category(p / "build" / "x.o") == "OBJECT"
+    status = m.status()
+    assert (status["held_files"], status["categories"]["OBJECT"]["held_files"]) == (1, 1), status
+    assert status["categories"]["SOON"]["held_files"] == 0, status["categories"]
     os.unlink(p / "build" / "x.o")
+    status = m.status()
+    assert (status["held_files"], status["categories"]["OBJECT"]["held_files"]) == (0, 0), status
     os.fsync(sync_point)
     assert journal_len(m) == journal_before, "a deleted held file reached the journal"
     assert store_holds(m, HELD_MARKER) == []
@@ -538,6 +543,9 @@ def test_held_files_reach_the_store_only_if_they_live_long_enough(test_base, ram
     assert "held:      out of the store until" in text.stdout, text.stdout
     status = m.status()
     assert status["categories"]["OBJECT"]["bytes_at_risk"] >= 1200, status["categories"]
+    # y.o only: z.o was synced, lib.o.new.o made present by its rename over a known file.
+    assert status["categories"]["OBJECT"]["held_files"] == 1, status["categories"]
+    assert "held_files: 1 " in m.cli("status", str(p)).stdout
     os.close(sync_point)
     if end == "kill-9":
         crash(m)

@@ -62,7 +62,7 @@ def test_bytes_per_category_in_status_metrics_and_stat(test_base, rampart_env, c
 
     st = m.status()
     jsonschema.validate(st, SCHEMA, cls=jsonschema.Draft202012Validator)
-    assert st["schema_minor_version"] == 2
+    assert st["schema_minor_version"] == 3
     cats = st["categories"]
 
     def figures(name):
@@ -87,11 +87,33 @@ def test_bytes_per_category_in_status_metrics_and_stat(test_base, rampart_env, c
     assert cats["EVENTUAL"]["deadline_ms"] == 3_600_000
     assert cats["QUICK"]["deadline_ms"] == 1000
 
+    assert st["held_files"] == 0 and cats["EVENTUAL"]["held_files"] == 0, st
+    # A file created EVENTUAL (its directory's; an hour, past the commit interval) is held out
+    # of the store (decision 0090): counted while it lives.
+    os.mkdir(p / "ev")
+    os.setxattr(p / "ev", "user.rampart.category", b"EVENTUAL")
+    write_file(p / "ev" / "held", b"h" * 900)
+    st = m.status()
+    jsonschema.validate(st, SCHEMA, cls=jsonschema.Draft202012Validator)
+    assert st["held_files"] == 1 and st["categories"]["EVENTUAL"]["held_files"] == 1, st
+    assert st["categories"]["SOON"]["held_files"] == 0, st["categories"]
+
     metrics = scrape(sock)
 
     def sample(name, **labels):
         text = ",".join(f'{k}="{v}"' for k, v in labels.items())
         return metrics[(name, "{" + text + "}")]
+
+    assert sample("rampart_category_held_files", category="EVENTUAL") == 1
+    assert sample("rampart_category_held_files", category="SOON") == 0
+    held_line = [line for line in m.cli("status", str(p)).stdout.splitlines()
+                 if line.startswith("held_files:")]
+    assert held_line and held_line[0].split()[1] == "1", held_line
+    os.unlink(p / "ev" / "held")
+    st = m.status()
+    assert st["held_files"] == 0 and st["categories"]["EVENTUAL"]["held_files"] == 0, st
+    metrics = scrape(sock)
+    assert sample("rampart_category_held_files", category="EVENTUAL") == 0
 
     assert sample("rampart_category_bytes", category="GENERATED", tier="disk") == MiB
     assert sample("rampart_category_bytes", category="GENERATED", tier="memory") == 7000

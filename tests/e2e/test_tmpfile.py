@@ -13,8 +13,9 @@ import tempfile
 import pytest
 
 from e2e_helpers import IS_TMPFS, NOBODY_UID, nobody_py, read_file, write_file
-from test_persistence import (assert_fsck_clean_after_crash, assert_no_panic, crash, new_mount,
-                              remount, unmount)
+from test_categories import LONG, configured
+from test_persistence import (assert_fsck_clean_after_crash, assert_no_panic, crash, journal_len,
+                              new_mount, remount, unmount)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 AT_FDCWD = -100
@@ -176,6 +177,7 @@ def test_python_tempfile_uses_o_tmpfile_without_fallback(d, monkeypatch):
 # ---- the store: nothing of an unnamed file, all of a named one -----------------------------
 
 MARKER = b"unnamed-file-marker-7f3a9c"
+NAME_MARKER = "unnamed-name-marker-40b1"
 
 
 def _store_holds(m, needle):
@@ -245,6 +247,73 @@ def test_a_named_unnamed_file_is_durable(test_base, rampart_env, cleanup_mounts,
     assert (st.st_uid, st.st_gid, st.st_mtime_ns) == (before.st_uid, before.st_gid, before.st_mtime_ns)
     assert os.getxattr(path, "user.origin") == b"tmpfile"
     assert os.listdir(sub) == ["kept"]
+    unmount(m)
+    assert_no_panic(m)
+
+
+# ---- categories: an unnamed file gets its directory's (decision 0091) ------------------------
+
+
+def _category_of_fd(fd):
+    return os.getxattr(f"/proc/self/fd/{fd}", "user.rampart.category").decode()
+
+
+@pytest.mark.rampart_only("categories are rampart's")
+@pytest.mark.parametrize("writeback", ["on", "off"], ids=["writeback-cache", "no-writeback-cache"])
+def test_an_unnamed_file_in_a_safe_directory_is_durable_when_write_returns(
+        test_base, rampart_env, cleanup_mounts, writeback):
+    # rampart.toml names SAFE, so OPEN is answered; nothing commits within five minutes.
+    m = configured(test_base, rampart_env, f"unnamed-safe-{writeback}", cleanup_mounts,
+                   opts=LONG + ("--writeback-cache", writeback))
+    safe = m.path / "safe"
+    os.mkdir(safe)
+    os.setxattr(safe, "user.rampart.category", b"SAFE")
+    first, second = os.urandom(200_000), os.urandom(100_000)
+    fd = tmpfile(safe)
+    assert _category_of_fd(fd) == "SAFE"
+    os.write(fd, first)
+    link_by_proc(fd, safe / "kept")
+    assert os.pwrite(fd, second, len(first)) == len(second)
+    crash(m)  # no fsync, no close: the writes returned
+    assert_fsck_clean_after_crash(m)
+    try:
+        os.close(fd)
+    except OSError:
+        pass  # the connection is gone
+    remount(m)
+    assert read_file(safe / "kept") == first + second
+    assert os.getxattr(safe / "kept", "user.rampart.category") == b"SAFE"
+    unmount(m)
+    assert_no_panic(m)
+
+
+@pytest.mark.rampart_only("reads the store")
+def test_an_unnamed_file_in_a_temporary_directory_leaves_nothing_in_the_journal(
+        test_base, rampart_env, cleanup_mounts):
+    m = configured(test_base, rampart_env, "unnamed-temporary", cleanup_mounts)
+    tmp = m.path / "tmp"
+    os.mkdir(tmp)
+    os.setxattr(tmp, "user.rampart.category", b"TEMPORARY")
+    os.sync()
+    journal_before = journal_len(m)
+    fd = tmpfile(tmp)
+    try:
+        assert _category_of_fd(fd) == "TEMPORARY"
+        os.write(fd, MARKER * 20_000)
+        link_by_proc(fd, tmp / NAME_MARKER)  # named: still unknown to the store (0066)
+        os.write(fd, MARKER)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    assert os.getxattr(tmp / NAME_MARKER, "user.rampart.category") == b"TEMPORARY"
+    os.sync()
+    assert journal_len(m) == journal_before
+    assert _store_holds(m, MARKER) == []
+    assert _store_holds(m, NAME_MARKER.encode()) == []
+    unmount(m)
+    assert _store_holds(m, NAME_MARKER.encode()) == []
+    remount(m)
+    assert os.listdir(tmp) == []
     unmount(m)
     assert_no_panic(m)
 

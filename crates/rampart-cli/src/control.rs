@@ -90,9 +90,9 @@ impl From<&LatencyHistogram> for Latency {
 /// field changes meaning or goes away; new fields keep it.
 pub const STATUS_SCHEMA_VERSION: u32 = 1;
 
-/// Raised when fields are added (`categories`: 1, `writeback_cache`: 2); consumers of the same
-/// [`STATUS_SCHEMA_VERSION`] read any minor version.
-pub const STATUS_SCHEMA_MINOR_VERSION: u32 = 2;
+/// Raised when fields are added (`categories`: 1, `writeback_cache`: 2, `held_files`: 3);
+/// consumers of the same [`STATUS_SCHEMA_VERSION`] read any minor version.
+pub const STATUS_SCHEMA_MINOR_VERSION: u32 = 3;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Status {
@@ -152,6 +152,10 @@ pub struct Status {
     /// Per category, by name: files, bytes per tier, bytes not yet durable and deadlines.
     #[serde(default)]
     pub categories: BTreeMap<String, CategoryFigures>,
+    /// Regular files the archiver holds out of the store until their deadline (decision
+    /// 0090), all categories together.
+    #[serde(default)]
+    pub held_files: u64,
     /// The store's second copy (DA2), on a mirrored store (decision 0077).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mirror: Option<MirrorStatus>,
@@ -174,6 +178,10 @@ pub struct CategoryFigures {
     pub deadline_ms: Option<f64>,
     /// The longest any change of it waited before it was in the store, since the mount.
     pub lag_ms_max: f64,
+    /// Its regular files the archiver holds out of the store until their deadline (decision
+    /// 0090); 0 from a daemon before minor version 3.
+    #[serde(default)]
+    pub held_files: u64,
 }
 
 impl From<&rampart_core::CategoryStatus> for CategoryFigures {
@@ -188,6 +196,7 @@ impl From<&rampart_core::CategoryStatus> for CategoryFigures {
             oldest_at_risk_age_ms: c.oldest_at_risk_age.map(ms),
             deadline_ms: c.deadline.map(ms),
             lag_ms_max: ms(c.lag_max),
+            held_files: c.held_files,
         }
     }
 }
@@ -240,14 +249,16 @@ pub fn status_of(sources: &Sources) -> Status {
         writeback_cache,
     } = sources;
     let s = engine.stats();
+    let categories: BTreeMap<String, CategoryFigures> = engine
+        .category_status()
+        .iter()
+        .map(|c| (c.name.clone(), CategoryFigures::from(c)))
+        .collect();
     Status {
         schema_version: STATUS_SCHEMA_VERSION,
         schema_minor_version: STATUS_SCHEMA_MINOR_VERSION,
-        categories: engine
-            .category_status()
-            .iter()
-            .map(|c| (c.name.clone(), CategoryFigures::from(c)))
-            .collect(),
+        held_files: categories.values().map(|c| c.held_files).sum(),
+        categories,
         pid: std::process::id(),
         store: store.to_path_buf(),
         mountpoint: mountpoint.to_path_buf(),

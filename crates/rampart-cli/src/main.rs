@@ -951,6 +951,10 @@ fn cmd_status(mountpoint: &Path, json: bool) -> Result<(), String> {
         outln!("checkpoint failing (commits go on): {e}");
     }
     outln!("fuse_transport: {}", status.fuse_transport);
+    outln!(
+        "held_files: {} (out of the store until their deadline)",
+        status.held_files
+    );
     out!("{}", watch::category_table(&status));
     let errors = watch::errors_line(&status);
     if !errors.is_empty() {

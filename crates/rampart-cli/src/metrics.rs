@@ -674,6 +674,20 @@ fn render_categories(out: &mut String, sources: &Sources) {
     }
     family(
         out,
+        "rampart_category_held_files",
+        "gauge",
+        "Regular files held out of the store until their deadline, by category.",
+    );
+    for c in &categories {
+        let _ = writeln!(
+            out,
+            "rampart_category_held_files{{category=\"{}\"}} {}",
+            label_value(&c.name),
+            c.held_files
+        );
+    }
+    family(
+        out,
         "rampart_category_deadline_lag_seconds_max",
         "gauge",
         "The longest any change waited before it was in the store, by category, since the mount.",

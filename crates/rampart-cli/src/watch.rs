@@ -219,7 +219,9 @@ pub(crate) fn category_table(status: &Status) -> String {
     let rows: Vec<_> = status
         .categories
         .iter()
-        .filter(|(_, c)| c.files > 0 || c.bytes_at_risk > 0 || c.lag_ms_max > 0.0)
+        .filter(|(_, c)| {
+            c.files > 0 || c.bytes_at_risk > 0 || c.lag_ms_max > 0.0 || c.held_files > 0
+        })
         .collect();
     if rows.is_empty() {
         return "categories: no files\n".to_string();
@@ -227,8 +229,8 @@ pub(crate) fn category_table(status: &Status) -> String {
     let mut out = String::from("categories:\n");
     let _ = writeln!(
         out,
-        "  {:<16} {:>7} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9}",
-        "CATEGORY", "FILES", "MEMORY", "DISK", "AT RISK", "OLDEST", "DEADLINE", "LAG MAX"
+        "  {:<16} {:>7} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>6}",
+        "CATEGORY", "FILES", "MEMORY", "DISK", "AT RISK", "OLDEST", "DEADLINE", "LAG MAX", "HELD"
     );
     for (name, c) in rows {
         let deadline = match c.deadline_ms {
@@ -238,7 +240,7 @@ pub(crate) fn category_table(status: &Status) -> String {
         };
         let _ = writeln!(
             out,
-            "  {:<16} {:>7} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9}",
+            "  {:<16} {:>7} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>6}",
             name,
             c.files,
             human_bytes(c.memory_bytes),
@@ -247,6 +249,7 @@ pub(crate) fn category_table(status: &Status) -> String {
             human_ms(c.oldest_at_risk_age_ms),
             deadline,
             human_ms(Some(c.lag_ms_max)),
+            c.held_files,
         );
     }
     out

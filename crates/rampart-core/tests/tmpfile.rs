@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use rampart_core::category::Origin;
 use rampart_core::persist::device::{CrashMode, Device, SimDevice};
+use rampart_core::persist::journal;
 use rampart_core::persist::persister::{PersistConfig, Persister};
 use rampart_core::{Ctx, Durability, Engine, EngineConfig, Errno, SetAttr, ROOT_INO};
 
@@ -151,4 +153,114 @@ fn a_volatile_unnamed_file_given_a_name_is_dropped_at_recovery() {
     let r = after_crash(&device);
     assert!(r.lookup_path(b"/v").is_err(), "a volatile file is not kept");
     assert!(r.lookup_path(b"/after").is_ok());
+}
+
+/// How many ops the store's journal holds.
+fn journaled_ops(device: &SimDevice) -> usize {
+    let bytes = device.read("journal").unwrap().unwrap_or_default();
+    let scan = journal::scan(&bytes).unwrap();
+    let mut ops = 0;
+    for batch in &scan.batches {
+        batch
+            .for_each_op(|_, _| {
+                ops += 1;
+                Ok(())
+            })
+            .unwrap();
+    }
+    ops
+}
+
+#[test]
+fn an_unnamed_file_gets_its_directorys_category_and_keeps_it_when_named() {
+    let device = Arc::new(SimDevice::new(14));
+    let (e, _p) = mount(device.clone());
+    let safe = e.mkdir(&KERNEL, ROOT_INO, b"safe", 0o755).unwrap().ino;
+    e.set_category(&KERNEL, safe, Some("SAFE"), Origin::Xattr)
+        .unwrap();
+    let t = e.tmpfile(&KERNEL, safe, 0o600, true).unwrap();
+    let info = e.category(t.ino).unwrap();
+    assert_eq!(
+        (info.name.as_str(), info.origin, info.durability),
+        ("SAFE", Origin::Directory, Durability::BeforeReturn)
+    );
+    assert!(e.writes_through(t.ino));
+    // Named in the root (no category): it keeps SAFE, as a link or rename would.
+    e.link(&KERNEL, t.ino, ROOT_INO, b"kept").unwrap();
+    assert_eq!(e.category(t.ino).unwrap().name, "SAFE");
+    // Durable when write returns: no sync before the crash.
+    e.write(&KERNEL, t.ino, 0, b"durable", false).unwrap();
+    let r = after_crash(&device);
+    let a = r.lookup_path(b"/kept").unwrap();
+    assert_eq!(read_all(&r, a.ino, a.size_bytes), b"durable");
+    assert_eq!(r.category(a.ino).unwrap().name, "SAFE");
+}
+
+#[test]
+fn an_unnamed_file_in_a_temporary_directory_never_reaches_the_journal() {
+    let device = Arc::new(SimDevice::new(15));
+    let (e, _p) = mount(device.clone());
+    let tmp = e.mkdir(&KERNEL, ROOT_INO, b"tmp", 0o755).unwrap().ino;
+    e.set_category(&KERNEL, tmp, Some("TEMPORARY"), Origin::Xattr)
+        .unwrap();
+    e.sync().unwrap();
+    let before = journaled_ops(&device);
+    assert!(before > 0, "the directory is journaled");
+    let t = e.tmpfile(&KERNEL, tmp, 0o600, true).unwrap();
+    let info = e.category(t.ino).unwrap();
+    assert_eq!(
+        (info.name.as_str(), info.origin, info.durability),
+        ("TEMPORARY", Origin::Directory, Durability::Volatile)
+    );
+    e.write(&KERNEL, t.ino, 0, &[b's'; 10_000], false).unwrap();
+    // Named, in its directory and in the root: still unknown to the store (decision 0066).
+    e.link(&KERNEL, t.ino, tmp, b"scratch").unwrap();
+    e.link(&KERNEL, t.ino, ROOT_INO, b"also").unwrap();
+    assert!(!e.known_to_store(t.ino).unwrap());
+    assert!(e.check().is_empty(), "{:?}", e.check());
+    e.write(&KERNEL, t.ino, 10_000, b"more", false).unwrap();
+    e.sync().unwrap();
+    assert_eq!(
+        journaled_ops(&device),
+        before,
+        "nothing of the file is journaled"
+    );
+    let r = after_crash(&device);
+    assert!(r.lookup_path(b"/tmp").is_ok());
+    assert!(r.lookup_path(b"/tmp/scratch").is_err());
+    assert!(r.lookup_path(b"/also").is_err());
+}
+
+#[test]
+fn an_unnamed_file_without_a_directory_category_gets_the_store_default() {
+    let e = Engine::new(EngineConfig::default());
+    let t = e.tmpfile(&KERNEL, ROOT_INO, 0o600, true).unwrap();
+    let info = e.category(t.ino).unwrap();
+    assert_eq!(info.origin, Origin::Default);
+    assert_eq!(info.durability, Durability::default());
+}
+
+#[test]
+fn a_temporary_unnamed_file_named_then_made_safe_reaches_the_store_whole() {
+    let device = Arc::new(SimDevice::new(16));
+    let (e, _p) = mount(device.clone());
+    let tmp = e.mkdir(&KERNEL, ROOT_INO, b"tmp", 0o755).unwrap().ino;
+    e.set_category(&KERNEL, tmp, Some("TEMPORARY"), Origin::Xattr)
+        .unwrap();
+    let t = e.tmpfile(&KERNEL, tmp, 0o600, true).unwrap();
+    e.write(&KERNEL, t.ino, 0, b"kept after all", false)
+        .unwrap();
+    e.link(&KERNEL, t.ino, tmp, b"a").unwrap();
+    e.link(&KERNEL, t.ino, ROOT_INO, b"b").unwrap();
+    assert!(!e.known_to_store(t.ino).unwrap());
+    // Its category now reaches the store: created there under both names, before it returns.
+    e.set_category(&KERNEL, t.ino, Some("SAFE"), Origin::Xattr)
+        .unwrap();
+    assert!(e.known_to_store(t.ino).unwrap());
+    let r = after_crash(&device);
+    for path in [&b"/tmp/a"[..], b"/b"] {
+        let a = r.lookup_path(path).unwrap();
+        assert_eq!((a.ino, a.nlink), (t.ino, 2));
+        assert_eq!(read_all(&r, a.ino, a.size_bytes), b"kept after all");
+    }
 }

@@ -923,7 +923,9 @@ impl Filesystem for RampartFs {
                         self.files.created(a.ino);
                         OpenFiles::cached_flags(&self.engine, a.ino)
                     } else {
-                        FopenFlags::FOPEN_KEEP_CACHE
+                        // As an ordinary open of a file of its category (the directory's): a
+                        // SAFE or DISPOSABLE one writes through, not into the page cache.
+                        self.open_flags(a.ino)
                     };
                     reply.created(
                         &self.cache.entry_ttl,

@@ -403,13 +403,13 @@ impl Engine {
         }))
     }
 
-    /// Per category slot: the held files' bytes and the oldest one's age (for `rampart
-    /// status`: held files are at risk). One pass over at most `HELD_FILES_MAX` files.
-    pub(crate) fn held_by_slot(&self) -> HashMap<u16, (u64, Duration)> {
+    /// Per category slot: how many files are held, their bytes and the oldest one's age (for
+    /// `rampart status`: held files are at risk). One pass over at most `HELD_FILES_MAX` files.
+    pub(crate) fn held_by_slot(&self) -> HashMap<u16, HeldInSlot> {
         let state = self.read_state();
         let archiver = self.archiver.lock();
         let now = Instant::now();
-        let mut out: HashMap<u16, (u64, Duration)> = HashMap::new();
+        let mut out: HashMap<u16, HeldInSlot> = HashMap::new();
         for (&ino, h) in &archiver.held {
             let Ok(inode) = state.inode(ino) else {
                 continue;
@@ -418,11 +418,21 @@ impl Engine {
                 continue;
             }
             let e = out.entry(inode.category).or_default();
-            e.0 = e.0.saturating_add(inode.size_bytes);
-            e.1 = e.1.max(now.saturating_duration_since(h.since));
+            e.files += 1;
+            e.bytes = e.bytes.saturating_add(inode.size_bytes);
+            e.oldest_age = e.oldest_age.max(now.saturating_duration_since(h.since));
         }
         out
     }
+}
+
+/// The files the archiver holds of one category slot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct HeldInSlot {
+    pub(crate) files: u64,
+    pub(crate) bytes: u64,
+    /// The oldest one's age.
+    pub(crate) oldest_age: Duration,
 }
 
 #[cfg(test)]

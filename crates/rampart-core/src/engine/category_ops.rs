@@ -296,6 +296,32 @@ impl Mutation<'_> {
         }
     }
 
+    /// The category of an unnamed file (`O_TMPFILE`) created in `parent`: the directory's,
+    /// else the store default (None: a plain file's). There is no name, so no filename rule;
+    /// linking it in later keeps it, as a link or rename does. One that never reaches the
+    /// store is unknown to it (decision 0066), so naming it journals nothing; none is held by
+    /// the archiver (decision 0090: a file named later is journaled as today).
+    pub(crate) fn plan_unnamed_category(
+        &mut self,
+        categories: &Categories,
+        parent: Ino,
+    ) -> Option<(Option<Assigned>, Resolved)> {
+        let inherited = assigned(self.state(), parent).and_then(|from_parent| {
+            let new = Assigned {
+                name: from_parent.name,
+                origin: Origin::Directory,
+            };
+            match categories.resolve(&new.name) {
+                Ok(resolved) => Some((Some(new), resolved)),
+                Err(e) => {
+                    tracing::warn!("an O_TMPFILE file: {e}; it gets the store default");
+                    None
+                }
+            }
+        });
+        inherited.or_else(|| Some((None, categories.default_if_not_plain()?)))
+    }
+
     /// A new file that no rule or directory gives a category gets the store default: its
     /// durability, when that is not a plain file's (`default = "TEMPORARY"` keeps it out of
     /// the store, as the category does everywhere else; `default = "SAFE"` makes it durable

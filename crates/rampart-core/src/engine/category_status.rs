@@ -32,6 +32,9 @@ pub struct CategoryStatus {
     pub deadline: Option<Duration>,
     /// The longest any change of it waited before it was in the store, since mount.
     pub lag_max: Duration,
+    /// Regular files held out of the store by the archiver (decision 0090): at risk whole
+    /// until their deadline less one commit interval.
+    pub held_files: u64,
 }
 
 /// What of one file is not yet in the store, and by when it must be.
@@ -134,14 +137,15 @@ impl Engine {
             e.lag_max = e.lag_max.max(risk.lag_max);
         }
         // Held files are at risk whole, since they were created (decision 0090).
-        for (slot, (bytes, age)) in self.held_by_slot() {
+        for (slot, held) in self.held_by_slot() {
             let name = slot_names
                 .get(&slot)
                 .cloned()
                 .unwrap_or_else(|| default_name.clone());
             let e = entry(&mut out, &categories, &name);
-            e.bytes_at_risk += bytes;
-            e.oldest_at_risk_age = e.oldest_at_risk_age.max(Some(age));
+            e.held_files += held.files;
+            e.bytes_at_risk += held.bytes;
+            e.oldest_at_risk_age = e.oldest_at_risk_age.max(Some(held.oldest_age));
         }
         out.into_values().collect()
     }

@@ -431,6 +431,14 @@ impl Mutation<'_> {
         self.state.create_unnamed(unnamed)
     }
 
+    /// Marks unnamed file `ino` unknown to the store (its category never reaches it, decision
+    /// 0066): naming it hands the levels nothing.
+    pub(crate) fn make_unnamed_absent(&mut self, ino: crate::attr::Ino) -> FsResult<()> {
+        debug_assert!(self.state.inode(ino).is_ok_and(|i| i.nlink == 0));
+        self.state.table.get_mut(ino)?.absent = true;
+        Ok(())
+    }
+
     /// Applies `link`, the first name of a linkable unnamed file, and hands the levels, in
     /// its place, the ops that create the file under that name with its current contents and
     /// attributes (`policy::materialize_linked`): they never saw the file.
@@ -450,6 +458,10 @@ impl Mutation<'_> {
             return Err(Errno::EINVAL);
         };
         self.state.apply(link)?;
+        if self.state.inode(ino)?.absent {
+            // Unknown to the store (TEMPORARY, DISPOSABLE): as a create of one, nothing.
+            return Ok(());
+        }
         // Named in a directory the store does not know: it must know the directory first.
         self.make_present(parent, Route::store(Durability::default()));
         let levels = self.engine.levels.read();

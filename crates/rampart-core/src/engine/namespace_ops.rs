@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 
 use super::{Ctx, Engine, Invalidation, Mutation};
-use crate::attr::{Attr, FileKind, Ino, ROOT_INO};
+use crate::attr::{Attr, Durability, FileKind, Ino, ROOT_INO};
 use crate::category::{Assigned, CategoryError, Origin, Resolved};
 use crate::error::{Errno, FsResult};
 use crate::limits::PATH_DEPTH_MAX;
@@ -214,8 +214,11 @@ impl Engine {
     /// Creates an unnamed regular file in `parent` (`O_TMPFILE`): no links, so it is freed when
     /// the last reference goes and never reaches the store unless `link` names it, which only a
     /// `linkable` one (opened without `O_EXCL`) may. `mode` has the umask applied. Access to
-    /// `parent` is the caller's to check (the kernel does, as for every create).
+    /// `parent` is the caller's to check (the kernel does, as for every create). It gets the
+    /// category a file created in `parent` would, but a filename rule's
+    /// (`Mutation::plan_unnamed_category`).
     pub fn tmpfile(&self, ctx: &Ctx, parent: Ino, mode: u32, linkable: bool) -> FsResult<Attr> {
+        let categories = self.categories();
         self.mutate(
             ctx,
             |m, time_ns| {
@@ -237,6 +240,12 @@ impl Engine {
                     linkable,
                     time_ns,
                 })?;
+                if let Some((assigned, resolved)) = m.plan_unnamed_category(&categories, parent) {
+                    m.assign_category(ino, assigned.as_ref(), resolved, time_ns)?;
+                    if resolved.durability == Durability::Volatile {
+                        m.make_unnamed_absent(ino)?;
+                    }
+                }
                 looked_up(m, ctx, ino)
             },
             // Nothing the kernel may have cached changed: the directory has no new entry.
