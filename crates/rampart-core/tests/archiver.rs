@@ -675,16 +675,25 @@ fn a_held_file_linked_past_the_names_tracked_is_made_present_under_all_of_them()
 }
 
 /// A held file is made present as one group of records (`make_present`): a crash recovers all
-/// of it or none, however large it is (here more than one journal batch's worth).
-///
-/// Fails today: `BatchBuilder::add` seals a batch past half of `BATCH_BODY_BYTES_MAX` inside
-/// an open group, and the committer writes and syncs each batch on its own, so a crash between
-/// two of them recovers the file cut at 32 MiB. Groups that span batches need the format to
-/// say so (replay drops a group whose last batch is missing).
+/// of it or none, here one larger than half a journal batch (where a batch is sealed outside
+/// a group): while a group is open the batch grows to `GROUP_WHOLE_BYTES_MAX` (48 MiB).
 #[test]
-#[ignore = "known bug: a group of records larger than half a batch is not committed whole"]
 fn a_large_held_file_is_made_present_whole_or_not_at_all() {
-    let size = 40usize << 20;
+    made_present_whole_or_not_at_all(40 << 20);
+}
+
+/// The same for a group larger than one batch can hold: the committer writes and syncs each
+/// batch on its own, so a crash between two recovers the file cut. Only reachable with
+/// memory-tier files over ~48 MiB (the disk tier's threshold raised or off); fixing it needs
+/// the batch header to say that a group goes on in the next batch (a format change), so that
+/// replay drops a group whose last batch is missing.
+#[test]
+#[ignore = "known bug: a group of records larger than one batch is not committed whole"]
+fn a_held_file_larger_than_a_batch_is_made_present_whole_or_not_at_all() {
+    made_present_whole_or_not_at_all(80 << 20);
+}
+
+fn made_present_whole_or_not_at_all(size: usize) {
     let mut want = vec![0xabu8; size];
     want[..4096].fill(0xcd);
     let workload = |e: &Engine| {

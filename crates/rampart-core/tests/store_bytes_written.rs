@@ -127,7 +127,8 @@ fn bytes_a_file_already_holds_are_not_journaled_again() {
     assert_eq!(e.write(&c, f, 0, &page, false).unwrap(), 1500);
     // Sent again unchanged (a page the flusher sent, then close): only the times change.
     let mtime_before = e.getattr(f).unwrap().mtime_ns;
-    std::thread::sleep(Duration::from_millis(2));
+    // File times are the kernel's coarse clock (a tick of up to 10 ms): wait past one.
+    std::thread::sleep(Duration::from_millis(30));
     assert_eq!(e.write(&c, f, 0, &page, false).unwrap(), 1500);
     assert!(e.getattr(f).unwrap().mtime_ns > mtime_before);
     // A real change after an unchanged start: from the first byte that differs.

@@ -54,6 +54,12 @@ const BATCH_MAGIC: u32 = u32::from_le_bytes(*b"RPJB");
 pub const BATCH_HEADER_BYTES: usize = 32;
 pub use crate::limits::BATCH_BODY_BYTES_MAX;
 use crate::limits::BATCH_BUFFER_KEPT_BYTES_MAX;
+
+/// The body a batch may reach while a group of records is open and still take one more op:
+/// the largest op record is a write of `WRITE_BYTES_MAX` with its fields (limits.rs checks
+/// that `WRITE_BYTES_MAX + 64` fits a batch), so the batch stays within the limit.
+pub const GROUP_WHOLE_BYTES_MAX: usize =
+    BATCH_BODY_BYTES_MAX - (crate::limits::WRITE_BYTES_MAX + 64);
 pub use crate::limits::JOURNAL_RESERVE_BYTES;
 
 /// The journal's header.
@@ -474,8 +480,9 @@ fn find_next_valid(bytes: &[u8], from: usize, expected_seq: u64) -> Option<usize
 }
 
 /// Builds batches: ops are encoded as they come, and `take_batch` frames what has gathered.
-/// A batch is sealed once its body passes half of `BATCH_BODY_BYTES_MAX`; as one op is at most
-/// 16 MiB, no batch ever passes the limit, however much gathers between two commits.
+/// A batch is sealed once its body passes half of `BATCH_BODY_BYTES_MAX` (`GROUP_WHOLE_BYTES_MAX`
+/// while a group is open); as one op is at most 16 MiB, no batch ever passes the limit, however
+/// much gathers between two commits.
 ///
 /// Ops are encoded after room left for their batch's header, so sealing a batch writes the
 /// header in front of it and hands the buffer over as it is; the one copy of a written page
@@ -540,6 +547,15 @@ impl BatchBuilder {
 
     /// Encodes `op` into the open batch; returns its sequence number.
     pub fn add(&mut self, op: &Op<'_>, time_ns: i64) -> u64 {
+        self.add_in_group(op, time_ns, false)
+    }
+
+    /// [`BatchBuilder::add`] for an op that may belong to a group of records the levels
+    /// commit whole (`Level::group`): while one is open, the batch is sealed only when the
+    /// next op might not fit, so that a group of up to `GROUP_WHOLE_BYTES_MAX` stays in one
+    /// batch — batches are synced one by one, and a crash between two would recover half a
+    /// group. (A larger group is still cut: only a flag in the batch header could say so.)
+    pub fn add_in_group(&mut self, op: &Op<'_>, time_ns: i64, group_open: bool) -> u64 {
         if self.op_count == 0 {
             self.base_time_ns = time_ns;
         }
@@ -547,9 +563,15 @@ impl BatchBuilder {
         self.op_count += 1;
         let seq = self.next_seq;
         self.next_seq += 1;
-        if self.batch.len() - BATCH_HEADER_BYTES > BATCH_BODY_BYTES_MAX / 2 {
+        let seal_past_bytes = if group_open {
+            GROUP_WHOLE_BYTES_MAX
+        } else {
+            BATCH_BODY_BYTES_MAX / 2
+        };
+        if self.batch.len() - BATCH_HEADER_BYTES > seal_past_bytes {
             self.seal();
         }
+        debug_assert!(self.batch.len() - BATCH_HEADER_BYTES <= BATCH_BODY_BYTES_MAX);
         seq
     }
 

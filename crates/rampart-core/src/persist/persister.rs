@@ -880,7 +880,8 @@ impl OpSink for Persister {
             p.builder.skip();
             return;
         }
-        p.builder.add(op, op.time_ns());
+        let group_open = p.groups_open > 0;
+        p.builder.add_in_group(op, op.time_ns(), group_open);
         self.pending_bytes
             .store(p.builder.body_bytes(), Ordering::Release);
         if let Some(deadline) = durability.short_deadline() {
