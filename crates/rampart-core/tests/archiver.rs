@@ -682,13 +682,11 @@ fn a_large_held_file_is_made_present_whole_or_not_at_all() {
     made_present_whole_or_not_at_all(40 << 20);
 }
 
-/// The same for a group larger than one batch can hold: the committer writes and syncs each
-/// batch on its own, so a crash between two recovers the file cut. Only reachable with
-/// memory-tier files over ~48 MiB (the disk tier's threshold raised or off); fixing it needs
-/// the batch header to say that a group goes on in the next batch (a format change), so that
-/// replay drops a group whose last batch is missing.
+/// The same for a group larger than one batch can hold (memory-tier files over ~48 MiB: the
+/// disk tier's threshold raised or off): the committer writes and syncs each batch on its
+/// own, and every batch of the group but its last is flagged `GROUP_CONTINUES`, so a crash
+/// between two leaves a group recovery drops whole (decision 0103).
 #[test]
-#[ignore = "known bug: a group of records larger than one batch is not committed whole"]
 fn a_held_file_larger_than_a_batch_is_made_present_whole_or_not_at_all() {
     made_present_whole_or_not_at_all(80 << 20);
 }

@@ -209,6 +209,8 @@ impl Drop for CheckpointJob<'_> {
             let mut pending = locked(&p.pending);
             let next_seq = pending.builder.next_seq();
             pending.builder = BatchBuilder::new(next_seq);
+            let group_open = pending.groups_open > 0;
+            pending.builder.set_group_open(group_open);
             p.pending_bytes.store(0, Ordering::Release);
             p.failed.store(true, Ordering::Release);
         }
