@@ -11,11 +11,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rampart_core::category::{Categories, Origin};
-use rampart_core::persist::device::SimDevice;
+use rampart_core::persist::device::{CrashMode, SimDevice};
 use rampart_core::persist::persister::Persister;
-use rampart_core::{Ctx, Durability, Engine, ROOT_INO};
+use rampart_core::persist::recovery::recover;
+use rampart_core::{Ctx, Durability, Engine, EngineConfig, ROOT_INO};
 
-use common::{content, crash_and_recover, engine_on_sim_device};
+use common::{content, crash_and_recover, engine_on_sim_device, STORE_ID};
 
 const FILE: u32 = libc::S_IFREG | 0o644;
 /// Long enough that no commit runs by the clock during a test (held files are due 9 min
@@ -709,16 +710,37 @@ fn made_present_whole_or_not_at_all(size: usize) {
         workload(&e);
         device.sync_count()
     };
+    let (mut present, mut absent) = (0, 0);
     for k in 0..=total {
         let (device, e, _p) = setup(12);
         device.fail_after_syncs(k);
         workload(&e);
-        let r = crash_and_recover(&device);
-        if let Ok(a) = r.lookup_path(b"/big.o") {
-            assert_eq!(a.size_bytes, size as u64, "{k} syncs: half a held file");
-            assert!(content(&r, b"/big.o") == want, "{k} syncs: its bytes");
+        // What a power cut leaves: the unsynced batch lost, or torn at any byte.
+        for mode in [CrashMode::LoseUnsynced, CrashMode::TornTail] {
+            let (state, report) = recover(&device.crash(mode), STORE_ID, &EngineConfig::default())
+                .unwrap_or_else(|e| panic!("{k} syncs, {mode:?}: {e}"));
+            let r = Engine::from_state(state);
+            assert!(r.check().is_empty(), "{:?} ({report})", r.check());
+            let Ok(a) = r.lookup_path(b"/big.o") else {
+                absent += 1;
+                continue;
+            };
+            present += 1;
+            assert_eq!(
+                a.size_bytes, size as u64,
+                "{k} syncs, {mode:?}: half a held file"
+            );
+            assert!(
+                content(&r, b"/big.o") == want,
+                "{k} syncs, {mode:?}: its bytes"
+            );
         }
     }
+    // Both ends were reached: the crashes fell before the group's end and after it.
+    assert!(
+        present > 0 && absent > 0,
+        "{present} present, {absent} absent"
+    );
 }
 
 /// fsync of a directory naming more held files than one mutation makes present: every one of
