@@ -129,6 +129,17 @@ fn fsck_of_a_journal_ending_in_an_unfinished_group_is_clean_and_the_mount_drops_
 /// A journal of `/a` holding [`FIRST`] (inode 2) on a new simulated device, then a group of
 /// `batches` batches cut short.
 fn device_with_unfinished_group(batches: u64) -> Arc<SimDevice> {
+    let whole = journal_of_a_file();
+    let device = Arc::new(SimDevice::new(batches));
+    device
+        .write(JOURNAL_FILE, &with_unfinished_group(&whole, 2, batches))
+        .unwrap();
+    device.sync(JOURNAL_FILE).unwrap();
+    device
+}
+
+/// A journal (this version's) making `/a` (inode 2) hold [`FIRST`], with the zeros after it.
+fn journal_of_a_file() -> Vec<u8> {
     let mut whole = journal::Header {
         store_id: ID,
         base_seq: 0,
@@ -160,12 +171,31 @@ fn device_with_unfinished_group(batches: u64) -> Arc<SimDevice> {
     builder.add(&write, TIME_NS);
     whole.extend(builder.take_batch().unwrap());
     whole.resize(whole.len() + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN, 0);
-    let device = Arc::new(SimDevice::new(batches));
-    device
-        .write(JOURNAL_FILE, &with_unfinished_group(&whole, 2, batches))
-        .unwrap();
+    whole
+}
+
+/// A store whose journal is of version 2 (no `GROUP_CONTINUES`) replays it as before and gets
+/// a checkpoint and a journal of this version before anything is appended: a version 2
+/// reader would take a flagged batch's count for a count.
+#[test]
+fn a_journal_of_version_2_is_replaced_before_a_group_could_be_appended() {
+    let mut v2 = journal_of_a_file();
+    v2[8..12].copy_from_slice(&2u32.to_le_bytes());
+    let crc = crc32c::crc32c(&v2[..60]);
+    v2[60..64].copy_from_slice(&crc.to_le_bytes());
+    let device = Arc::new(SimDevice::new(5));
+    device.write(JOURNAL_FILE, &v2).unwrap();
     device.sync(JOURNAL_FILE).unwrap();
-    device
+    let fs = Rampart::open_device(device.clone(), ID, &Options::default()).unwrap();
+    assert_eq!(content(&fs, b"/a"), FIRST);
+    let version = |d: &SimDevice| {
+        let bytes = d.read(JOURNAL_FILE).unwrap().unwrap();
+        u32::from_le_bytes(bytes[8..12].try_into().unwrap())
+    };
+    assert_eq!(version(&device), journal::VERSION);
+    assert!(device.read("checkpoint").unwrap().is_some());
+    drop(fs);
+    assert_eq!(recovered_a(&device.crash(CrashMode::LoseUnsynced)), FIRST);
 }
 
 const ID: [u8; 16] = [3; 16];

@@ -312,7 +312,8 @@ pub enum Tail {
 pub struct Scan<'a> {
     pub header: Header,
     pub batches: Vec<Batch<'a>>,
-    /// Bytes of the valid prefix (header and whole batches).
+    /// Bytes of the valid prefix (header and whole batches, but for a group of records cut
+    /// short at its end: that is in the tail).
     pub valid_len: u64,
     pub tail: Tail,
     /// Zero bytes after the valid prefix: space the writer reserved ahead (see `JOURNAL_RESERVE_BYTES`).
