@@ -891,29 +891,37 @@ mod tests {
         assert!(b.take_frames().is_none());
     }
 
-    /// A journal (zeros ahead) of: `before` unlinks, then a group of `writes` 16 MiB writes
-    /// (more than a batch holds), then one unlink; its batches' ends.
-    fn journal_with_a_large_group(before: usize, writes: u64) -> (Vec<u8>, Vec<usize>) {
+    /// A journal (zeros ahead) of: `big_before` 16 MiB writes and `before` unlinks outside any
+    /// group, then a group of `writes` 16 MiB writes (more than a batch holds), then one
+    /// unlink; its batches' ends.
+    fn journal_with_a_large_group(
+        big_before: u64,
+        before: usize,
+        writes: u64,
+    ) -> (Vec<u8>, Vec<usize>) {
         let mut b = BatchBuilder::new(100);
         let unlink = |name: &'static [u8]| Op::Unlink {
             parent: 1,
             name,
             time_ns: 5,
         };
+        let data = vec![7u8; crate::limits::WRITE_BYTES_MAX];
+        let write = |ino, i: u64| Op::Write {
+            ino,
+            offset: i << 24,
+            data: &data,
+            time_ns: 9 + i as i64,
+            kill_suidgid: false,
+        };
+        for i in 0..big_before {
+            b.add(&write(3, i), 4);
+        }
         for _ in 0..before {
             b.add(&unlink(b"before"), 5);
         }
         b.set_group_open(true);
-        let data = vec![7u8; crate::limits::WRITE_BYTES_MAX];
         for i in 0..writes {
-            let op = Op::Write {
-                ino: 2,
-                offset: i << 24,
-                data: &data,
-                time_ns: 9 + i as i64,
-                kill_suidgid: false,
-            };
-            b.add(&op, 9 + i as i64);
+            b.add(&write(2, i), 9 + i as i64);
         }
         b.set_group_open(false);
         b.add(&unlink(b"after"), 20);
@@ -929,44 +937,54 @@ mod tests {
 
     #[test]
     fn a_group_larger_than_a_batch_is_read_whole_or_not_at_all() {
-        for before in [0, 3] {
-            let (j, ends) = journal_with_a_large_group(before, 4);
+        // The group first in its batch; after records of its batch (moved to a batch of its
+        // own); and so after a batch sealed earlier in the same commit.
+        for (big_before, before) in [(0, 0), (0, 3), (2, 1)] {
+            let (j, ends) = journal_with_a_large_group(big_before, before, 4);
+            let ops_before = big_before + before as u64;
             let mut whole = j.clone();
             whole.resize(j.len() + JOURNAL_ZEROS_AHEAD_BYTES_MIN, 0);
             let s = scan(&whole).unwrap();
             assert_eq!(s.tail, Tail::Clean);
-            // The records before the group in a batch of their own; every batch of the
-            // group but its last flagged, and holding nothing but the group's writes.
+            // Every batch of the group but its last flagged, and holding nothing but the
+            // group's writes; none before it.
             let flags: Vec<bool> = s.batches.iter().map(|b| b.continues_group).collect();
-            let group_first = usize::from(before > 0);
-            assert!(flags.len() >= group_first + 2, "{flags:?}");
-            assert!(flags[..group_first].iter().all(|f| !f), "{flags:?}");
-            assert!(flags[group_first..flags.len() - 1].iter().all(|&f| f));
-            assert!(!flags[flags.len() - 1]);
+            let group_first = flags.iter().position(|&f| f).expect("a flagged batch");
+            let group_last = flags.len() - 1;
+            assert_eq!(
+                group_first,
+                usize::from(big_before > 0) + usize::from(before > 0)
+            );
+            assert!(
+                flags[group_first..group_last].iter().all(|&f| f),
+                "{flags:?}"
+            );
+            assert!(!flags[group_last]);
             let mut seqs = Vec::new();
             for batch in &s.batches {
                 batch
                     .for_each_op(|seq, op| {
                         if batch.continues_group {
-                            assert!(matches!(op, Op::Write { .. }), "{op:?}");
+                            assert!(matches!(op, Op::Write { ino: 2, .. }), "{op:?}");
                         }
-                        if let Op::Write { offset, data, .. } = op {
-                            assert_eq!(
-                                (offset >> 24, data.len()),
-                                (seq - 100 - before as u64, 16 << 20)
-                            );
+                        if let Op::Write { ino: 2, offset, .. } = op {
+                            assert_eq!(offset >> 24, seq - 100 - ops_before);
                         }
                         seqs.push(seq);
                         Ok(())
                     })
                     .unwrap();
             }
-            assert_eq!(seqs, (100..100 + before as u64 + 5).collect::<Vec<_>>());
+            assert_eq!(seqs, (100..100 + ops_before + 5).collect::<Vec<_>>());
             // Cut after any batch but the last, or torn inside any: none of the group.
-            let group_at = if before > 0 { ends[0] } else { HEADER_BYTES };
+            let group_at = if group_first == 0 {
+                HEADER_BYTES
+            } else {
+                ends[group_first - 1]
+            };
             for (i, &end) in ends.iter().enumerate() {
                 let start = if i == 0 { HEADER_BYTES } else { ends[i - 1] };
-                for cut in [start + 1, end - 1, end] {
+                for cut in [start + 1, end] {
                     let mut cut_bytes = j[..cut].to_vec();
                     cut_bytes.resize(j.len() + JOURNAL_ZEROS_AHEAD_BYTES_MIN, 0);
                     let s = scan(&cut_bytes).unwrap();
@@ -975,12 +993,15 @@ mod tests {
                         assert_eq!(s.tail, Tail::Clean);
                         continue;
                     }
-                    let kept = usize::from(before > 0 && cut_bytes[..ends[0]] == j[..ends[0]]);
+                    let kept = ends[..group_first]
+                        .iter()
+                        .take_while(|&&e| cut_bytes[..e] == j[..e])
+                        .count();
                     assert_eq!(s.batches.len(), kept, "cut {cut} in batch {i}");
                     if cut <= group_at {
                         continue;
                     }
-                    assert_eq!(s.next_seq(), 100 + before as u64);
+                    assert_eq!(s.next_seq(), 100 + ops_before);
                     assert_eq!(s.valid_len, group_at as u64);
                     assert!(
                         matches!(s.tail, Tail::Torn { offset, .. } if offset == group_at as u64),
