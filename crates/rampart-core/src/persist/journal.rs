@@ -6,7 +6,7 @@
 //!             | created_ns i64 | reserved [12] | crc32c(bytes 0..60) u32          (64 bytes)
 //! batch    := magic u32 "RPJB" | body_len u32 | crc u32 | first_seq u64 | counts u32
 //!             | base_time_ns i64 | body                                          (32 + body_len)
-//! counts   := op_count (bits 0..31) | GROUP_CONTINUES (bit 31, version 3)
+//! counts   := op_count (bits 0..30) | GROUP_CONTINUES (bit 31, version 3)
 //! body     := op_count ops, each encoded by `codec::encode_op` against base_time_ns
 //! crc      := crc32c of first_seq .. end of body
 //! ```

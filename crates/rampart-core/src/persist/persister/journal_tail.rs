@@ -38,7 +38,9 @@ pub(super) fn zero_tail(
     let mut starts = vec![valid_len];
     let mut at = valid_len;
     let mut head = [0u8; journal::BATCH_HEADER_BYTES];
-    while at + head.len() as u64 <= content_end {
+    while at + head.len() as u64 <= content_end
+        && starts.len() <= crate::limits::JOURNAL_TAIL_BATCHES_ZEROED_MAX
+    {
         if device.read_at(JOURNAL_FILE, at, &mut head)? < head.len() {
             break;
         }
