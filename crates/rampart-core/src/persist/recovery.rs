@@ -1,7 +1,8 @@
 //! Recovery: the newest valid checkpoint, then the valid prefix of the journal replayed
 //! through the same apply path as live operations.
 //!
-//! Rules: a torn journal tail (an unsynced batch cut by a crash) is dropped and reported; damage
+//! Rules: a torn journal tail (an unsynced batch cut by a crash) is dropped and reported, with
+//! the batches of a group of records it would have ended (decision 0103: `journal::scan`); damage
 //! followed by valid batches, a journal cut short (decision 0038), a checkpoint that fails its checks, a journal of another store or
 //! one that leaves a gap after the checkpoint are refused with an error that says what is wrong.
 //! Nothing is guessed.
