@@ -59,7 +59,7 @@ fn selects(name: &str, id: &str) -> bool {
 
 pub fn select_peers(names: &[String]) -> Result<Vec<PeerKind>> {
     if names.is_empty() {
-        return Ok(PeerKind::ALL.to_vec());
+        return Ok(PeerKind::DEFAULT.to_vec());
     }
     let mut out = Vec::new();
     for name in names {
@@ -246,6 +246,9 @@ fn runnable_cells(
                 runnable[wi][pi] = false;
             } else if peer == PeerKind::Floor && !w.runs_on_floor() {
                 cell.status = CellStatus::Unsupported(crate::workload::floor_keeps_no_data());
+                runnable[wi][pi] = false;
+            } else if peer.fsync_each_file() && !w.fsyncs_each_file() {
+                cell.status = CellStatus::Unsupported(crate::workload::does_not_fsync_each_file());
                 runnable[wi][pi] = false;
             } else if let Some(reason) = w.unsupported_on(peer) {
                 cell.status = CellStatus::Unsupported(reason);
