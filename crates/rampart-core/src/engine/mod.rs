@@ -690,6 +690,9 @@ impl Engine {
                     let route = Route::store(Durability::default().stronger(durability));
                     if absent && durability != Durability::Volatile && linked {
                         m.make_present(ino, route);
+                    } else if absent && durability == Durability::Volatile {
+                        // Held, and now never to reach the store: its archiver slot goes.
+                        m.engine.archiver.lock().release(ino);
                     } else if before == Durability::Volatile
                         && durability != Durability::Volatile
                         && linked

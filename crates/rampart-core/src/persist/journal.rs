@@ -449,7 +449,7 @@ pub fn scan(bytes: &[u8]) -> Result<Scan<'_>, JournalError> {
         }
     };
     let tail = if zeros_ahead {
-        cut_short(bytes, at, tail)
+        damaged_not_torn(bytes, at, cut_short(bytes, at, tail))
     } else {
         tail
     };
@@ -546,6 +546,76 @@ fn cut_short(bytes: &[u8], at: usize, tail: Tail) -> Tail {
         offset: at as u64,
         reason,
     }
+}
+
+/// The sectors a torn write can leave unwritten: disks write whole 512-byte sectors, and a
+/// file's blocks start on sector boundaries.
+const SECTOR_BYTES: usize = 512;
+
+/// For a journal whose writer keeps zeros ahead: a last batch that fails its checks although
+/// every sector of it was written is damage, not a tear ([`Tail::Cut`]: durable changes lost).
+/// The batch was written over synced zeros, so a crash leaves each of its sectors either
+/// written or still zeros (in file order, it leaves its end as zeros): a batch whose last byte
+/// and whose part of every sector holds something other than zeros was written whole, and
+/// fdatasync'd or not, it failed its checksum only by damage after the write (a bit flipped on
+/// the disk, a byte changed by hand): the mount would otherwise drop acknowledged ops without
+/// a word (decision 0106). A batch that only might be torn stays [`Tail::Torn`].
+fn damaged_not_torn(bytes: &[u8], at: usize, tail: Tail) -> Tail {
+    let Tail::Torn { reason, .. } = &tail else {
+        return tail;
+    };
+    let rest = &bytes[at..];
+    // The header as written, also when its magic lost a bit or two (a tear leaves zeros there,
+    // several bits away, and then fails the tests below anyway).
+    if rest.len() < BATCH_HEADER_BYTES
+        || (le_u32(rest, 0) ^ BATCH_MAGIC).count_ones() > MAGIC_BITS_DAMAGED_MAX
+    {
+        return tail;
+    }
+    let (body_len, crc) = (le_u32(rest, 4) as usize, le_u32(rest, 8));
+    let claimed = BATCH_HEADER_BYTES + body_len;
+    // A batch whose bytes after the header pass its checksum was written whole: only its
+    // magic or length (outside the checksum) changed since. Its end, if not the length it
+    // claims, is where the zeros after it begin.
+    let whole = [claimed, content_end(rest)].into_iter().find(|&len| {
+        len > BATCH_HEADER_BYTES
+            && len <= rest.len()
+            && crc32c::crc32c(&rest[BatchHeader::CRC_FROM..len]) == crc
+    });
+    let written = whole.or_else(|| {
+        let fits = body_len <= BATCH_BODY_BYTES_MAX && claimed <= rest.len();
+        (fits && rest[claimed - 1] != 0 && every_sector_written(at, &rest[..claimed]))
+            .then_some(claimed)
+    });
+    let Some(len) = written else {
+        return tail;
+    };
+    Tail::Cut {
+        offset: at as u64,
+        reason: format!(
+            "its last batch, {len} bytes, fails its check ({reason}) though every sector of it \
+             was written, where a crash leaves the sectors it did not write as zeros: the \
+             batch was damaged after it was written, and its durable changes with it"
+        ),
+    }
+}
+
+/// Bits of a batch's magic that may differ for [`damaged_not_torn`] to read its header.
+const MAGIC_BITS_DAMAGED_MAX: u32 = 2;
+
+/// True if every sector of the file that `batch` (at offset `at`) covers holds a byte of it
+/// other than zero: no part of it can be a sector a crash left unwritten.
+fn every_sector_written(at: usize, batch: &[u8]) -> bool {
+    let mut from = 0;
+    while from < batch.len() {
+        let sector_end = ((at + from) / SECTOR_BYTES + 1) * SECTOR_BYTES - at;
+        let to = sector_end.min(batch.len());
+        if batch[from..to].iter().all(|&b| b == 0) {
+            return false;
+        }
+        from = to;
+    }
+    true
 }
 
 /// The journal's length without the zeros at its end (the writer's reserve, or nothing).
@@ -1285,6 +1355,94 @@ mod tests {
                 let whole = torn[..j.len()] == j[..];
                 assert_eq!(s.batches.len(), if whole { 3 } else { 2 }, "tear at {cut}");
             }
+        }
+    }
+
+    /// A zeros-ahead journal whose last batch spans several sectors (a 1,500-byte write).
+    fn zeros_ahead_journal_with_a_long_last_batch() -> (Vec<u8>, usize, usize) {
+        let (mut j, ends) = zeros_ahead_journal(2);
+        let mut b = BatchBuilder::new(103);
+        let data: Vec<u8> = (0..1500u32).map(|i| (i % 251) as u8 + 1).collect();
+        let op = Op::Write {
+            ino: 7,
+            offset: 0,
+            data: &data,
+            time_ns: 5,
+            kill_suidgid: false,
+        };
+        b.add(&op, 5);
+        j.extend(b.take_batch().unwrap());
+        let (last, end) = (ends[1], j.len());
+        assert!(end - last > 2 * SECTOR_BYTES && j[end - 1] != 0);
+        j.resize(end + JOURNAL_ZEROS_AHEAD_BYTES_MIN, 0);
+        assert_eq!(scan(&j).unwrap().batches.len(), 3);
+        (j, last, end)
+    }
+
+    #[test]
+    fn a_zeros_ahead_journal_whose_last_batch_was_written_whole_and_damaged_is_cut() {
+        let (j, last, end) = zeros_ahead_journal_with_a_long_last_batch();
+        for at in [
+            last + 8,
+            last + 12,
+            last + BATCH_HEADER_BYTES,
+            (last + end) / 2,
+            end - 1,
+        ] {
+            let mut damaged = j.clone();
+            damaged[at] ^= 0x80;
+            let s = scan(&damaged).unwrap();
+            assert_eq!(s.batches.len(), 2, "flip at {at}");
+            match &s.tail {
+                Tail::Cut { offset, reason } => {
+                    assert_eq!(*offset, last as u64, "flip at {at}");
+                    assert!(reason.contains("damaged after it was written"), "{reason}");
+                }
+                other => panic!("a flip at {at} of a batch written whole: {other:?}"),
+            }
+        }
+        // Its magic or its length damaged (outside the checksum): the rest passes the
+        // checksum, so it was written whole.
+        for (at, bit) in [
+            (last, 0x01),
+            (last + 3, 0x40),
+            (last + 4, 0x01),
+            (last + 5, 0x02),
+        ] {
+            let mut damaged = j.clone();
+            damaged[at] ^= bit;
+            let s = scan(&damaged).unwrap();
+            assert_eq!(s.batches.len(), 2, "flip at {at}");
+            assert!(
+                matches!(&s.tail, Tail::Cut { offset, .. } if *offset == last as u64),
+                "a flip at {at} of the header of a batch written whole: {:?}",
+                s.tail
+            );
+        }
+        // Without the flag (older journals) the lenient reading stays: torn.
+        let mut old = header().encode().to_vec();
+        old.extend_from_slice(&j[HEADER_BYTES..]);
+        old[end - 1] ^= 0x80;
+        assert!(matches!(scan(&old).unwrap().tail, Tail::Torn { .. }));
+    }
+
+    #[test]
+    fn a_zeros_ahead_batch_with_any_sector_unwritten_is_torn() {
+        // What a crash leaves of sectors landing out of order: any of them still zeros.
+        let (j, last, end) = zeros_ahead_journal_with_a_long_last_batch();
+        let mut sector = last / SECTOR_BYTES * SECTOR_BYTES;
+        while sector < end {
+            let (from, to) = (sector.max(last), (sector + SECTOR_BYTES).min(end));
+            let mut torn = j.clone();
+            torn[from..to].fill(0);
+            let s = scan(&torn).unwrap();
+            assert_eq!(s.batches.len(), 2, "sector at {sector}");
+            assert!(
+                matches!(s.tail, Tail::Torn { .. } | Tail::Clean),
+                "sector at {sector} unwritten: {:?}",
+                s.tail
+            );
+            sector += SECTOR_BYTES;
         }
     }
 }

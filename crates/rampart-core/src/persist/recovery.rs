@@ -96,8 +96,11 @@ pub enum RecoveryError {
     },
     /// A checkpoint without a journal: the journal is made before the first checkpoint and
     /// only ever replaced by rename, so it was deleted, and the changes after the checkpoint
-    /// with it.
-    JournalMissing,
+    /// with it. Also a store with neither but the `reserve` file a mount makes after its
+    /// journal (`checkpoint` false): every change since mkfs went with the journal.
+    JournalMissing {
+        checkpoint: bool,
+    },
     /// A journaled op does not apply to the state before it.
     Replay {
         seq: u64,
@@ -141,11 +144,18 @@ impl std::fmt::Display for RecoveryError {
                 "the journal starts at op {journal_base_seq} but the checkpoint ends at op \
                  {checkpoint_seq}: changes in between are missing"
             ),
-            RecoveryError::JournalMissing => write!(
+            RecoveryError::JournalMissing { checkpoint: true } => write!(
                 f,
                 "the checkpoint is there but the journal is missing: any changes made after \
                  the checkpoint are lost with it. Restore the journal file, or accept the loss \
                  with `rampart fsck --repair`, which starts a new journal at the checkpoint"
+            ),
+            RecoveryError::JournalMissing { checkpoint: false } => write!(
+                f,
+                "the journal is missing, though the store has been mounted (its reserve file is \
+                 there) and has no checkpoint yet: every change since `rampart mkfs` is lost \
+                 with it, and mounting would show an empty file system. Restore the journal \
+                 file, or accept the loss with `rampart fsck --repair`"
             ),
             RecoveryError::Replay { seq, error } => {
                 write!(
@@ -387,7 +397,12 @@ pub fn recover(
     };
     let journal = device.read(JOURNAL_FILE).map_err(RecoveryError::Io)?;
     match journal {
-        None if checkpoint_seq.is_some() => return Err(RecoveryError::JournalMissing),
+        None if checkpoint_seq.is_some() => {
+            return Err(RecoveryError::JournalMissing { checkpoint: true })
+        }
+        None if was_mounted(device)? => {
+            return Err(RecoveryError::JournalMissing { checkpoint: false })
+        }
         None => {}
         Some(bytes) => replay_journal(&bytes, &mut state, store_id, from_seq, &mut report)?,
     }
@@ -403,6 +418,14 @@ pub fn recover(
     }
     report.duration = started.elapsed();
     Ok((state, report))
+}
+
+/// True if a mount has opened the store: its `reserve` file is there, made by the persister
+/// after the journal (decision 0107). A store without a journal and a checkpoint but with one
+/// lost its journal (a store just made by mkfs has neither).
+pub fn was_mounted(device: &dyn Device) -> Result<bool, RecoveryError> {
+    let reserve = crate::persist::persister::RESERVE_FILE;
+    Ok(device.len(reserve).map_err(RecoveryError::Io)?.is_some())
 }
 
 /// Recovery's journal step: scans `bytes`, refuses what does not fit or is damaged, replays
