@@ -564,58 +564,30 @@ fn damaged_not_torn(bytes: &[u8], at: usize, tail: Tail) -> Tail {
     let Tail::Torn { reason, .. } = &tail else {
         return tail;
     };
-    let rest = &bytes[at..];
-    // The header as written, also when its magic lost a bit or two (a tear leaves zeros there,
-    // several bits away, and then fails the tests below anyway).
-    if rest.len() < BATCH_HEADER_BYTES
-        || (le_u32(rest, 0) ^ BATCH_MAGIC).count_ones() > MAGIC_BITS_DAMAGED_MAX
-    {
-        return tail;
-    }
-    let (body_len, crc) = (le_u32(rest, 4) as usize, le_u32(rest, 8));
-    let claimed = BATCH_HEADER_BYTES + body_len;
-    // A batch whose bytes after the header pass its checksum was written whole: only its
-    // magic or length (outside the checksum) changed since. Its end, if not the length it
-    // claims, is where the zeros after it begin.
-    let whole = [claimed, content_end(rest)].into_iter().find(|&len| {
-        len > BATCH_HEADER_BYTES
-            && len <= rest.len()
-            && crc32c::crc32c(&rest[BatchHeader::CRC_FROM..len]) == crc
-    });
-    let written = whole.or_else(|| {
-        let fits = body_len <= BATCH_BODY_BYTES_MAX && claimed <= rest.len();
-        (fits && rest[claimed - 1] != 0 && every_sector_written(at, &rest[..claimed]))
-            .then_some(claimed)
-    });
-    let Some(len) = written else {
+    let Some(head) = BatchHeader::read(&bytes[at..]) else {
         return tail;
     };
+    let end = at + BATCH_HEADER_BYTES + head.body_len as usize;
+    if head.body_len as usize > BATCH_BODY_BYTES_MAX || end > bytes.len() || bytes[end - 1] == 0 {
+        return tail;
+    }
+    let mut sector_start = at;
+    while sector_start < end {
+        let sector_end = ((sector_start / SECTOR_BYTES + 1) * SECTOR_BYTES).min(end);
+        if bytes[sector_start..sector_end].iter().all(|&b| b == 0) {
+            return tail;
+        }
+        sector_start = sector_end;
+    }
     Tail::Cut {
         offset: at as u64,
         reason: format!(
-            "its last batch, {len} bytes, fails its check ({reason}) though every sector of it \
+            "its last batch, {} bytes, fails its check ({reason}) though every sector of it \
              was written, where a crash leaves the sectors it did not write as zeros: the \
-             batch was damaged after it was written, and its durable changes with it"
+             batch was damaged after it was written, and its durable changes with it",
+            end - at
         ),
     }
-}
-
-/// Bits of a batch's magic that may differ for [`damaged_not_torn`] to read its header.
-const MAGIC_BITS_DAMAGED_MAX: u32 = 2;
-
-/// True if every sector of the file that `batch` (at offset `at`) covers holds a byte of it
-/// other than zero: no part of it can be a sector a crash left unwritten.
-fn every_sector_written(at: usize, batch: &[u8]) -> bool {
-    let mut from = 0;
-    while from < batch.len() {
-        let sector_end = ((at + from) / SECTOR_BYTES + 1) * SECTOR_BYTES - at;
-        let to = sector_end.min(batch.len());
-        if batch[from..to].iter().all(|&b| b == 0) {
-            return false;
-        }
-        from = to;
-    }
-    true
 }
 
 /// The journal's length without the zeros at its end (the writer's reserve, or nothing).
@@ -1400,24 +1372,6 @@ mod tests {
                 }
                 other => panic!("a flip at {at} of a batch written whole: {other:?}"),
             }
-        }
-        // Its magic or its length damaged (outside the checksum): the rest passes the
-        // checksum, so it was written whole.
-        for (at, bit) in [
-            (last, 0x01),
-            (last + 3, 0x40),
-            (last + 4, 0x01),
-            (last + 5, 0x02),
-        ] {
-            let mut damaged = j.clone();
-            damaged[at] ^= bit;
-            let s = scan(&damaged).unwrap();
-            assert_eq!(s.batches.len(), 2, "flip at {at}");
-            assert!(
-                matches!(&s.tail, Tail::Cut { offset, .. } if *offset == last as u64),
-                "a flip at {at} of the header of a batch written whole: {:?}",
-                s.tail
-            );
         }
         // Without the flag (older journals) the lenient reading stays: torn.
         let mut old = header().encode().to_vec();
