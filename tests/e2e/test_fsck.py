@@ -207,36 +207,6 @@ def test_fsck_torn_tail_is_reported_but_clean(test_base, rampart_env, cleanup_mo
     assert fsck(m).returncode == 0
 
 
-def test_a_flipped_bit_in_the_last_batch_is_damage_not_a_torn_tail(test_base, rampart_env, cleanup_mounts):
-    """The last batch, fsync'd, then a bit flipped in it: every sector of it holds its bytes,
-    which a crash never leaves of a batch it cut (the sectors it did not write stay the zeros
-    they were), so the mount must not drop it as a torn tail, losing an fsync'd file without a
-    word: refused, fsck not clean, `--repair` accepts the loss and says so (decision 0106)."""
-    m, files = files_by_batch(test_base, rampart_env, cleanup_mounts, "lastflip", n=3)
-    journal = m.store / "journal"
-    data = bytearray(journal.read_bytes())
-    start, end, _, _ = batch_ending_at(data, files[-1][2])
-    data[(start + end) // 2] ^= 0x10
-    journal.write_bytes(bytes(data))
-    before = store_bytes(m)
-    r = m.cli("mount", m.store, m.path)
-    assert r.returncode == 1, f"a journal whose last durable batch is damaged was mounted: {r.stdout}{r.stderr}"
-    assert "damaged after it was written" in r.stderr and "fsck --repair" in r.stderr, r.stderr
-    assert store_bytes(m) == before, "a refused mount changed the store"
-    r, rep = fsck_json(m)
-    assert r.returncode == 1 and rep["clean"] is False, json.dumps(rep, indent=1)
-    assert rep["journal"]["tail"]["state"] == "cut" and rep["journal"]["tail"]["offset"] == start
-    r = fsck(m, "--repair")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert f"after byte {start}" in r.stdout, r.stdout
-    assert fsck(m).returncode == 0
-    remount(m)
-    for p, content, _ in files[:-1]:
-        assert read_file(p) == content, f"{p}: a batch before the damage was lost"
-    unmount(m)
-    assert_no_panic(m)
-
-
 def _damage_middle_batch(m, files):
     """Flips a bit in the batch of files[1] (valid batches follow); returns its offset and
     where the journal's batches end (reserved zeros follow, and are not counted as dropped)."""

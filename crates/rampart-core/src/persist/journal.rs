@@ -449,7 +449,7 @@ pub fn scan(bytes: &[u8]) -> Result<Scan<'_>, JournalError> {
         }
     };
     let tail = if zeros_ahead {
-        damaged_not_torn(bytes, at, cut_short(bytes, at, tail))
+        cut_short(bytes, at, tail)
     } else {
         tail
     };
@@ -545,48 +545,6 @@ fn cut_short(bytes: &[u8], at: usize, tail: Tail) -> Tail {
     Tail::Cut {
         offset: at as u64,
         reason,
-    }
-}
-
-/// The sectors a torn write can leave unwritten: disks write whole 512-byte sectors, and a
-/// file's blocks start on sector boundaries.
-const SECTOR_BYTES: usize = 512;
-
-/// For a journal whose writer keeps zeros ahead: a last batch that fails its checks although
-/// every sector of it was written is damage, not a tear ([`Tail::Cut`]: durable changes lost).
-/// The batch was written over synced zeros, so a crash leaves each of its sectors either
-/// written or still zeros (in file order, it leaves its end as zeros): a batch whose last byte
-/// and whose part of every sector holds something other than zeros was written whole, and
-/// fdatasync'd or not, it failed its checksum only by damage after the write (a bit flipped on
-/// the disk, a byte changed by hand): the mount would otherwise drop acknowledged ops without
-/// a word (decision 0106). A batch that only might be torn stays [`Tail::Torn`].
-fn damaged_not_torn(bytes: &[u8], at: usize, tail: Tail) -> Tail {
-    let Tail::Torn { reason, .. } = &tail else {
-        return tail;
-    };
-    let Some(head) = BatchHeader::read(&bytes[at..]) else {
-        return tail;
-    };
-    let end = at + BATCH_HEADER_BYTES + head.body_len as usize;
-    if head.body_len as usize > BATCH_BODY_BYTES_MAX || end > bytes.len() || bytes[end - 1] == 0 {
-        return tail;
-    }
-    let mut sector_start = at;
-    while sector_start < end {
-        let sector_end = ((sector_start / SECTOR_BYTES + 1) * SECTOR_BYTES).min(end);
-        if bytes[sector_start..sector_end].iter().all(|&b| b == 0) {
-            return tail;
-        }
-        sector_start = sector_end;
-    }
-    Tail::Cut {
-        offset: at as u64,
-        reason: format!(
-            "its last batch, {} bytes, fails its check ({reason}) though every sector of it \
-             was written, where a crash leaves the sectors it did not write as zeros: the \
-             batch was damaged after it was written, and its durable changes with it",
-            end - at
-        ),
     }
 }
 
@@ -1327,76 +1285,6 @@ mod tests {
                 let whole = torn[..j.len()] == j[..];
                 assert_eq!(s.batches.len(), if whole { 3 } else { 2 }, "tear at {cut}");
             }
-        }
-    }
-
-    /// A zeros-ahead journal whose last batch spans several sectors (a 1,500-byte write).
-    fn zeros_ahead_journal_with_a_long_last_batch() -> (Vec<u8>, usize, usize) {
-        let (mut j, ends) = zeros_ahead_journal(2);
-        let mut b = BatchBuilder::new(103);
-        let data: Vec<u8> = (0..1500u32).map(|i| (i % 251) as u8 + 1).collect();
-        let op = Op::Write {
-            ino: 7,
-            offset: 0,
-            data: &data,
-            time_ns: 5,
-            kill_suidgid: false,
-        };
-        b.add(&op, 5);
-        j.extend(b.take_batch().unwrap());
-        let (last, end) = (ends[1], j.len());
-        assert!(end - last > 2 * SECTOR_BYTES && j[end - 1] != 0);
-        j.resize(end + JOURNAL_ZEROS_AHEAD_BYTES_MIN, 0);
-        assert_eq!(scan(&j).unwrap().batches.len(), 3);
-        (j, last, end)
-    }
-
-    #[test]
-    fn a_zeros_ahead_journal_whose_last_batch_was_written_whole_and_damaged_is_cut() {
-        let (j, last, end) = zeros_ahead_journal_with_a_long_last_batch();
-        for at in [
-            last + 8,
-            last + 12,
-            last + BATCH_HEADER_BYTES,
-            (last + end) / 2,
-            end - 1,
-        ] {
-            let mut damaged = j.clone();
-            damaged[at] ^= 0x80;
-            let s = scan(&damaged).unwrap();
-            assert_eq!(s.batches.len(), 2, "flip at {at}");
-            match &s.tail {
-                Tail::Cut { offset, reason } => {
-                    assert_eq!(*offset, last as u64, "flip at {at}");
-                    assert!(reason.contains("damaged after it was written"), "{reason}");
-                }
-                other => panic!("a flip at {at} of a batch written whole: {other:?}"),
-            }
-        }
-        // Without the flag (older journals) the lenient reading stays: torn.
-        let mut old = header().encode().to_vec();
-        old.extend_from_slice(&j[HEADER_BYTES..]);
-        old[end - 1] ^= 0x80;
-        assert!(matches!(scan(&old).unwrap().tail, Tail::Torn { .. }));
-    }
-
-    #[test]
-    fn a_zeros_ahead_batch_with_any_sector_unwritten_is_torn() {
-        // What a crash leaves of sectors landing out of order: any of them still zeros.
-        let (j, last, end) = zeros_ahead_journal_with_a_long_last_batch();
-        let mut sector = last / SECTOR_BYTES * SECTOR_BYTES;
-        while sector < end {
-            let (from, to) = (sector.max(last), (sector + SECTOR_BYTES).min(end));
-            let mut torn = j.clone();
-            torn[from..to].fill(0);
-            let s = scan(&torn).unwrap();
-            assert_eq!(s.batches.len(), 2, "sector at {sector}");
-            assert!(
-                matches!(s.tail, Tail::Torn { .. } | Tail::Clean),
-                "sector at {sector} unwritten: {:?}",
-                s.tail
-            );
-            sector += SECTOR_BYTES;
         }
     }
 }
