@@ -60,7 +60,9 @@ impl std::fmt::Display for Report {
         if let Tail::Torn { bytes, reason, .. } = &self.tail {
             write!(
                 f,
-                "; a torn tail of {bytes} bytes was dropped ({reason}): never acknowledged as durable"
+                "; a torn tail of {bytes} bytes was dropped ({reason}): a write cut by a crash, \
+                 never acknowledged as durable (or, rarely, a last batch damaged after its write, \
+                 which no check can tell from a tear: the lead's note of 2026-11-27)"
             )?;
         }
         write!(f, " in {:.1} ms", self.duration.as_secs_f64() * 1e3)
