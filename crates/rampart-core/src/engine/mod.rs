@@ -71,17 +71,6 @@ pub enum WriteTimes {
     KeptByKernel,
 }
 
-/// Whether more bytes of a file are on their way right behind a write (decision 0105).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WriteRun {
-    /// Nothing is known beyond the write itself.
-    Alone,
-    /// The write is a full request of the kernel's writeback: more of the file's dirty pages
-    /// most likely follow, so a write that brings a memory file to the threshold moves it to
-    /// the disk tier at once instead of storing, journaling and then copying its first bytes.
-    Continues,
-}
-
 /// What the kernel may have cached that a change from outside it made stale.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Invalidation {
