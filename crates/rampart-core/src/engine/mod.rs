@@ -555,7 +555,10 @@ impl Engine {
         self.levels.read().clone()
     }
 
-    /// Like [`Engine::sync`], without blocking: `done` runs once every change so far is durable.
+    /// Like [`Engine::sync`], without waiting for other fsyncs' commits: `done` runs once every
+    /// change so far is durable. When no commit is under way and the last one answered at
+    /// most one fsync, the caller's thread commits and `done` runs before the return
+    /// (decision 0100); otherwise the committer answers, and concurrent callers share its sync.
     pub fn sync_async(&self, done: crate::op::SyncDone) {
         let levels = self.levels.read().clone();
         levels.sync_async(done);

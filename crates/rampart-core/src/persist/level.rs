@@ -100,7 +100,9 @@ pub trait Level: Send + Sync {
     }
 
     /// Like `sync`, but calls `done` once the ops are durable instead of blocking the caller
-    /// (a FUSE worker thread), so that many fsyncs wait on one disk sync.
+    /// (a FUSE worker thread) behind other callers, so that many fsyncs wait on one disk
+    /// sync. A level may sync on the caller's thread when no one else waits (the store's
+    /// persister does: decision 0100).
     fn sync_async(&self, done: SyncDone) {
         done(self.sync());
     }
