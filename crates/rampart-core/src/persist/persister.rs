@@ -265,6 +265,9 @@ pub struct Persister {
     /// How many fsyncs the last commit answered: at most one, and the next asker commits on
     /// its own thread (`leader`, decision 0100).
     last_commit_answered: AtomicUsize,
+    /// Who asked for the last sync (`sync_async_by`): the same asker twice in a row, and it
+    /// may commit on its own thread (`leader`).
+    last_asker: std::sync::atomic::AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -471,6 +474,7 @@ impl Persister {
             host_failures_answered: std::sync::atomic::AtomicU64::new(0),
             ready_removals: Mutex::new(Vec::new()),
             last_commit_answered: AtomicUsize::new(0),
+            last_asker: std::sync::atomic::AtomicU64::new(u64::MAX),
         });
         persister.grow_reserve(persister.reserve_target_bytes());
         let worker = Arc::downgrade(&persister);
@@ -976,7 +980,11 @@ impl OpSink for Persister {
     }
 
     fn sync_async(&self, done: SyncDone) {
-        self.sync_leading(done);
+        self.sync_leading(leader::thread_asker(), done);
+    }
+
+    fn sync_async_by(&self, asker: u64, done: SyncDone) {
+        self.sync_leading(asker, done);
     }
 }
 
