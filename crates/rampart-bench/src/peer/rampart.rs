@@ -125,7 +125,8 @@ impl Peer {
         self.set(
             "persistence: fsync",
             "durable at once: fsync, fdatasync and O_SYNC wait for the journal to reach the \
-             store on the real disk; concurrent fsyncs share one disk sync (README)",
+             store on the real disk; concurrent fsyncs share one disk sync (README); a lone \
+             writer's fsync commits on its own FUSE thread (decision 0100)",
         );
         self.set(
             "writeback cache",
