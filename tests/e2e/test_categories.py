@@ -565,3 +565,35 @@ def test_held_files_reach_the_store_only_if_they_live_long_enough(test_base, ram
     assert store_holds(m, HELD_MARKER) == []
     unmount(m)
     assert_no_panic(m)
+
+
+def test_a_held_file_larger_than_a_journal_batch_is_made_present_whole(test_base, rampart_env,
+                                                                       cleanup_mounts):
+    """A held file on the memory tier larger than one journal batch (80 MiB; the disk tier
+    off) is made present as one group of records over several batches, each but the last
+    flagged as continued (decision 0103): fsync'd, it is there whole after kill -9, and fsck
+    of the crashed store is clean; unsynced, it is simply absent."""
+    opts = LONG + ("--large-file-threshold", "off")
+    m = configured(test_base, rampart_env, "held-large", cleanup_mounts, config=HELD_CONFIG,
+                   opts=opts)
+    p = m.path
+    size = 80 << 20
+    data = bytes(range(256)) * (size // 256)
+    journal_before = journal_len(m)
+    with open(p / "big.o", "wb") as f:
+        f.write(data)
+        f.flush()
+        assert m.status()["held_files"] == 1
+        os.fsync(f.fileno())
+    assert m.status()["held_files"] == 0
+    assert journal_len(m) - journal_before > size, "the file's bytes are not in the journal"
+    (p / "kept.o").write_bytes(b"held, never synced")
+    crash(m)
+    report = assert_fsck_clean_after_crash(m)
+    assert report["clean"], report
+    remount(m)
+    assert os.path.getsize(p / "big.o") == size
+    assert read_file(p / "big.o") == data
+    assert not (p / "kept.o").exists(), "a held file survived kill -9"
+    unmount(m)
+    assert_no_panic(m)

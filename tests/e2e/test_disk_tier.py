@@ -99,6 +99,32 @@ def test_the_default_threshold_is_1_mib(mount_factory):
     assert read_file(above) == rnd(MiB + 4 * KiB, 3)
 
 
+def test_a_file_the_kernel_writes_back_to_exactly_the_threshold_goes_to_disk_at_once(mount_factory):
+    """Decision 0105: a full 1 MiB WRITE of the kernel's writeback that brings a file to the
+    threshold moves it to the disk tier before it is written (more pages most likely follow),
+    instead of storing, journaling and then copying its first MiB. So a file of exactly the
+    threshold written through the writeback cache lands on disk; without the writeback cache
+    (one WRITE per write(2), no hint) it stays in memory, as the threshold says."""
+    m = mount_factory()
+    exact = os.path.join(m.path, "exact")
+    longer = os.path.join(m.path, "longer")
+    write_synced(exact, rnd(MiB, 4))
+    write_synced(longer, rnd(3 * MiB + 5, 5))
+    wait_tier(m, exact, True, "(exactly 1 MiB, written back by the kernel in one full request)")
+    wait_tier(m, longer, True)
+    assert read_file(exact) == rnd(MiB, 4)
+    assert read_file(longer) == rnd(3 * MiB + 5, 5)
+    cycle(m, "kill -9")
+    wait_tier(m, exact, True, "after a kill -9 and a mount")
+    assert read_file(exact) == rnd(MiB, 4) and read_file(longer) == rnd(3 * MiB + 5, 5)
+
+    w = mount_factory("--writeback-cache", "off")
+    plain = os.path.join(w.path, "exact")
+    write_synced(plain, rnd(MiB, 6))
+    assert not on_disk(w, plain), "a file of exactly 1 MiB went to disk without the writeback cache"
+    assert read_file(plain) == rnd(MiB, 6)
+
+
 def test_the_threshold_is_set_at_mkfs_and_overridden_at_mount(test_base, rampart_env, cleanup_mounts):
     # mkfs --large-file-threshold 256K, mounted without an option: the store's threshold holds.
     m = Mount(test_base, "mk256", env=rampart_env)

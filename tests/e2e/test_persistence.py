@@ -805,3 +805,24 @@ def test_a_missing_journal_is_refused_not_silently_skipped(test_base, rampart_en
     assert not os.path.exists(os.path.join(m.path, "in-journal"))
     unmount(m)
     assert_no_panic(m)
+
+
+def test_a_missing_journal_before_any_checkpoint_is_refused_not_an_empty_mount(test_base, rampart_env,
+                                                                               cleanup_mounts):
+    """Mounted, fsync'd, crashed before any checkpoint, then the journal deleted: the journal
+    held every change, so the mount must not show an empty file system (it did, and fsck said
+    clean); the store's `reserve` file says it was mounted (decision 0107)."""
+    m = new_mount(test_base, rampart_env, "nojournal0", cleanup_mounts)
+    write_synced(os.path.join(m.path, "in-journal"), b"B")
+    crash(m)
+    assert not (m.store / "checkpoint").exists() and (m.store / "reserve").exists()
+    os.unlink(m.store / "journal")
+    _refused(m, "journal is missing", "fsck --repair")
+    r = fsck(m)
+    assert r.returncode == 1 and "missing" in r.stdout, f"fsck exit {r.returncode}:\n{r.stdout}{r.stderr}"
+    r = fsck(m, "--repair")
+    assert r.returncode == 0, f"fsck --repair exit {r.returncode}:\n{r.stdout}{r.stderr}"
+    remount(m)
+    assert os.listdir(m.path) == []
+    unmount(m)
+    assert_no_panic(m)

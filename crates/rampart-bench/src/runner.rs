@@ -59,7 +59,7 @@ fn selects(name: &str, id: &str) -> bool {
 
 pub fn select_peers(names: &[String]) -> Result<Vec<PeerKind>> {
     if names.is_empty() {
-        return Ok(PeerKind::ALL.to_vec());
+        return Ok(PeerKind::DEFAULT.to_vec());
     }
     let mut out = Vec::new();
     for name in names {
@@ -124,7 +124,12 @@ pub fn run(opts: &BenchOptions) -> Result<(RunResults, PathBuf)> {
             .collect(),
         interrupted: false,
     };
-    let runnable = runnable_cells(&workloads, &peers, &mut results);
+    let runnable = runnable_cells(
+        &workloads,
+        &peers,
+        &mut results.workloads,
+        &mut results.peers,
+    );
 
     let total_runs: usize = runnable.iter().flatten().filter(|&&r| r).count() * repetitions;
     let bar = progress_bar(total_runs);
@@ -234,18 +239,22 @@ fn workload_result(w: &dyn Workload, profile: Profile, peers: &[PeerKind]) -> Wo
 fn runnable_cells(
     workloads: &[Box<dyn Workload>],
     peers: &[PeerKind],
-    results: &mut RunResults,
+    workload_results: &mut [WorkloadResult],
+    peer_results: &mut [PeerResult],
 ) -> Vec<Vec<bool>> {
     let mut runnable = vec![vec![true; peers.len()]; workloads.len()];
     for (wi, w) in workloads.iter().enumerate() {
         let tools = w.check_tools();
         for (pi, &peer) in peers.iter().enumerate() {
-            let cell = &mut results.workloads[wi].cells[pi];
+            let cell = &mut workload_results[wi].cells[pi];
             if let Err(e) = &tools {
                 cell.status = CellStatus::Failed(e.to_string());
                 runnable[wi][pi] = false;
             } else if peer == PeerKind::Floor && !w.runs_on_floor() {
                 cell.status = CellStatus::Unsupported(crate::workload::floor_keeps_no_data());
+                runnable[wi][pi] = false;
+            } else if peer.fsync_each_file() && !w.fsyncs_each_file() {
+                cell.status = CellStatus::Unsupported(crate::workload::does_not_fsync_each_file());
                 runnable[wi][pi] = false;
             } else if let Some(reason) = w.unsupported_on(peer) {
                 cell.status = CellStatus::Unsupported(reason);
@@ -255,8 +264,8 @@ fn runnable_cells(
     }
     for (pi, &peer) in peers.iter().enumerate() {
         if let Err(e) = peer::check_tools(peer) {
-            results.peers[pi].setup_error = Some(e.to_string());
-            for (wi, w) in results.workloads.iter_mut().enumerate() {
+            peer_results[pi].setup_error = Some(e.to_string());
+            for (wi, w) in workload_results.iter_mut().enumerate() {
                 if runnable[wi][pi] {
                     w.cells[pi].status = CellStatus::Failed(format!("peer not available: {e}"));
                     runnable[wi][pi] = false;
@@ -621,4 +630,62 @@ fn with_store_bytes_written(
             .push(format!("bytes written to the store not measured: {e}")),
     }
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn on_host_fsync_only_the_workloads_that_fsync_each_file_run() {
+        let workloads = crate::workload::all();
+        let peers = [PeerKind::Host, PeerKind::HostFsync];
+        let mut workload_results: Vec<WorkloadResult> = workloads
+            .iter()
+            .map(|w| workload_result(w.as_ref(), Profile::Tiny, &peers))
+            .collect();
+        let mut peer_results: Vec<PeerResult> = peers
+            .iter()
+            .map(|&kind| PeerResult {
+                kind,
+                id: kind.id(),
+                settings: Vec::new(),
+                setup_error: None,
+            })
+            .collect();
+        let runnable = runnable_cells(&workloads, &peers, &mut workload_results, &mut peer_results);
+        let mut ran = Vec::new();
+        for (wi, w) in workloads.iter().enumerate() {
+            let status = &workload_results[wi].cells[1].status;
+            if runnable[wi][1] {
+                assert!(w.fsyncs_each_file(), "{} runs on host-fsync", w.id());
+                ran.push(w.id());
+            } else if !w.fsyncs_each_file() {
+                assert!(
+                    matches!(status, CellStatus::Unsupported(r) if r.contains("fsync")),
+                    "{}: {status:?}",
+                    w.id()
+                );
+            }
+        }
+        for id in [
+            "postmark-conquest",
+            "mbfs-small-file-loop",
+            "mbfs-copy",
+            "mbfs-edit",
+        ] {
+            let tools = workloads
+                .iter()
+                .find(|w| w.id() == id)
+                .unwrap()
+                .check_tools();
+            assert_eq!(ran.contains(&id), tools.is_ok(), "{id}");
+        }
+        // The sprite workloads do not fsync each file: not on host-fsync, still on host.
+        let sprite = workloads
+            .iter()
+            .position(|w| w.id() == "sprite-small")
+            .unwrap();
+        assert!(!runnable[sprite][1] && runnable[sprite][0]);
+    }
 }

@@ -205,6 +205,7 @@ fn every_available_peer_works_and_leaves_nothing_behind() {
             PeerKind::Tmpfs
             | PeerKind::FuseOverlay
             | PeerKind::Host
+            | PeerKind::HostFsync
             | PeerKind::Floor
             | PeerKind::JuiceFs => {
                 let err = mounted.remount().unwrap_err().to_string();

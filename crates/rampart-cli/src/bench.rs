@@ -22,7 +22,10 @@ pub struct BenchArgs {
     only: Vec<String>,
     /// Only these peers (comma-separated): rampart, rampart-temporary (every new file
     /// TEMPORARY by a rule of its rampart.toml), tmpfs, ext4-ram, xfs-ram, btrfs-ram, ext4-disk, host (the file system under --disk-dir, used directly), fuse-overlayfs, floor
-    /// (a FUSE server that does nothing useful: the FUSE floor), juicefs.
+    /// (a FUSE server that does nothing useful: the FUSE floor), juicefs. Run only when
+    /// named: rampart-safe, rampart-eventual (every new file SAFE or EVENTUAL by a rule),
+    /// rampart-edited (the edit session's files EDITED), ext4-sync (ext4-disk mounted
+    /// -o sync), host-fsync (host, the workloads fsync each file before closing it).
     #[arg(long, value_delimiter = ',')]
     peers: Vec<String>,
     /// Where the report goes [default: ./rampart-bench-report-<unix time>].
@@ -100,7 +103,11 @@ fn list() {
     }
     outln!("peers:");
     for p in rampart_bench::peer::PeerKind::ALL {
-        outln!("  {}", p.id());
+        if rampart_bench::peer::PeerKind::DEFAULT.contains(&p) {
+            outln!("  {}", p.id());
+        } else {
+            outln!("  {:<24} (run only when named in --peers)", p.id());
+        }
     }
 }
 

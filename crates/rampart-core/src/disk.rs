@@ -190,6 +190,15 @@ impl DiskTier {
         self.config.enabled() && size_bytes > self.config.threshold_bytes
     }
 
+    /// Whether a write that brings a memory file to `size_bytes` moves it to the disk tier:
+    /// past the threshold, or at it when more bytes follow ([`WriteRun::Continues`]).
+    pub fn moves_at(&self, size_bytes: u64, run: crate::engine::WriteRun) -> bool {
+        self.passes_threshold(size_bytes)
+            || (run == crate::engine::WriteRun::Continues
+                && self.config.enabled()
+                && size_bytes == self.config.threshold_bytes)
+    }
+
     /// Whether a disk-tier file of `size_bytes` may come back to memory (hysteresis: a
     /// quarter of the threshold, decision 0059).
     pub fn below_return_size(&self, size_bytes: u64) -> bool {

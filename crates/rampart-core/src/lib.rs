@@ -40,7 +40,7 @@ pub use attr::{Attr, Durability, FileKind, Ino, SetAttr, SetTime, StatFs, Stats,
 pub use contents::Tier;
 pub use engine::{
     CategoryInfo, CategoryStatus, Ctx, Engine, EngineConfig, FileAtRisk, HeldFile, Invalidation,
-    KernelRequests, Observer, ReadBuf, State, WriteTimes,
+    KernelRequests, Observer, ReadBuf, State, WriteRun, WriteTimes,
 };
 pub use error::{Broken, Errno, FsResult};
 pub use memory::budget::{default_cap_bytes, physical_memory_bytes};

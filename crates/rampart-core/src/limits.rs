@@ -96,6 +96,13 @@ pub const BATCH_BUFFER_KEPT_BYTES_MAX: usize = 4 << 20;
 /// Largest batch body; a batch holding more ops is cut in two by the writer.
 pub const BATCH_BODY_BYTES_MAX: usize = 64 << 20;
 
+/// Most batches after the journal's valid prefix zeroed one by one, last first, at start
+/// (`persister::journal_tail`, decision 0103): what is left of a group of records cut short
+/// is flagged batches of nearly 48 MiB each, so this covers any group the memory tier can
+/// hold; what lies past them (only after a repair of damage) is zeroed with the rest of the
+/// tail in one write.
+pub const JOURNAL_TAIL_BATCHES_ZEROED_MAX: usize = 4096;
+
 /// Largest data of one `Write` record, in bytes.
 pub const WRITE_BYTES_MAX: usize = 16 * 1024 * 1024;
 

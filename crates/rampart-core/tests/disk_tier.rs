@@ -6,7 +6,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use rampart_core::rampart::{Options, Rampart};
-use rampart_core::{Ctx, Engine, EngineConfig, Ino, SetAttr, Tier, ROOT_INO};
+use rampart_core::{Ctx, Engine, EngineConfig, Ino, SetAttr, Tier, WriteRun, WriteTimes, ROOT_INO};
 
 const THRESHOLD: u64 = 8 << 10;
 const FILE: u32 = libc::S_IFREG | 0o644;
@@ -102,6 +102,58 @@ fn a_file_passing_the_threshold_moves_to_its_host_file_and_keeps_its_bytes() {
     assert_eq!(read_all(e, f), expected);
     assert_eq!(fs.recovery().host_files.files, 1);
     assert!(fs.recovery().host_files.damaged.is_empty());
+}
+
+#[test]
+fn a_write_that_continues_moves_a_file_at_the_threshold_at_once_and_one_alone_does_not() {
+    let (_dir, path) = store();
+    let fs = Rampart::open(&path, &options()).unwrap();
+    let e = fs.engine();
+    let times = WriteTimes::Stamp;
+    // Alone, a file of exactly the threshold stays in memory (it does not pass it).
+    let alone = e.mknod(&c(), ROOT_INO, b"alone", FILE, 0).unwrap().ino;
+    let bytes = pattern(THRESHOLD as usize, 3);
+    e.write_in_run(&c(), alone, 0, &bytes, false, times, WriteRun::Alone)
+        .unwrap();
+    assert_eq!(e.tier(alone), Ok(Tier::Memory));
+    assert!(host_files(&path).is_empty());
+    // A write that continues and stops short of the threshold stays in memory too.
+    let short = e.mknod(&c(), ROOT_INO, b"short", FILE, 0).unwrap().ino;
+    let head = pattern(THRESHOLD as usize - 1, 4);
+    e.write_in_run(&c(), short, 0, &head, false, times, WriteRun::Continues)
+        .unwrap();
+    assert_eq!(e.tier(short), Ok(Tier::Memory));
+    // One that continues and reaches it moves the file first: its bytes go to the host file
+    // and never into memory, the journal or a migration's copy.
+    let run = e.mknod(&c(), ROOT_INO, b"run", FILE, 0).unwrap().ino;
+    e.write_in_run(&c(), run, 0, &bytes, false, times, WriteRun::Continues)
+        .unwrap();
+    assert_eq!(e.tier(run), Ok(Tier::Disk));
+    let name = format!("{run:016x}-{:08x}", e.getattr(run).unwrap().generation);
+    assert_eq!(host_files(&path), vec![(name.clone(), THRESHOLD)]);
+    let tail = pattern(5000, 5);
+    e.write_in_run(&c(), run, THRESHOLD, &tail, false, times, WriteRun::Alone)
+        .unwrap();
+    let mut expected = bytes.clone();
+    expected.extend_from_slice(&tail);
+    assert_eq!(read_all(e, run), expected);
+    assert_eq!(
+        std::fs::read(path.join("data").join(&name)).unwrap(),
+        expected
+    );
+    e.sync().unwrap();
+    fs.close().unwrap();
+
+    let fs = Rampart::open(&path, &options()).unwrap();
+    let e = fs.engine();
+    let run = e.lookup_path(b"/run").unwrap().ino;
+    assert_eq!(e.tier(run), Ok(Tier::Disk));
+    assert_eq!(read_all(e, run), expected);
+    let alone = e.lookup_path(b"/alone").unwrap().ino;
+    assert_eq!(
+        (e.tier(alone), read_all(e, alone)),
+        (Ok(Tier::Memory), bytes)
+    );
 }
 
 #[test]

@@ -208,6 +208,51 @@ fn a_missing_journal_is_accepted_by_a_repair() {
     assert!(fs.engine().lookup_path(b"c").is_ok());
 }
 
+/// A store mounted once and crashed before its first checkpoint, then its journal deleted:
+/// it held every change, so the store must not open as an empty file system (it did, and
+/// fsck called it clean); the `reserve` file a mount makes after the journal tells it from a
+/// store just made (decision 0107).
+#[test]
+fn a_missing_journal_without_a_checkpoint_is_refused_and_accepted_by_a_repair() {
+    let (_dir, path) = temp_store();
+    // Opened as the daemon opens it: with room reserved for a checkpoint.
+    let mut daemon = Options::default();
+    daemon.persist.reserve_bytes_min = rampart_core::limits::STORE_RESERVE_BYTES_MIN;
+    let fs = Rampart::open(&path, &daemon).expect("open");
+    let c = Ctx::library(0, 0);
+    let f = fs
+        .engine()
+        .mknod(&c, ROOT_INO, b"a", libc::S_IFREG | 0o644, 0);
+    fs.engine()
+        .write(&c, f.unwrap().ino, 0, b"fsync'd", false)
+        .unwrap();
+    fs.persister().sync().unwrap();
+    fs.engine().set_sink(None);
+    std::mem::forget(fs); // a crash, before any checkpoint
+    std::fs::remove_file(path.join(rampart_core::store::LOCK_FILE)).unwrap();
+    assert!(!path.join(CHECKPOINT_FILE).exists() && path.join("reserve").exists());
+    std::fs::remove_file(path.join(JOURNAL_FILE)).unwrap();
+    let refused = Rampart::open(&path, &Options::default()).unwrap_err();
+    assert!(
+        refused.to_string().contains("journal is missing"),
+        "{refused}"
+    );
+    let r = fsck::check(&path, &NoProgress).unwrap();
+    assert!(!r.clean && r.unrepairable.is_none(), "{r:?}");
+    assert!(r.problems.iter().any(|p| p.contains("is missing")), "{r:?}");
+    let r = fsck::repair(&path, &NoProgress).unwrap();
+    assert!(r.repaired, "{r:?}");
+    let fs = Rampart::open(&path, &Options::default()).unwrap();
+    assert!(fs.engine().lookup_path(b"a").is_err());
+    fs.close().unwrap();
+    // A store just made has neither file, and opens empty as ever.
+    let (_dir, fresh) = temp_store();
+    Rampart::open(&fresh, &Options::default())
+        .unwrap()
+        .close()
+        .unwrap();
+}
+
 #[test]
 fn host_files_missing_or_short_are_problems_and_a_repair_truncates_and_says_what_was_lost() {
     let (_dir, path) = temp_store();

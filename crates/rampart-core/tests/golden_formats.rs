@@ -3,7 +3,8 @@
 //! still write the current version's bytes; a change here is a format change (docs/FORMAT.md),
 //! never a test fix. Version 2 of the journal and the checkpoint (the disk tier) added the
 //! ops `WriteExtent` and `Migrate` and a tier byte per regular file; version 1's bytes stay
-//! pinned below and still decode.
+//! pinned below and still decode. Version 3 of the journal added the batch flag
+//! `GROUP_CONTINUES` (bit 31 of op_count); version 2's batches still replay as before.
 
 use rampart_core::op::Op;
 use rampart_core::persist::{checkpoint, journal};
@@ -187,7 +188,13 @@ fn superblock_bytes_are_pinned() {
     );
 }
 
-/// The same journal header in version 2, as this build writes it.
+/// The same journal header in version 3 (batches may carry `GROUP_CONTINUES`), as this build
+/// writes it.
+const JOURNAL_HEADER_V3: &str = "
+    52504a4f 55524e00 03000000 00000000 72616d70 6172742d 676f6c64 656e2121
+    06050403 02010000 15cd853d fe9c9717 00000000 00000000 00000000 72b902cf";
+
+/// The same journal header in version 2 (the disk tier's ops).
 const JOURNAL_HEADER_V2: &str = "
     52504a4f 55524e00 02000000 00000000 72616d70 6172742d 676f6c64 656e2121
     06050403 02010000 15cd853d fe9c9717 00000000 00000000 00000000 d84d6c6b";
@@ -199,12 +206,16 @@ fn journal_header_bytes_are_pinned() {
         base_seq: 0x0102_0304_0506,
         created_ns: CREATED_NS,
     };
-    assert_eq!(hex(&header.encode()), hex(&unhex(JOURNAL_HEADER_V2)));
+    assert_eq!(hex(&header.encode()), hex(&unhex(JOURNAL_HEADER_V3)));
+    assert_eq!(
+        journal::Header::decode(&unhex(JOURNAL_HEADER_V3)),
+        Ok(header)
+    );
+    // Versions 2 and 1 still read.
     assert_eq!(
         journal::Header::decode(&unhex(JOURNAL_HEADER_V2)),
         Ok(header)
     );
-    // Version 1 still reads.
     assert_eq!(journal::Header::decode(&unhex(JOURNAL_HEADER)), Ok(header));
 }
 
@@ -272,6 +283,117 @@ fn journal_batch_of_the_disk_tier_ops_is_pinned() {
             .unwrap();
     }
     assert_eq!(ops, disk_tier_ops());
+}
+
+/// [`JOURNAL_BATCH_DISK`] flagged `GROUP_CONTINUES` (version 3): the group open at its end
+/// goes on in the next batch.
+const JOURNAL_BATCH_DISK_CONTINUED: &str = "
+    52504a42 18000000 4ff26c8c 07000000 00000000 04000080 15cd853d fe9c9717
+    0d02011c 0c028080 40808004 011e0c02 0000001f 0d020022";
+
+/// The batch that ends [`JOURNAL_BATCH_DISK_CONTINUED`]'s group: one `Migrate` at op 11.
+const JOURNAL_BATCH_GROUP_END: &str = "
+    52504a42 04000000 dc996fb4 0b000000 00000000 01000000 15cd853d fe9c9717
+    0d020124";
+
+fn group_end_op() -> Op<'static> {
+    Op::Migrate {
+        ino: 2,
+        tier: Tier::Disk,
+        time_ns: CREATED_NS + 18,
+    }
+}
+
+/// The ops of every batch of a scanned journal, in order.
+fn ops_of<'a>(scan: &journal::Scan<'a>) -> Result<Vec<Op<'a>>, journal::JournalError> {
+    let mut ops = Vec::new();
+    for batch in &scan.batches {
+        batch.for_each_op(|_, op| {
+            ops.push(op);
+            Ok(())
+        })?;
+    }
+    Ok(ops)
+}
+
+/// A journal of `header` (hex), then `batches` (hex), then the zeros its writer keeps ahead.
+fn journal_of(header: &[u8], batches: &[&str]) -> Vec<u8> {
+    let mut bytes = header.to_vec();
+    for batch in batches {
+        bytes.extend(unhex(batch));
+    }
+    bytes.resize(bytes.len() + 4096, 0);
+    bytes
+}
+
+#[test]
+fn a_group_continued_over_batches_is_pinned_and_read_whole_or_not_at_all() {
+    // The flag is bit 31 of op_count, under the batch's CRC.
+    let mut flagged = unhex(JOURNAL_BATCH_DISK);
+    flagged[23] |= 0x80;
+    let crc = crc32c::crc32c(&flagged[12..]);
+    flagged[8..12].copy_from_slice(&crc.to_le_bytes());
+    assert_eq!(hex(&flagged), hex(&unhex(JOURNAL_BATCH_DISK_CONTINUED)));
+    let mut builder = journal::BatchBuilder::new(11);
+    builder.add(&group_end_op(), CREATED_NS);
+    let end = builder.take_batch().unwrap();
+    assert_eq!(hex(&end), hex(&unhex(JOURNAL_BATCH_GROUP_END)));
+
+    let v3 = journal::Header {
+        store_id: STORE_ID,
+        base_seq: 7,
+        created_ns: CREATED_NS,
+    }
+    .encode_zeros_ahead();
+    // Whole: both batches, every op of the group.
+    let whole = journal_of(
+        &v3,
+        &[JOURNAL_BATCH_DISK_CONTINUED, JOURNAL_BATCH_GROUP_END],
+    );
+    let scan = journal::scan(&whole).unwrap();
+    assert_eq!(scan.tail, journal::Tail::Clean);
+    let flags: Vec<bool> = scan.batches.iter().map(|b| b.continues_group).collect();
+    assert_eq!(flags, [true, false]);
+    let mut want = disk_tier_ops();
+    want.push(group_end_op());
+    assert_eq!(ops_of(&scan).unwrap(), want);
+    // Without the batch that ends it: none of the group, a torn tail from its start.
+    let cut = journal_of(&v3, &[JOURNAL_BATCH_DISK_CONTINUED]);
+    let scan = journal::scan(&cut).unwrap();
+    assert!(scan.batches.is_empty());
+    assert_eq!(scan.valid_len, journal::HEADER_BYTES as u64);
+    assert_eq!(scan.next_seq(), 7);
+    assert!(
+        matches!(&scan.tail, journal::Tail::Torn { offset: 64, reason, .. }
+            if reason.contains("group of records cut short")),
+        "{:?}",
+        scan.tail
+    );
+}
+
+#[test]
+fn an_old_journal_replays_as_its_release_read_it() {
+    // Version 2 (the release before the flag): its batches replay to the same ops.
+    let v2 = unhex(JOURNAL_HEADER_V2);
+    let mut at_7 = v2.clone();
+    at_7[32..40].copy_from_slice(&7u64.to_le_bytes());
+    let crc = crc32c::crc32c(&at_7[..60]);
+    at_7[60..64].copy_from_slice(&crc.to_le_bytes());
+    let old = journal_of(&at_7, &[JOURNAL_BATCH_DISK, JOURNAL_BATCH_GROUP_END]);
+    let scan = journal::scan(&old).unwrap();
+    assert_eq!(scan.tail, journal::Tail::Clean);
+    assert!(scan.batches.iter().all(|b| !b.continues_group));
+    let mut want = disk_tier_ops();
+    want.push(group_end_op());
+    assert_eq!(ops_of(&scan).unwrap(), want);
+    // Bit 31 of op_count means nothing there: such a batch is read as that release read it,
+    // a count past its records (an op that does not decode), never as a group.
+    let flagged = journal_of(&at_7, &[JOURNAL_BATCH_DISK_CONTINUED]);
+    let scan = journal::scan(&flagged).unwrap();
+    assert_eq!(scan.batches.len(), 1);
+    assert!(!scan.batches[0].continues_group);
+    assert_eq!(scan.batches[0].op_count, (1 << 31) | 4);
+    assert!(ops_of(&scan).is_err());
 }
 
 #[test]

@@ -92,6 +92,48 @@ fn mkfs_records_each_copy_in_the_other_and_refuses_a_full_folder() {
     assert!(!dir.path().join("s").exists(), "nothing made");
 }
 
+/// A mirror that is the store, inside it or around it is refused before anything is made:
+/// no half-made store, no folder left in the other's way (`mkfs --mirror /a /a/store` once
+/// left a whole unmirrored store behind). `mirror add` checks the same before making a folder.
+#[test]
+fn mkfs_refuses_a_mirror_inside_around_or_equal_to_the_store_and_makes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a");
+    for (store, mirror) in [
+        (a.join("store"), a.clone()),
+        (a.join("store"), a.join("store").join("mirror")),
+        (a.join("store"), a.join("store")),
+        (
+            a.join("x").join("..").join("store"),
+            a.join("store").join("."),
+        ),
+    ] {
+        let e = mkfs_mirrored(&store, &MkfsOptions::default(), &mirror).unwrap_err();
+        assert!(
+            e.to_string().contains("must not be"),
+            "{store:?} {mirror:?}: {e}"
+        );
+        assert!(!a.exists(), "{store:?} {mirror:?}: something was made");
+    }
+    // The store's folder existing and empty: left as it was, empty.
+    std::fs::create_dir_all(a.join("store")).unwrap();
+    let inside = a.join("store").join("m");
+    let e = mkfs_mirrored(&a.join("store"), &MkfsOptions::default(), &inside).unwrap_err();
+    assert!(e.to_string().contains("must not be"), "{e}");
+    assert_eq!(std::fs::read_dir(a.join("store")).unwrap().count(), 0);
+    // `mirror add` of a mirror inside the store: refused, no folder made in the store.
+    std::fs::remove_dir(a.join("store")).unwrap();
+    rampart_core::store::mkfs(&a.join("store")).unwrap();
+    let e = rampart_core::store::mirror::add_mirror(&a.join("store"), &inside).unwrap_err();
+    assert!(e.to_string().contains("must not be"), "{e}");
+    assert!(
+        !inside.exists(),
+        "mirror add made a folder inside the store"
+    );
+    let e = rampart_core::store::mirror::add_mirror(&a.join("store"), &a).unwrap_err();
+    assert!(e.to_string().contains("must not be"), "{e}");
+}
+
 #[test]
 fn every_write_reaches_both_copies_and_either_mounts_alone() {
     let c = mirrored();

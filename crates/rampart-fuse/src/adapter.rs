@@ -19,7 +19,7 @@ use fuser::{
     WriteFlags,
 };
 use rampart_core::time::to_ns;
-use rampart_core::{Attr, Ctx, Engine, FileKind, SetAttr, SetTime, WriteTimes};
+use rampart_core::{Attr, Ctx, Engine, FileKind, SetAttr, SetTime, WriteRun, WriteTimes};
 
 use crate::counters::{PendingRequest, RequestCounters, RequestKind};
 use crate::direct_io::{self, DirectIo};
@@ -601,9 +601,18 @@ impl Filesystem for RampartFs {
             } else {
                 WriteTimes::Stamp
             };
+            // A full request of the kernel's writeback: more of the file's pages follow, so
+            // one that brings a new file to the threshold moves it to disk now (decision 0105).
+            let run = if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE)
+                && data.len() == kernel_settings::REQUEST_BYTES_MAX as usize
+            {
+                WriteRun::Continues
+            } else {
+                WriteRun::Alone
+            };
             match self
                 .engine
-                .write_with(&ctx(req), ino.0, offset, data, kill, times)
+                .write_in_run(&ctx(req), ino.0, offset, data, kill, times, run)
             {
                 Ok(n) => {
                     reply.written(n);

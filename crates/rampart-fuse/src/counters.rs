@@ -311,6 +311,26 @@ mod tests {
         assert!(c.latencies().is_empty());
     }
 
+    /// Every request counted can appear in `rampart status --json`, whose schema names the
+    /// operations: one missing there (`batch_forget`, `readdirplus`, `copy_file_range` were)
+    /// makes a mount that received it fail validation against the published schema.
+    #[test]
+    fn the_status_schema_names_every_request_kind() {
+        let schema = include_str!("../../../docs/status-schema.json");
+        let at = schema
+            .find("\"operation\": {")
+            .expect("the schema's operation enum");
+        let end = at + schema[at..].find(']').expect("the end of the enum");
+        let names = &schema[at..end];
+        for kind in RequestKind::ALL {
+            let quoted = format!("\"{}\"", kind.name());
+            assert!(
+                names.contains(&quoted),
+                "{quoted} is not in status-schema.json"
+            );
+        }
+    }
+
     #[test]
     fn a_timer_records_one_latency_when_dropped_or_finished() {
         let c = RequestCounters::default();

@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use super::measure::tree_allocated_bytes;
-use super::{resolve, Peer, Usage};
+use super::{resolve, Peer, PeerKind, Usage};
 use crate::error::{BenchError, Result};
 
 impl Peer {
@@ -39,6 +39,19 @@ impl Peer {
         self.set("mount", mount);
         if let Some(fs) = fs {
             self.describe_mount(&fs.mount_point);
+        }
+        if self.kind == PeerKind::HostFsync {
+            self.set(
+                "fsync per file",
+                "the workloads fsync every file they write before closing it, the usual way \
+                 a program gets durability on a disk file system: PostMark and tar through \
+                 an LD_PRELOAD shim compiled at the run (close(2) and fclose(3) of a regular \
+                 file open for writing fsync it first, and count it), the MBFS loop, copy \
+                 and edit session in the bench's own code. Directories are not fsync'd: on \
+                 ext4 the fsync of a new file commits the journal transaction that holds its \
+                 name. Writes between open and close are not durable until the close; the \
+                 workloads that cannot fsync each file do not run on this peer",
+            );
         }
         self.set(
             "why this peer",

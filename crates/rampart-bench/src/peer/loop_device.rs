@@ -28,6 +28,8 @@ struct LoopFs {
 fn loop_fs(kind: PeerKind) -> LoopFs {
     let (fs, mkfs, mkfs_flags, mount_options): (_, _, &[&str], &[&str]) = match kind {
         PeerKind::Ext4Ram | PeerKind::Ext4Disk => ("ext4", "mkfs.ext4", &["-q", "-F"], &[]),
+        // Every write(2) synchronous: ext4's own answer to "durable when write returns".
+        PeerKind::Ext4Sync => ("ext4", "mkfs.ext4", &["-q", "-F"], &["-o", "sync"]),
         PeerKind::XfsRam => ("xfs", "mkfs.xfs", &["-q", "-f"], &[]),
         PeerKind::BtrfsRam => (
             "btrfs",
@@ -65,7 +67,7 @@ impl Peer {
     /// Makes the file system of this peer's kind on a loop device over a sparse file in
     /// `base` (on `medium`, named in the settings) and mounts it.
     pub(super) fn build_loop(&mut self, env: &PeerEnv, base: &Path, medium: &str) -> Result<()> {
-        let size_bytes = if self.kind == PeerKind::Ext4Disk {
+        let size_bytes = if matches!(self.kind, PeerKind::Ext4Disk | PeerKind::Ext4Sync) {
             env.profile.disk_device_size_bytes()
         } else {
             env.profile.device_size_bytes()
@@ -187,7 +189,16 @@ impl Peer {
                 self.set("btrfs profiles (btrfs filesystem df)", layout);
             }
         }
-        if self.kind == PeerKind::Ext4Disk {
+        if self.kind == PeerKind::Ext4Sync {
+            self.set(
+                "sync mount (-o sync)",
+                "every write(2) and every metadata change returns once it is on the loop \
+                 device (ext4 commits its journal and writes the data synchronously): the \
+                 kernel file system's way of making each write durable when it returns, \
+                 the contract of rampart's SAFE; no fsync by the workloads",
+            );
+        }
+        if matches!(self.kind, PeerKind::Ext4Disk | PeerKind::Ext4Sync) {
             self.set(
                 "what the loop device costs",
                 "two file systems: every write lands in ext4's page cache, then in the \
@@ -198,7 +209,11 @@ impl Peer {
         }
         self.set(
             "as in the papers",
-            if self.kind == PeerKind::Ext4Disk {
+            if self.kind == PeerKind::Ext4Sync {
+                "ext4-disk's mkfs and mount with `-o sync` added: issue 14's reference for \
+                 SAFE (ext4 on the disk mounted -o sync); the loop device adds a second file \
+                 system, as for ext4-disk"
+            } else if self.kind == PeerKind::Ext4Disk {
                 "the same mkfs and mount defaults as ext4-ram (NGS §4.1-4.2, MRAMFS §5), on a \
                  file on the real disk instead of RAM: the disk-based reference"
             } else {

@@ -79,10 +79,46 @@ pub enum PeerKind {
     /// rampart as above, its store's `rampart.toml` making every new file and directory
     /// TEMPORARY (`lm=never`: nothing reaches the store; issue 14).
     RampartTemporary,
+    /// rampart, every new file and directory SAFE by a rule (`lm=before_write`: each
+    /// write(2) durable when it returns; issue 14).
+    RampartSafe,
+    /// rampart, every new file and directory EVENTUAL by a rule (`lm=1h`: held out of the
+    /// store by the archiver, decision 0090).
+    RampartEventual,
+    /// rampart, the edit workload's files EDITED by a rule (`lm=until_close`).
+    RampartEdited,
+    /// ext4 on a loop device over a file on the real disk, as ext4-disk, mounted `-o sync`.
+    Ext4Sync,
+    /// The host folder, as `host`, where the workloads fsync every file they write before
+    /// closing it (decision 0108).
+    HostFsync,
 }
 
 impl PeerKind {
-    pub const ALL: [PeerKind; 11] = [
+    /// Every peer `--peers` knows, in report order.
+    pub const ALL: [PeerKind; 16] = [
+        PeerKind::Rampart,
+        PeerKind::RampartTemporary,
+        PeerKind::RampartSafe,
+        PeerKind::RampartEventual,
+        PeerKind::RampartEdited,
+        PeerKind::Floor,
+        PeerKind::Tmpfs,
+        PeerKind::Ext4Ram,
+        PeerKind::XfsRam,
+        PeerKind::BtrfsRam,
+        PeerKind::Ext4Disk,
+        PeerKind::Ext4Sync,
+        PeerKind::Host,
+        PeerKind::HostFsync,
+        PeerKind::FuseOverlay,
+        PeerKind::JuiceFs,
+    ];
+
+    /// The peers of a run that names none: the issue-14 variants (SAFE, EVENTUAL, EDITED,
+    /// `-o sync`, fsync per file) run only when named, so the default run does not grow
+    /// (decision 0108).
+    pub const DEFAULT: [PeerKind; 11] = [
         PeerKind::Rampart,
         PeerKind::RampartTemporary,
         PeerKind::Floor,
@@ -109,12 +145,35 @@ impl PeerKind {
             PeerKind::Floor => "floor",
             PeerKind::Rampart => "rampart",
             PeerKind::RampartTemporary => "rampart-temporary",
+            PeerKind::RampartSafe => "rampart-safe",
+            PeerKind::RampartEventual => "rampart-eventual",
+            PeerKind::RampartEdited => "rampart-edited",
+            PeerKind::Ext4Sync => "ext4-sync",
+            PeerKind::HostFsync => "host-fsync",
         }
     }
 
-    /// rampart, whatever its store default.
+    /// rampart, whatever its store default or rules.
     pub fn is_rampart(self) -> bool {
-        matches!(self, PeerKind::Rampart | PeerKind::RampartTemporary)
+        matches!(
+            self,
+            PeerKind::Rampart
+                | PeerKind::RampartTemporary
+                | PeerKind::RampartSafe
+                | PeerKind::RampartEventual
+                | PeerKind::RampartEdited
+        )
+    }
+
+    /// Whether the workloads fsync every file they write before closing it on this peer
+    /// (host-fsync); a workload that cannot is not run on it (`Workload::fsyncs_each_file`).
+    pub fn fsync_each_file(self) -> bool {
+        self == PeerKind::HostFsync
+    }
+
+    /// The host's own file system under the store, used directly (host, host-fsync).
+    pub fn is_host(self) -> bool {
+        matches!(self, PeerKind::Host | PeerKind::HostFsync)
     }
 
     pub fn parse(id: &str) -> Option<PeerKind> {
@@ -319,7 +378,7 @@ impl Peer {
             PeerKind::Ext4Ram | PeerKind::XfsRam | PeerKind::BtrfsRam => {
                 self.build_loop(env, &shm_base, "/dev/shm (tmpfs: RAM)")
             }
-            PeerKind::Ext4Disk => {
+            PeerKind::Ext4Disk | PeerKind::Ext4Sync => {
                 let disk_base = self.make_disk_dir(env, &shm_base, &name)?;
                 let disk = crate::machine::file_system_of(&disk_base)
                     .map(|fs| format!("the real disk: {fs}"))
@@ -327,11 +386,15 @@ impl Peer {
                 self.build_loop(env, &disk_base, &disk)
             }
             PeerKind::FuseOverlay => self.build_fuse_overlay(env, &shm_base),
-            PeerKind::Host => {
+            PeerKind::Host | PeerKind::HostFsync => {
                 let disk_base = self.make_disk_dir(env, &shm_base, &name)?;
                 self.build_host(&disk_base)
             }
-            PeerKind::Rampart | PeerKind::RampartTemporary => {
+            PeerKind::Rampart
+            | PeerKind::RampartTemporary
+            | PeerKind::RampartSafe
+            | PeerKind::RampartEventual
+            | PeerKind::RampartEdited => {
                 let disk_base = self.make_disk_dir(env, &shm_base, &name)?;
                 self.build_rampart(env, &disk_base)
             }
@@ -348,7 +411,7 @@ impl Peer {
                     "unmount, sync, drop caches, then the same mount command; timed from \
                             the mount command's start until the root is listed"
                 }
-                None if self.kind == PeerKind::Host => {
+                None if self.kind.is_host() => {
                     "not possible: the host's file system is the machine's own, not the \
                      bench's to unmount"
                 }
@@ -397,7 +460,7 @@ impl Mounted for Peer {
 
     fn remount(&mut self) -> Result<Duration> {
         let Some(mount) = self.mount_again.clone() else {
-            if self.kind == PeerKind::Host {
+            if self.kind.is_host() {
                 return Err(BenchError::Other(
                     "host is the machine's own file system under the store: the bench does \
                      not unmount it, so it cannot be remounted"
@@ -452,12 +515,18 @@ impl Mounted for Peer {
     fn usage(&self) -> Result<Usage> {
         match self.kind {
             PeerKind::Tmpfs => self.tmpfs_usage(),
-            PeerKind::Ext4Ram | PeerKind::XfsRam | PeerKind::BtrfsRam | PeerKind::Ext4Disk => {
-                self.loop_usage()
-            }
+            PeerKind::Ext4Ram
+            | PeerKind::XfsRam
+            | PeerKind::BtrfsRam
+            | PeerKind::Ext4Disk
+            | PeerKind::Ext4Sync => self.loop_usage(),
             PeerKind::FuseOverlay => self.fuse_overlay_usage(),
-            PeerKind::Rampart | PeerKind::RampartTemporary => self.rampart_usage(),
-            PeerKind::Host => self.host_usage(),
+            PeerKind::Rampart
+            | PeerKind::RampartTemporary
+            | PeerKind::RampartSafe
+            | PeerKind::RampartEventual
+            | PeerKind::RampartEdited => self.rampart_usage(),
+            PeerKind::Host | PeerKind::HostFsync => self.host_usage(),
             PeerKind::Floor => self.floor_usage(),
             PeerKind::JuiceFs => self.juicefs_usage(),
         }
@@ -465,10 +534,9 @@ impl Mounted for Peer {
 
     fn disk_path(&self) -> Option<PathBuf> {
         match self.kind {
-            PeerKind::Rampart | PeerKind::RampartTemporary | PeerKind::Host | PeerKind::JuiceFs => {
-                self.store.clone()
-            }
-            PeerKind::Ext4Disk => self.image.clone(),
+            kind if kind.is_rampart() || kind.is_host() => self.store.clone(),
+            PeerKind::JuiceFs => self.store.clone(),
+            PeerKind::Ext4Disk | PeerKind::Ext4Sync => self.image.clone(),
             _ => None,
         }
     }
@@ -485,7 +553,7 @@ impl Mounted for Peer {
 
     fn request_counter(&self) -> Option<RequestCounter> {
         match self.kind {
-            PeerKind::Rampart | PeerKind::RampartTemporary => Some(RequestCounter::Rampart {
+            kind if kind.is_rampart() => Some(RequestCounter::Rampart {
                 bin: self.rampart_bin.clone(),
                 mnt: self.mnt.clone(),
             }),

@@ -23,6 +23,51 @@ use crate::error::{BenchError, Result};
 /// bench measured it: 1 KiB TEMPORARY files by default reach the journal), and the peer
 /// measures the category, not that bug.
 const TEMPORARY_CONFIG: &str = "[[rules]]\nglob = \"*\"\ncategory = \"TEMPORARY\"\n";
+/// rampart-safe: every new file and directory SAFE (`lm=before_write`), by a rule as above.
+const SAFE_CONFIG: &str = "[[rules]]\nglob = \"*\"\ncategory = \"SAFE\"\n";
+/// rampart-eventual: every new file and directory EVENTUAL (`lm=1h`: held by the archiver).
+const EVENTUAL_CONFIG: &str = "[[rules]]\nglob = \"*\"\ncategory = \"EVENTUAL\"\n";
+/// rampart-edited: the edit session's sources and mails (and their temporary names while
+/// saved, so the file renamed over the original keeps EDITED) are EDITED; everything else
+/// the store default, SOON. The names are the mbfs-edit workload's (`edit::EDITED_REGEX`).
+const EDITED_CONFIG: &str = concat!(
+    "[[rules]]\nregex = '",
+    r"\.(c|eml)(\.new)?$",
+    "'\ncategory = \"EDITED\"\n"
+);
+
+/// The `rampart.toml` a rampart peer's store gets before the mount, and how the report
+/// words it; None for the SOON default (no file).
+fn store_config(kind: PeerKind) -> Option<(&'static str, &'static str)> {
+    match kind {
+        PeerKind::RampartTemporary => Some((
+            TEMPORARY_CONFIG,
+            "TEMPORARY for everything the bench creates (a rule `glob = \"*\"`, \
+             `category = \"TEMPORARY\"` written to STORE/rampart.toml before the mount: \
+             lm=never, nothing reaches the store)",
+        )),
+        PeerKind::RampartSafe => Some((
+            SAFE_CONFIG,
+            "SAFE for everything the bench creates (a rule `glob = \"*\"`, `category = \
+             \"SAFE\"` in STORE/rampart.toml: lm=before_write, each write(2), create, \
+             rename and unlink durable in the store when it returns; no fsync needed)",
+        )),
+        PeerKind::RampartEventual => Some((
+            EVENTUAL_CONFIG,
+            "EVENTUAL for everything the bench creates (a rule `glob = \"*\"`, `category = \
+             \"EVENTUAL\"` in STORE/rampart.toml: lm=1h; a new file is held out of the \
+             store by the archiver until its deadline, so one deleted before then costs \
+             the store nothing, decision 0090)",
+        )),
+        PeerKind::RampartEdited => Some((
+            EDITED_CONFIG,
+            "EDITED for the edit session's files (a rule `regex = '\\.(c|eml)(\\.new)?$'`, \
+             `category = \"EDITED\"` in STORE/rampart.toml: lm=until_close, close(2) \
+             returns once the file is in the store); everything else SOON",
+        )),
+        _ => None,
+    }
+}
 
 /// Longest the bench waits for a rampart mount's pending changes to become durable before it
 /// reads the bytes written to the store (the commit interval is 5 s unless told otherwise).
@@ -36,10 +81,11 @@ impl Peer {
         mkfs.arg("mkfs").arg(&store);
         self.run(&mut mkfs, MKFS_TIMEOUT)?;
         self.store = Some(store.clone());
-        if self.kind == PeerKind::RampartTemporary {
-            let config = store.join("rampart.toml");
-            std::fs::write(&config, TEMPORARY_CONFIG)
-                .map_err(|e| BenchError::io(format!("writing {}", config.display()), e))?;
+        let config = store_config(self.kind);
+        if let Some((text, _)) = config {
+            let path = store.join("rampart.toml");
+            std::fs::write(&path, text)
+                .map_err(|e| BenchError::io(format!("writing {}", path.display()), e))?;
         }
         let mut args: Vec<OsString> = vec![
             "mount".into(),
@@ -77,14 +123,10 @@ impl Peer {
         self.set("mkfs", cmd::describe(&mkfs));
         self.set(
             "category of new files (rampart.toml)",
-            match self.kind {
-                PeerKind::RampartTemporary => {
-                    "TEMPORARY for everything the bench creates (a rule `glob = \"*\"`, \
-                     `category = \"TEMPORARY\"` written to STORE/rampart.toml before the \
-                     mount: lm=never, nothing reaches the store)"
-                }
-                _ => "SOON (no rampart.toml: durable within the commit interval)",
-            },
+            config.map_or(
+                "SOON (no rampart.toml: durable within the commit interval)",
+                |(_, words)| words,
+            ),
         );
         self.set("mount", mount.text());
         self.describe_rampart_options(&env.rampart_args);
@@ -549,6 +591,41 @@ pub(super) fn option_value(args: &[String], name: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_store_config_parses_and_the_edited_rule_takes_the_edit_sessions_names() {
+        use crate::workload::edit::{EDITED_REGEX, MAIL_SUFFIX, SOURCE_SUFFIX, TEMP_SUFFIX};
+        use rampart_core::category::Categories;
+        let interval = Duration::from_secs(5);
+        for kind in PeerKind::ALL {
+            let Some((text, words)) = store_config(kind) else {
+                continue;
+            };
+            let categories = Categories::from_toml(text, "rampart.toml", interval)
+                .unwrap_or_else(|e| panic!("{}: {e}", kind.id()));
+            let matched = categories.rule_for(b"x", Some(b"/x")).is_some();
+            assert_eq!(matched, kind != PeerKind::RampartEdited, "{}", kind.id());
+            // The category the rule gives is the one the report names.
+            let category = categories.rules()[0].category.as_str();
+            assert!(words.starts_with(category), "{}: {words}", kind.id());
+        }
+        assert!(EDITED_CONFIG.contains(EDITED_REGEX));
+        let edited = Categories::from_toml(EDITED_CONFIG, "rampart.toml", interval).unwrap();
+        let category = |name: &str| {
+            let path = format!("/bench-mbfs-edit-r0/session/src/{name}");
+            edited
+                .rule_for(name.as_bytes(), Some(path.as_bytes()))
+                .map(|(_, r)| r.category.clone())
+        };
+        for suffix in [SOURCE_SUFFIX, MAIL_SUFFIX] {
+            for name in [format!("f{suffix}"), format!("f{suffix}{TEMP_SUFFIX}")] {
+                assert_eq!(category(&name).as_deref(), Some("EDITED"), "{name}");
+            }
+        }
+        for other in ["f.cc", "f.new", "notes.txt", "src"] {
+            assert_eq!(category(other), None, "{other}");
+        }
+    }
 
     #[test]
     fn option_values_in_both_spellings() {

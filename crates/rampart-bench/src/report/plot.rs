@@ -169,6 +169,11 @@ fn colour(kind: PeerKind) -> RGBColor {
     match kind {
         PeerKind::Rampart => RGBColor(214, 39, 40),
         PeerKind::RampartTemporary => RGBColor(255, 152, 150),
+        PeerKind::RampartSafe => RGBColor(140, 20, 30),
+        PeerKind::RampartEventual => RGBColor(240, 90, 60),
+        PeerKind::RampartEdited => RGBColor(190, 80, 120),
+        PeerKind::Ext4Sync => RGBColor(90, 50, 40),
+        PeerKind::HostFsync => RGBColor(200, 100, 0),
         PeerKind::Tmpfs => RGBColor(31, 119, 180),
         PeerKind::Ext4Ram => RGBColor(44, 160, 44),
         PeerKind::XfsRam => RGBColor(148, 103, 189),

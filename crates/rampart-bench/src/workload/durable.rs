@@ -114,6 +114,11 @@ impl Workload for DurableSmallWrites {
         true
     }
 
+    /// Every file is fsync'd before its close on every peer already.
+    fn fsyncs_each_file(&self) -> bool {
+        true
+    }
+
     fn plot(&self) -> PlotKind {
         PlotKind::Lines { x_label: "threads" }
     }

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use super::data::{
     close_checked, group_digits, io_err, sync_and_fsync_dir, write_random_file, SplitMix64,
 };
+use super::fsync_each::{fsync_note, FsyncShim};
 use super::{Ctx, Metric, Outcome, PlotKind, Workload};
 use crate::cmd::{self, Cancel};
 use crate::error::{BenchError, Result};
@@ -27,6 +28,11 @@ pub fn workloads() -> Vec<Box<dyn Workload>> {
 }
 
 const MIB: f64 = (1u64 << 20) as f64;
+
+/// What the copy and the small-file loop do on host-fsync.
+const HOST_FSYNC_TEXT: &str = "the file written is fsync'd before it is closed, inside the \
+     timed part (the close's time includes it), so that it is durable as a program that wants \
+     it on disk would make it; every other peer runs without fsync, as the paper did";
 
 // ---------------------------------------------------------------------------------------------
 // Copy of a 10 MB file.
@@ -94,7 +100,18 @@ impl Workload for LargeCopy {
                 "clients".into(),
                 "1 local process (paper: 1–10 client machines over a network)".into(),
             ),
+            ("on host-fsync".into(), HOST_FSYNC_TEXT.into()),
         ]
+    }
+
+    fn fsyncs_each_file(&self) -> bool {
+        true
+    }
+
+    // On the daemon path the copy's time is the kernel's writeback through FUSE, which the
+    // floor measures (its reads return zeros, and the copy checks only the size: decision 0104).
+    fn runs_on_floor(&self) -> bool {
+        true
     }
 
     fn plot(&self) -> PlotKind {
@@ -114,7 +131,7 @@ impl Workload for LargeCopy {
             ctx.cancel.check()?;
             (ctx.progress)(&format!("copy {}/{copies}", i + 1));
             let target = ctx.dir.join("copy");
-            total += copy_file(&source, &target, &mut buffer)?;
+            total += copy_file(&source, &target, &mut buffer, ctx.fsync_each_file())?;
             let copied_bytes = std::fs::metadata(&target)
                 .map_err(io_err("reading the size of", &target))?
                 .len();
@@ -137,7 +154,14 @@ impl Workload for LargeCopy {
                 ),
                 Metric::lower("copy time", "s", mean_s),
             ],
-            notes: vec![format!("mean of {copies} copies")],
+            notes: if ctx.fsync_each_file() {
+                vec![
+                    format!("mean of {copies} copies"),
+                    fsync_note(copies as u64, "each copy fsync'd before its close, timed"),
+                ]
+            } else {
+                vec![format!("mean of {copies} copies")]
+            },
         })
     }
 }
@@ -156,7 +180,7 @@ fn read_whole_file(path: &Path) -> Result<u64> {
 }
 
 /// The timed copy: both opens, the read/write loop and both closes.
-fn copy_file(source: &Path, target: &Path, buffer: &mut [u8]) -> Result<Duration> {
+fn copy_file(source: &Path, target: &Path, buffer: &mut [u8], fsync: bool) -> Result<Duration> {
     let started = Instant::now();
     let mut from = File::open(source).map_err(io_err("opening", source))?;
     let mut to = OpenOptions::new()
@@ -173,6 +197,9 @@ fn copy_file(source: &Path, target: &Path, buffer: &mut [u8]) -> Result<Duration
             .map_err(io_err("writing", target))?;
     }
     close_checked(from, source)?;
+    if fsync {
+        to.sync_all().map_err(io_err("fsync of", target))?;
+    }
     close_checked(to, target)?;
     Ok(started.elapsed())
 }
@@ -233,10 +260,15 @@ impl Workload for SmallFileLoop {
                 "clients".into(),
                 "1 local process (paper: 1–10 client machines over a network)".into(),
             ),
+            ("on host-fsync".into(), HOST_FSYNC_TEXT.into()),
         ]
     }
 
     fn runs_on_floor(&self) -> bool {
+        true
+    }
+
+    fn fsyncs_each_file(&self) -> bool {
         true
     }
 
@@ -256,6 +288,8 @@ impl Workload for SmallFileLoop {
         let mut op_time = [Duration::ZERO; 4];
         let mut total = Duration::ZERO;
         let mut path = loop_dir.join("f");
+        let fsync_each = ctx.fsync_each_file();
+        let mut fsyncs = 0u64;
         for round in 0..rounds {
             ctx.cancel.check()?;
             if round % 10 == 0 {
@@ -273,6 +307,10 @@ impl Workload for SmallFileLoop {
                 let t1 = Instant::now();
                 file.write_all(&data).map_err(io_err("writing", &path))?;
                 let t2 = Instant::now();
+                if fsync_each {
+                    file.sync_all().map_err(io_err("fsync of", &path))?;
+                    fsyncs += 1;
+                }
                 close_checked(file, &path)?;
                 let t3 = Instant::now();
                 std::fs::remove_file(&path).map_err(io_err("removing", &path))?;
@@ -286,6 +324,16 @@ impl Workload for SmallFileLoop {
         }
         let iterations = rounds * LOOP_ROUND;
         let mean_us = |d: Duration| d.as_secs_f64() * 1e6 / iterations as f64;
+        let mut notes = vec![format!(
+            "{iterations} iterations in {:.3} s",
+            total.as_secs_f64()
+        )];
+        if fsync_each {
+            notes.push(fsync_note(
+                fsyncs,
+                "each file fsync'd before its close, timed with it",
+            ));
+        }
         Ok(Outcome {
             metrics: vec![
                 Metric::rate("create-write-delete", "files/s", iterations as f64, total),
@@ -294,10 +342,7 @@ impl Workload for SmallFileLoop {
                 Metric::lower("close", "µs", mean_us(op_time[2])),
                 Metric::lower("delete", "µs", mean_us(op_time[3])),
             ],
-            notes: vec![format!(
-                "{iterations} iterations in {:.3} s",
-                total.as_secs_f64()
-            )],
+            notes,
         })
     }
 }
@@ -627,6 +672,13 @@ impl Workload for Untar {
                     .into(),
             ),
             (
+                "on host-fsync".into(),
+                "tar runs under an LD_PRELOAD shim whose close(2) fsyncs every regular file \
+                 open for writing before closing it (compiled with cc, untimed); the fsyncs \
+                 are counted in the notes"
+                    .into(),
+            ),
+            (
                 "untars per run".into(),
                 format!(
                     "{}, each into a new directory; the mean is reported; the extracted tree is \
@@ -648,6 +700,10 @@ impl Workload for Untar {
         locate_tarball().map(|_| ())
     }
 
+    fn fsyncs_each_file(&self) -> bool {
+        true
+    }
+
     fn plot(&self) -> PlotKind {
         PlotKind::PhaseBars
     }
@@ -661,6 +717,11 @@ impl Workload for Untar {
             .map_err(io_err("reading the size of", &tar))?
             .len();
         let untars = untars_per_run(ctx.profile);
+        let shim = if ctx.fsync_each_file() {
+            Some(FsyncShim::build(&ctx.scratch, ctx.cancel)?)
+        } else {
+            None
+        };
         let mut total = Duration::ZERO;
         for i in 0..untars {
             ctx.cancel.check()?;
@@ -668,16 +729,16 @@ impl Workload for Untar {
             let target = ctx.dir.join(format!("untar-{i}"));
             std::fs::create_dir(&target).map_err(io_err("creating", &target))?;
             sync_and_fsync_dir(&ctx.dir)?;
-            total += cmd::run(
-                Command::new("tar")
-                    .args(TAR_EXTRACT_ARGS)
-                    .arg(&tar)
-                    .arg("-C")
-                    .arg(&target),
-                ctx.cancel,
-                TAR_TIMEOUT,
-            )?
-            .elapsed;
+            let mut command = Command::new("tar");
+            command
+                .args(TAR_EXTRACT_ARGS)
+                .arg(&tar)
+                .arg("-C")
+                .arg(&target);
+            if let Some(shim) = &shim {
+                shim.apply(&mut command);
+            }
+            total += cmd::run(&mut command, ctx.cancel, TAR_TIMEOUT)?.elapsed;
             let found = count_tree(&target)?;
             if found != (listing.files, listing.dirs) {
                 return Err(BenchError::Other(format!(
@@ -691,18 +752,28 @@ impl Workload for Untar {
             }
         }
         let mean_s = total.as_secs_f64() / untars as f64;
+        let mut notes = Vec::new();
+        if let Some(shim) = &shim {
+            notes.push(fsync_note(
+                shim.fsyncs()?,
+                "tar under the LD_PRELOAD shim: close fsyncs a file open for writing",
+            ));
+        }
         Ok(Outcome {
             metrics: vec![
                 Metric::higher("untar", "files/s", listing.files as f64 / mean_s.max(1e-9)),
                 Metric::lower("untar time", "s", mean_s),
             ],
-            notes: vec![format!(
-                "{}: {} B tar, {} files and {} directories; mean of {untars} untar(s)",
-                source.describe(),
-                tar_bytes,
-                listing.files,
-                listing.dirs
-            )],
+            notes: notes
+                .into_iter()
+                .chain([format!(
+                    "{}: {} B tar, {} files and {} directories; mean of {untars} untar(s)",
+                    source.describe(),
+                    tar_bytes,
+                    listing.files,
+                    listing.dirs
+                )])
+                .collect(),
         })
     }
 }

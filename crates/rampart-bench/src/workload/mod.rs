@@ -16,7 +16,9 @@ pub mod conquest_postmark;
 pub(crate) mod data;
 pub mod disk;
 pub mod durable;
+pub mod edit;
 pub mod fio;
+pub mod fsync_each;
 pub mod mbfs;
 pub mod postmark;
 pub mod recovery;
@@ -119,6 +121,20 @@ pub struct Ctx<'a> {
     pub progress: &'a dyn Fn(&str),
 }
 
+impl Ctx<'_> {
+    /// Whether every file written must be fsync'd before it is closed (host-fsync).
+    pub fn fsync_each_file(&self) -> bool {
+        self.peer.kind().fsync_each_file()
+    }
+}
+
+/// Why a workload does not run on host-fsync.
+pub fn does_not_fsync_each_file() -> String {
+    "host-fsync is for the workloads that fsync every file they write before closing it \
+     (PostMark, the MBFS copy, small-file loop, untar and edit session); this one does not"
+        .into()
+}
+
 pub trait Workload: Send + Sync {
     /// Short id used by `--only` and in file names: "postmark-conquest".
     fn id(&self) -> &'static str;
@@ -143,6 +159,11 @@ pub trait Workload: Send + Sync {
     fn runs_on_floor(&self) -> bool {
         false
     }
+    /// Whether it fsyncs every file it writes before closing it when the peer asks for that
+    /// (host-fsync, `PeerKind::fsync_each_file`); a workload that does not is not run there.
+    fn fsyncs_each_file(&self) -> bool {
+        false
+    }
     fn plot(&self) -> PlotKind;
     fn run(&self, ctx: &mut Ctx) -> Result<Outcome>;
 }
@@ -151,7 +172,8 @@ pub trait Workload: Send + Sync {
 pub fn floor_keeps_no_data() -> String {
     "the floor keeps no contents (written bytes are dropped, reads return zeros): it runs the \
      metadata-heavy workloads (PostMark, the MBFS small-file loop, durable small writes), \
-     where FUSE's requests are the cost it measures"
+     where FUSE's requests are the cost it measures, and the MBFS copy, whose cost is the \
+     kernel's writeback through FUSE"
         .into()
 }
 
@@ -165,6 +187,7 @@ pub fn all() -> Vec<Box<dyn Workload>> {
     all.extend(fio::workloads());
     all.extend(disk::workloads());
     all.extend(mbfs::workloads());
+    all.extend(edit::workloads());
     all.extend(durable::workloads());
     all.extend(recovery::workloads());
     all

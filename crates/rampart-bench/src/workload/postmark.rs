@@ -15,6 +15,7 @@ use std::sync::{mpsc, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::data::{group_digits, io_err};
+use super::fsync_each::{fsync_note, FsyncShim};
 use super::{Ctx, Metric, Outcome, PlotKind, Workload};
 use crate::cmd::{self, Cancel, WatchOptions};
 use crate::error::{BenchError, Result};
@@ -363,6 +364,13 @@ impl Workload for Postmark {
                 .to_string(),
         ));
         s.push((
+            "on host-fsync".to_string(),
+            "postmark runs under an LD_PRELOAD shim whose close(2) and fclose(3) fsync every \
+             regular file open for writing before closing it (compiled with cc before the run, \
+             untimed); the fsyncs are counted and named in the notes"
+                .to_string(),
+        ));
+        s.push((
             "failure".to_string(),
             "any postmark error message (stderr or stdout), \"out of files\", a non-zero exit, \
              or a report whose counts do not match the config fails the run"
@@ -383,6 +391,10 @@ impl Workload for Postmark {
         true
     }
 
+    fn fsyncs_each_file(&self) -> bool {
+        true
+    }
+
     fn plot(&self) -> PlotKind {
         PlotKind::PhaseBars
     }
@@ -394,6 +406,11 @@ impl Workload for Postmark {
             group_digits(cfg.files),
             group_digits(cfg.transactions)
         ));
+        let shim = if ctx.fsync_each_file() {
+            Some(FsyncShim::build(&ctx.scratch, ctx.cancel)?)
+        } else {
+            None
+        };
         let run = run_postmark(
             &cfg,
             &ctx.dir,
@@ -401,8 +418,17 @@ impl Workload for Postmark {
             ctx.cancel,
             Self::timeout(ctx.profile),
             ctx.peer.request_counter(),
+            shim.as_ref(),
         )?;
-        Ok(run.outcome())
+        let mut outcome = run.outcome();
+        if let Some(shim) = &shim {
+            outcome.notes.push(fsync_note(
+                shim.fsyncs()?,
+                "postmark under the LD_PRELOAD shim: close and fclose fsync a file open for \
+                 writing",
+            ));
+        }
+        Ok(outcome)
     }
 }
 
@@ -726,6 +752,7 @@ pub fn run_postmark(
     cancel: &Cancel,
     timeout: Duration,
     counter: Option<RequestCounter>,
+    fsync_shim: Option<&FsyncShim>,
 ) -> Result<PostmarkRun> {
     let postmark = postmark_path()?;
     let requests_source = counter.as_ref().map(RequestCounter::source);
@@ -736,6 +763,9 @@ pub fn run_postmark(
         .map_err(io_err("writing", &config_path))?;
     let mut command = Command::new(&postmark);
     command.arg(&config_path).current_dir(dir);
+    if let Some(shim) = fsync_shim {
+        shim.apply(&mut command);
+    }
     let line = cmd::describe(&command);
     let (found_tx, found_rx) = mpsc::channel();
     let (counts_tx, counts_rx) = mpsc::channel();
@@ -1306,6 +1336,7 @@ mod tests {
             scratch.path(),
             Cancel::global(),
             Duration::from_secs(30),
+            None,
             None,
         )
         .unwrap_err()

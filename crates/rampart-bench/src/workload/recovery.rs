@@ -122,7 +122,7 @@ impl Workload for Recovery {
                  store to measure)"
                     .into(),
             ),
-            PeerKind::Host => Some(
+            PeerKind::Host | PeerKind::HostFsync => Some(
                 "the host's file system is the machine's own: the bench does not unmount it, \
                  so there is no mount to time"
                     .into(),

@@ -118,12 +118,10 @@ impl Assigned {
 /// Why a category cannot be used.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CategoryError {
-    Unknown(String),
+    /// No category of that name: the name, and those there are (built in and defined).
+    Unknown { name: String, known: Vec<String> },
     /// Known, but its spec needs what is not built (or is malformed, for a raw spec).
-    Unusable {
-        name: String,
-        why: SpecError,
-    },
+    Unusable { name: String, why: SpecError },
     /// Its contract needs a request the kernel was told at mount not to send (OPEN or
     /// FLUSH, decision 0063): accepting it would weaken it silently.
     NotSentByKernel {
@@ -148,10 +146,11 @@ impl CategoryError {
 impl fmt::Display for CategoryError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CategoryError::Unknown(name) => write!(
+            CategoryError::Unknown { name, known } => write!(
                 f,
-                "unknown category {name:?}: define it in the store's rampart.toml or use one of \
-                 `rampart rules --categories`"
+                "unknown category {name:?}: use one of {}, or define it under [categories] in \
+                 the store's rampart.toml (docs/CATEGORIES.md)",
+                known.join(", ")
             ),
             CategoryError::Unusable { name, why } => write!(f, "category {name}: {why}"),
             CategoryError::NotSentByKernel { name, request } => write!(
@@ -422,9 +421,10 @@ impl Categories {
                 })?,
             ),
             None => {
-                let c = self
-                    .get(name)
-                    .ok_or_else(|| CategoryError::Unknown(name.to_string()))?;
+                let c = self.get(name).ok_or_else(|| CategoryError::Unknown {
+                    name: name.to_string(),
+                    known: self.list().iter().map(|c| c.name.clone()).collect(),
+                })?;
                 (c.name.clone(), c.spec)
             }
         };
@@ -548,7 +548,14 @@ mod tests {
             Durability::Volatile
         );
         assert!(c.resolve("DISPOSABLE").unwrap().spec.discard);
-        assert!(matches!(c.resolve("FAST"), Err(CategoryError::Unknown(_))));
+        let unknown = c.resolve("FAST").unwrap_err();
+        assert!(matches!(unknown, CategoryError::Unknown { .. }));
+        // The message lists what there is (it once sent users to a command that is not).
+        let message = unknown.to_string();
+        assert!(
+            message.contains("SOON") && message.contains("TEMPORARY") && !message.contains("--"),
+            "{message}"
+        );
         assert_eq!(c.canonical("spec: lm=60s").unwrap(), "spec:lm=1min");
     }
 

@@ -218,6 +218,9 @@ impl Mutation<'_> {
             // Unknown to the store, and now needs it: created there as it is (a held file
             // given another category too: it reaches the store now, as a known file would).
             self.make_present(ino, route);
+        } else if absent && resolved.durability == Durability::Volatile {
+            // A held file made TEMPORARY never reaches the store: its archiver slot goes.
+            self.engine.archiver.lock().release(ino);
         } else if before == Durability::Volatile && durability != Durability::Volatile && linked {
             self.materialize(ino, route);
         }

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use super::file_ops::write_keeping_times;
-use super::{Ctx, Engine, Invalidation, Mutation, WriteTimes};
+use super::{Ctx, Engine, Invalidation, Mutation, WriteRun, WriteTimes};
 use crate::attr::Ino;
 use crate::contents::host_file::{host_file_name, parse_host_file_name};
 use crate::contents::{Contents, Tier};
@@ -329,8 +329,8 @@ impl Engine {
         Ok(true)
     }
 
-    /// A write to a memory file that takes it past the threshold: the file moves to the disk
-    /// tier first, then the write goes to its host file; all under the exclusive host lock
+    /// A write to a memory file that takes it past the threshold (or to it, when more follows:
+    /// `run`): the file moves to the disk tier first, then the write goes to its host file; all under the exclusive host lock
     /// and one mutation. `None` if it should not move (the caller writes it in memory).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn write_migrating(
@@ -342,6 +342,7 @@ impl Engine {
         data: &[u8],
         kill_suidgid: bool,
         times: WriteTimes,
+        run: WriteRun,
     ) -> FsResult<Option<u32>> {
         let _host = disk.exclusive(ino);
         if !self.host_file_free_for_reuse(disk, ino) {
@@ -358,7 +359,7 @@ impl Engine {
                 if end > crate::limits::FILE_SIZE_BYTES_MAX {
                     return Err(Errno::EFBIG);
                 }
-                if !disk.passes_threshold(end.max(inode.size_bytes))
+                if !disk.moves_at(end.max(inode.size_bytes), run)
                     || !may_migrate(inode.durability(), inode.nlink)
                 {
                     return Ok(None);

@@ -1,6 +1,6 @@
 //! The file operations of the engine: attributes, reads, writes, fallocate.
 
-use super::{Ctx, Engine, Invalidation, Mutation, WriteTimes};
+use super::{Ctx, Engine, Invalidation, Mutation, WriteRun, WriteTimes};
 use crate::attr::{Attr, Durability, Ino, SetAttr, SetTime};
 use crate::contents::{Contents, Tier};
 use crate::error::{Errno, FsResult};
@@ -142,7 +142,23 @@ impl Engine {
         kill_suidgid: bool,
         times: WriteTimes,
     ) -> FsResult<u32> {
-        let n = self.write_applied(ctx, ino, offset, data, kill_suidgid, times)?;
+        self.write_in_run(ctx, ino, offset, data, kill_suidgid, times, WriteRun::Alone)
+    }
+
+    /// [`Engine::write_with`], saying whether more of the file follows (`run`: a file brought
+    /// exactly to the threshold by a write that continues moves to the disk tier at once).
+    #[allow(clippy::too_many_arguments)]
+    pub fn write_in_run(
+        &self,
+        ctx: &Ctx,
+        ino: Ino,
+        offset: u64,
+        data: &[u8],
+        kill_suidgid: bool,
+        times: WriteTimes,
+        run: WriteRun,
+    ) -> FsResult<u32> {
+        let n = self.write_applied(ctx, ino, offset, data, kill_suidgid, times, run)?;
         // A PARANOID write(2) returns once on both copies: with the mirror degraded it is on
         // the store alone, and says so (decision 0077).
         if self.mirror_health().is_some_and(|h| h.is_degraded())
@@ -153,6 +169,7 @@ impl Engine {
         Ok(n)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn write_applied(
         &self,
         ctx: &Ctx,
@@ -161,6 +178,7 @@ impl Engine {
         data: &[u8],
         kill_suidgid: bool,
         times: WriteTimes,
+        run: WriteRun,
     ) -> FsResult<u32> {
         u32::try_from(data.len()).map_err(|_| Errno::EINVAL)?;
         // A few rounds at most: a round ends early only when another writer moved the file
@@ -175,8 +193,17 @@ impl Engine {
                         None => continue,
                     }
                 }
-                if disk.passes_threshold(end) {
-                    match self.write_migrating(disk, ctx, ino, offset, data, kill_suidgid, times)? {
+                if disk.moves_at(end, run) {
+                    match self.write_migrating(
+                        disk,
+                        ctx,
+                        ino,
+                        offset,
+                        data,
+                        kill_suidgid,
+                        times,
+                        run,
+                    )? {
                         Some(n) => return Ok(n),
                         None if self.tier(ino)? == Tier::Disk => continue,
                         None => {}

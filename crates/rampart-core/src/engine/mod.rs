@@ -71,6 +71,17 @@ pub enum WriteTimes {
     KeptByKernel,
 }
 
+/// Whether more bytes of a file are on their way right behind a write (decision 0105).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteRun {
+    /// Nothing is known beyond the write itself.
+    Alone,
+    /// The write is a full request of the kernel's writeback: more of the file's dirty pages
+    /// most likely follow, so a write that brings a memory file to the threshold moves it to
+    /// the disk tier at once instead of storing, journaling and then copying its first bytes.
+    Continues,
+}
+
 /// What the kernel may have cached that a change from outside it made stale.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Invalidation {
@@ -690,6 +701,9 @@ impl Engine {
                     let route = Route::store(Durability::default().stronger(durability));
                     if absent && durability != Durability::Volatile && linked {
                         m.make_present(ino, route);
+                    } else if absent && durability == Durability::Volatile {
+                        // Held, and now never to reach the store: its archiver slot goes.
+                        m.engine.archiver.lock().release(ino);
                     } else if before == Durability::Volatile
                         && durability != Durability::Volatile
                         && linked

@@ -137,6 +137,15 @@ pub(super) fn journal<'a>(
             phase.repair = Some(format!(
                 "accepted the loss of the missing journal {journal_path}"
             ));
+        } else if recovery::was_mounted(ctx.device.as_ref()).unwrap_or(false) {
+            r.problems.push(format!(
+                "journal {journal_path} is missing, and there is no checkpoint, though the \
+                 store has been mounted (its reserve file is there): every change since \
+                 `rampart mkfs` is lost with it (restore the file to keep them)"
+            ));
+            phase.repair = Some(format!(
+                "accepted the loss of the missing journal {journal_path}"
+            ));
         }
         return phase;
     };

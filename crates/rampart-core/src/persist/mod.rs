@@ -57,8 +57,9 @@ pub fn open(
     .map_err(StartError::Journal)?;
     persister.attach(&engine);
     engine.set_sink(Some(persister.clone()));
-    // A journal of version 1 is replaced by the checkpoint's new one (version 2) before any
-    // op of the disk tier is appended to it.
+    // A journal of an older version is replaced by the checkpoint's new one (this version)
+    // before anything is appended to it: a version 1 journal has no disk-tier ops, and a
+    // version 2 reader takes `GROUP_CONTINUES` for part of a count (decision 0103).
     let old_journal = journal_version.is_some_and(|v| v < journal::VERSION);
     if report.volatile_dropped > 0 || old_journal {
         persister

@@ -61,9 +61,11 @@ pub(crate) mod at_risk;
 mod checkpoint_job;
 mod committer;
 mod host_files;
+mod journal_tail;
 mod leader;
 
 use at_risk::{AtRisk, Lags};
+use journal_tail::{journal_content_end, write_zeros, zero_tail};
 
 const CHECKPOINT_TMP: &str = "checkpoint.tmp";
 /// The committer thread's name (it must never wait for itself: `throttle`).
@@ -355,36 +357,6 @@ fn journal_header(store_id: [u8; 16], base_seq: u64) -> Vec<u8> {
     .to_vec()
 }
 
-/// Writes `len` zeros into `name` from `offset` (at most its length), in reserve-sized pieces.
-fn write_zeros(device: &dyn Device, name: &str, offset: u64, len: u64) -> std::io::Result<()> {
-    let mut at = offset;
-    while at < offset + len {
-        let n = (offset + len - at).min(RESERVE_ZEROS.len() as u64) as usize;
-        device.write_at(name, at, &RESERVE_ZEROS[..n])?;
-        at += n as u64;
-    }
-    Ok(())
-}
-
-/// Where the journal's content ends from `from` on (the last nonzero byte, plus one), reading
-/// up to `file_bytes`; `from` if only zeros follow.
-fn journal_content_end(device: &dyn Device, from: u64, file_bytes: u64) -> std::io::Result<u64> {
-    let mut end = from;
-    let mut at = from;
-    let mut chunk = vec![0u8; TAIL_CHUNK_BYTES.min(file_bytes.saturating_sub(from) as usize)];
-    while at < file_bytes {
-        let n = device.read_at(JOURNAL_FILE, at, &mut chunk)?;
-        if n == 0 {
-            break;
-        }
-        if let Some(i) = chunk[..n].iter().rposition(|&b| b != 0) {
-            end = at + i as u64 + 1;
-        }
-        at += n as u64;
-    }
-    Ok(end)
-}
-
 impl Persister {
     /// Starts persisting after recovery: `next_seq` is the first op to come, and the journal's
     /// valid prefix is `journal_valid_len` bytes (0: there is none). A torn tail is cut off so
@@ -415,16 +387,8 @@ impl Persister {
                 .map_err(opening)?;
             let zeros_to =
                 content_end.max(journal_valid_len + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN as u64);
-            if zeros_to > journal_valid_len {
-                write_zeros(
-                    device.as_ref(),
-                    JOURNAL_FILE,
-                    journal_valid_len,
-                    zeros_to - journal_valid_len,
-                )
-                .and_then(|()| device.sync(JOURNAL_FILE))
+            zero_tail(device.as_ref(), journal_valid_len, content_end, zeros_to)
                 .map_err(opening)?;
-            }
             (journal_valid_len, file_bytes.max(zeros_to))
         };
         let image_bytes = device.len(CHECKPOINT_FILE).map_err(opening)?.unwrap_or(0);
@@ -889,8 +853,7 @@ impl OpSink for Persister {
             p.builder.skip();
             return;
         }
-        let group_open = p.groups_open > 0;
-        p.builder.add_in_group(op, op.time_ns(), group_open);
+        p.builder.add(op, op.time_ns());
         self.pending_bytes
             .store(p.builder.body_bytes(), Ordering::Release);
         if let Some(deadline) = durability.short_deadline() {
@@ -935,10 +898,14 @@ impl OpSink for Persister {
         let mut p = locked(&self.pending);
         if open {
             p.groups_open += 1;
+            if p.groups_open == 1 {
+                p.builder.set_group_open(true);
+            }
         } else {
             debug_assert!(p.groups_open > 0, "a group closed twice");
             p.groups_open = p.groups_open.saturating_sub(1);
             if p.groups_open == 0 {
+                p.builder.set_group_open(false);
                 self.group_closed.notify_all();
             }
         }

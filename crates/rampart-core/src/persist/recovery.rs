@@ -1,7 +1,8 @@
 //! Recovery: the newest valid checkpoint, then the valid prefix of the journal replayed
 //! through the same apply path as live operations.
 //!
-//! Rules: a torn journal tail (an unsynced batch cut by a crash) is dropped and reported; damage
+//! Rules: a torn journal tail (an unsynced batch cut by a crash) is dropped and reported, with
+//! the batches of a group of records it would have ended (decision 0103: `journal::scan`); damage
 //! followed by valid batches, a journal cut short (decision 0038), a checkpoint that fails its checks, a journal of another store or
 //! one that leaves a gap after the checkpoint are refused with an error that says what is wrong.
 //! Nothing is guessed.
@@ -59,7 +60,9 @@ impl std::fmt::Display for Report {
         if let Tail::Torn { bytes, reason, .. } = &self.tail {
             write!(
                 f,
-                "; a torn tail of {bytes} bytes was dropped ({reason}): never acknowledged as durable"
+                "; a torn tail of {bytes} bytes was dropped ({reason}): a write cut by a crash, \
+                 never acknowledged as durable (or, rarely, a last batch damaged after its write, \
+                 which no check can tell from a tear: the lead's note of 2026-11-27)"
             )?;
         }
         write!(f, " in {:.1} ms", self.duration.as_secs_f64() * 1e3)
@@ -95,8 +98,11 @@ pub enum RecoveryError {
     },
     /// A checkpoint without a journal: the journal is made before the first checkpoint and
     /// only ever replaced by rename, so it was deleted, and the changes after the checkpoint
-    /// with it.
-    JournalMissing,
+    /// with it. Also a store with neither but the `reserve` file a mount makes after its
+    /// journal (`checkpoint` false): every change since mkfs went with the journal.
+    JournalMissing {
+        checkpoint: bool,
+    },
     /// A journaled op does not apply to the state before it.
     Replay {
         seq: u64,
@@ -140,11 +146,18 @@ impl std::fmt::Display for RecoveryError {
                 "the journal starts at op {journal_base_seq} but the checkpoint ends at op \
                  {checkpoint_seq}: changes in between are missing"
             ),
-            RecoveryError::JournalMissing => write!(
+            RecoveryError::JournalMissing { checkpoint: true } => write!(
                 f,
                 "the checkpoint is there but the journal is missing: any changes made after \
                  the checkpoint are lost with it. Restore the journal file, or accept the loss \
                  with `rampart fsck --repair`, which starts a new journal at the checkpoint"
+            ),
+            RecoveryError::JournalMissing { checkpoint: false } => write!(
+                f,
+                "the journal is missing, though the store has been mounted (its reserve file is \
+                 there) and has no checkpoint yet: every change since `rampart mkfs` is lost \
+                 with it, and mounting would show an empty file system. Restore the journal \
+                 file, or accept the loss with `rampart fsck --repair`"
             ),
             RecoveryError::Replay { seq, error } => {
                 write!(
@@ -386,7 +399,12 @@ pub fn recover(
     };
     let journal = device.read(JOURNAL_FILE).map_err(RecoveryError::Io)?;
     match journal {
-        None if checkpoint_seq.is_some() => return Err(RecoveryError::JournalMissing),
+        None if checkpoint_seq.is_some() => {
+            return Err(RecoveryError::JournalMissing { checkpoint: true })
+        }
+        None if was_mounted(device)? => {
+            return Err(RecoveryError::JournalMissing { checkpoint: false })
+        }
         None => {}
         Some(bytes) => replay_journal(&bytes, &mut state, store_id, from_seq, &mut report)?,
     }
@@ -402,6 +420,14 @@ pub fn recover(
     }
     report.duration = started.elapsed();
     Ok((state, report))
+}
+
+/// True if a mount has opened the store: its `reserve` file is there, made by the persister
+/// after the journal (decision 0107). A store without a journal and a checkpoint but with one
+/// lost its journal (a store just made by mkfs has neither).
+pub fn was_mounted(device: &dyn Device) -> Result<bool, RecoveryError> {
+    let reserve = crate::persist::persister::RESERVE_FILE;
+    Ok(device.len(reserve).map_err(RecoveryError::Io)?.is_some())
 }
 
 /// Recovery's journal step: scans `bytes`, refuses what does not fit or is damaged, replays

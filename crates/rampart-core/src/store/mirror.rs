@@ -124,6 +124,55 @@ fn sync_dir(dir: &Path) -> Result<(), StoreError> {
         .map_err(io_err(dir))
 }
 
+/// `path` made absolute and resolved as far as it exists: its longest existing ancestor
+/// canonicalized (symbolic links followed), the rest appended as written (`.` dropped, `..`
+/// taking one component back), so that two paths of which neither exists yet compare.
+fn resolved_as_far_as_it_exists(path: &Path) -> Result<PathBuf, StoreError> {
+    let absolute = std::path::absolute(path).map_err(io_err(path))?;
+    let parts: Vec<_> = absolute.components().collect();
+    // The longest prefix that exists (the root always does).
+    let (mut base, kept) = (1..=parts.len())
+        .rev()
+        .find_map(|n| {
+            let prefix: PathBuf = parts[..n].iter().collect();
+            fs::canonicalize(&prefix).ok().map(|resolved| (resolved, n))
+        })
+        .unwrap_or_else(|| (PathBuf::from("/"), 1));
+    for part in &parts[kept..] {
+        match part {
+            std::path::Component::ParentDir => {
+                base.pop();
+            }
+            std::path::Component::Normal(name) => base.push(name),
+            _ => {}
+        }
+    }
+    Ok(base)
+}
+
+/// Refuses a mirror folder that is the store, inside it, or holds it: the two copies must be
+/// folders apart (a store inside its mirror would be in the copy's way, and a mirror inside
+/// its store in the store's). Checked before anything is made.
+pub(crate) fn check_apart(store_dir: &Path, mirror_dir: &Path) -> Result<(), StoreError> {
+    let store = resolved_as_far_as_it_exists(store_dir)?;
+    let mirror = resolved_as_far_as_it_exists(mirror_dir)?;
+    if mirror.starts_with(&store) {
+        return Err(StoreError::BadOption(format!(
+            "the mirror {} must not be the store or inside it",
+            mirror.display()
+        )));
+    }
+    if store.starts_with(&mirror) {
+        return Err(StoreError::BadOption(format!(
+            "the store {} must not be inside its mirror {}: choose folders apart (the mirror \
+             on another disk)",
+            store.display(),
+            mirror.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Makes `dir` (absent or empty) a folder for a new copy, mode 0700; returns it resolved.
 fn prepare_empty_folder(dir: &Path) -> Result<PathBuf, StoreError> {
     match fs::read_dir(dir) {
@@ -168,13 +217,8 @@ pub fn add_mirror(store_path: &Path, dir: &Path) -> Result<PathBuf, StoreError> 
             )));
         }
     }
+    check_apart(&store_dir, dir)?;
     let mirror_dir = prepare_empty_folder(dir)?;
-    if mirror_dir == store_dir || mirror_dir.starts_with(&store_dir) {
-        return Err(StoreError::BadOption(format!(
-            "the mirror {} must not be the store or inside it",
-            mirror_dir.display()
-        )));
-    }
     let store_id = store.superblock().store_id;
     bring_in_line(&store_dir, &mirror_dir, true)?;
     // The mirror first: a crash before the store's record leaves an unmirrored store and a

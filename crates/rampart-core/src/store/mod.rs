@@ -241,9 +241,40 @@ pub fn mkfs_mirrored(
             mirror_dir.display()
         )));
     }
+    mirror::check_apart(path, mirror_dir)?;
+    let store_existed = path.exists();
     let sb = mkfs_with(path, options)?;
-    mirror::add_mirror(path, mirror_dir)?;
+    if let Err(e) = mirror::add_mirror(path, mirror_dir) {
+        unmake_store(path, store_existed);
+        return Err(e);
+    }
     Ok(sb)
+}
+
+/// Undoes a `mkfs` whose mirror failed, so that no half-made store is left behind: the folder
+/// was absent or empty before, so everything in it is the mkfs's (a removal that fails is
+/// logged; the refusal's message is what the user needs).
+fn unmake_store(path: &Path, store_existed: bool) {
+    let removed = if store_existed {
+        fs::read_dir(path).and_then(|entries| {
+            entries.into_iter().try_for_each(|entry| {
+                let entry = entry?;
+                if entry.file_type()?.is_dir() {
+                    fs::remove_dir_all(entry.path())
+                } else {
+                    fs::remove_file(entry.path())
+                }
+            })
+        })
+    } else {
+        fs::remove_dir_all(path)
+    };
+    if let Err(e) = removed {
+        tracing::warn!(
+            "could not remove the half-made store {}: {e}",
+            path.display()
+        );
+    }
 }
 
 /// Writes `sb` as the superblock of the store at `path`, atomically (`write_file_atomically`):

@@ -51,6 +51,16 @@ pub(crate) fn unsupported_off_disk(peer: PeerKind) -> Option<String> {
              takes only files that reach the store, decision 0059)"
                 .into(),
         ),
+        PeerKind::RampartSafe
+        | PeerKind::RampartEventual
+        | PeerKind::RampartEdited
+        | PeerKind::Ext4Sync
+        | PeerKind::HostFsync => Some(
+            "a variant peer of issue 14's category comparisons (SAFE, EVENTUAL, EDITED, \
+             `-o sync`, fsync per file): the disk tier is measured on rampart, host and \
+             ext4-disk"
+                .into(),
+        ),
         PeerKind::JuiceFs => Some(
             "not measured on JuiceFS yet: the disk tier is compared with the file systems on \
              the disk (host, ext4-disk); JuiceFS runs the metadata-heavy workloads (issue 15)"

@@ -99,7 +99,7 @@ impl Workload for MountTime {
 
     fn unsupported_on(&self, peer: PeerKind) -> Option<String> {
         match peer {
-            PeerKind::Host => Some(
+            PeerKind::Host | PeerKind::HostFsync => Some(
                 "the host's file system is the machine's own: the bench does not unmount it".into(),
             ),
             other => super::unsupported_off_disk(other),

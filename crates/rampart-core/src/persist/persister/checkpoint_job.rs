@@ -209,6 +209,8 @@ impl Drop for CheckpointJob<'_> {
             let mut pending = locked(&p.pending);
             let next_seq = pending.builder.next_seq();
             pending.builder = BatchBuilder::new(next_seq);
+            let group_open = pending.groups_open > 0;
+            pending.builder.set_group_open(group_open);
             p.pending_bytes.store(0, Ordering::Release);
             p.failed.store(true, Ordering::Release);
         }
@@ -338,6 +340,9 @@ impl Persister {
     /// and the commit lock (`writing`), so no op is applied nor batch committed meanwhile.
     fn cut_for_image(&self, engine: &Engine) -> ImageCut {
         let mut p = locked(&self.pending);
+        // Under the engine's shared lock no mutation runs, so no group of records is open:
+        // the image never holds part of one (decision 0103).
+        debug_assert_eq!(p.groups_open, 0, "an image taken inside a group of records");
         // The image holds the sizes these ops gave: their data must be durable first.
         let hosts_in_image = p.host_files.iter().cloned().collect();
         // And the trims it holds must be on the host files (recovery only redoes those
