@@ -193,7 +193,7 @@ def test_report_states_the_writeback_cache_the_mount_uses(tmp_path):
 
 def test_temporary_peer_writes_nothing_to_its_store(tmp_path):
     """Issue 14's benchmark: PostMark and the MBFS small-file loop on rampart with everything
-    TEMPORARY write 0 bytes to the store (the daemon's write_bytes, read once the changes are
+    TEMPORARY write 0 bytes to the store (the daemon's own count, read once the changes are
     durable), while the SOON default writes the files' data there."""
     out = tmp_path / "report"
     r = run([RAMPART_BIN, "bench", "--profile", "tiny", "--peers", "rampart,rampart-temporary",

@@ -37,7 +37,7 @@ def test_status_json_matches_its_schema(mnt):
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
     jsonschema.validate(st, SCHEMA, cls=jsonschema.Draft202012Validator)
     assert st["schema_version"] == 1
-    assert st["schema_minor_version"] == 3
+    assert st["schema_minor_version"] == 4
     assert "SOON" in st["categories"], st["categories"]
     # The latencies are there for what the workload did, and add up.
     assert st["fuse_latency"]["create"]["count"] >= 1, st["fuse_latency"]
@@ -52,6 +52,55 @@ def test_status_json_matches_its_schema(mnt):
                    dict(st, undocumented=1)):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(broken, SCHEMA, cls=jsonschema.Draft202012Validator)
+
+
+def store_written(m):
+    """persistence.store_written_bytes and journal_bytes once nothing is pending."""
+    assert wait_until(lambda: m.status()["persistence"]["ops_pending"] == 0, timeout=30)
+    p = m.status()["persistence"]
+    return p["store_written_bytes"], p["journal_bytes"]
+
+
+def test_store_written_bytes_counts_what_the_daemon_writes(mnt):
+    """The daemon counts the bytes it writes to store files itself (issue 15): /proc/PID/io
+    write_bytes counted ~30x too much for fdatasync'd small writes."""
+    p = mnt.path
+    os.mkdir(os.path.join(p, "tmp"))
+    os.setxattr(os.path.join(p, "tmp"), "user.rampart.category", b"TEMPORARY")
+    os.mkdir(os.path.join(p, "d"))
+    dfd = os.open(os.path.join(p, "d"), os.O_RDONLY)
+    os.fsync(dfd)
+    os.close(dfd)
+    before, _ = store_written(mnt)
+    assert before > 0, "the mount wrote its journal"
+
+    # TEMPORARY files never reach the store, fsync'd or not: nothing is written.
+    n = 50
+    block = os.urandom(4096)
+    for i in range(n):
+        fd = os.open(os.path.join(p, "tmp", f"t{i}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        os.write(fd, block)
+        os.fsync(fd)
+        os.close(fd)
+    after_temporary, journal_before = store_written(mnt)
+    assert after_temporary == before
+
+    # N durable 4 KiB writes (create, write, fsync, close): at least their data, and at most
+    # the journal's growth twice (each batch, and the zeros written ahead of it once: decision
+    # 0021) plus one extension of those zeros, the journal's growth being the data and at
+    # most 512 bytes of records and framing per file.
+    n = 200
+    for i in range(n):
+        fd = os.open(os.path.join(p, "d", f"f{i}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        os.write(fd, block)
+        os.fsync(fd)
+        os.close(fd)
+    after, journal_after = store_written(mnt)
+    grown = journal_after - journal_before
+    written = after - after_temporary
+    assert n * 4096 <= grown <= n * (4096 + 512), (grown, n)
+    reserve_bytes = 2 << 20  # limits::JOURNAL_RESERVE_BYTES
+    assert n * 4096 <= written <= 2 * grown + reserve_bytes + 4096, (written, grown)
 
 
 # ---- the text form ---------------------------------------------------------------------
@@ -189,6 +238,8 @@ def test_metrics_over_a_unix_socket_count_a_known_workload(mount_factory, test_b
     assert m[("rampart_inodes", '{kind="file"}')] == n
     assert m[("rampart_data_bytes", '{tier="memory"}')] >= n * 100
     assert m[("rampart_persist_stopped", "")] == 0
+    # The daemon's own count of what it wrote to the store: the fsync committed a batch.
+    assert m[("rampart_store_written_bytes_total", "")] > 0
     assert not [k for k in m if k[0] == "rampart_mirror_ok"], "no mirror, no series"
     # Other paths and methods are refused; HEAD has no body.
     assert http_get_unix(sock, "/")[0] == 404

@@ -67,6 +67,11 @@ pub struct Persistence {
     /// The last background checkpoint's failure, until one succeeds (commits go on).
     #[serde(default)]
     pub checkpoint_error: Option<String>,
+    /// Bytes the daemon wrote to store files since it started, counted where it writes them
+    /// (`rampart_core::persist::device::store_written_bytes`); 0 from a daemon before minor
+    /// version 4.
+    #[serde(default)]
+    pub store_written_bytes: u64,
 }
 
 /// A latency summary: how many were measured and their total (mean = sum / count). The
@@ -90,9 +95,10 @@ impl From<&LatencyHistogram> for Latency {
 /// field changes meaning or goes away; new fields keep it.
 pub const STATUS_SCHEMA_VERSION: u32 = 1;
 
-/// Raised when fields are added (`categories`: 1, `writeback_cache`: 2, `held_files`: 3);
-/// consumers of the same [`STATUS_SCHEMA_VERSION`] read any minor version.
-pub const STATUS_SCHEMA_MINOR_VERSION: u32 = 3;
+/// Raised when fields are added (`categories`: 1, `writeback_cache`: 2, `held_files`: 3,
+/// `persistence.store_written_bytes`: 4); consumers of the same [`STATUS_SCHEMA_VERSION`]
+/// read any minor version.
+pub const STATUS_SCHEMA_MINOR_VERSION: u32 = 4;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Status {
@@ -300,28 +306,7 @@ pub fn status_of(sources: &Sources) -> Status {
         writeback_cache: if *writeback_cache { "on" } else { "off" }.to_string(),
         memory_used_bytes: s.memory_used_bytes,
         memory_cap_bytes: s.memory_cap_bytes,
-        persistence: {
-            let p = persister.stats();
-            Persistence {
-                commit_interval_ms: persister.commit_interval().as_millis() as u64,
-                ops_pending: p.ops_pending,
-                pending_bytes: p.pending_bytes,
-                journal_bytes: p.journal_bytes,
-                commits: p.commits,
-                checkpoints: p.checkpoints,
-                last_checkpoint_pause_ms: p.last_checkpoint_pause.as_secs_f64() * 1e3,
-                last_checkpoint_switch_ms: p.last_checkpoint_switch.as_secs_f64() * 1e3,
-                checkpoint_image_bytes: p.checkpoint_image_bytes,
-                checkpoint_due_at_journal_bytes: p.checkpoint_due_at_journal_bytes,
-                error: p.error,
-                oldest_pending_age_ms_max: p
-                    .oldest_pending_age_max
-                    .map(|age| age.as_secs_f64() * 1e3),
-                commit_latency: Latency::from(&p.commit_latency),
-                checkpoint_latency: Latency::from(&p.checkpoint_latency),
-                checkpoint_error: p.checkpoint_error,
-            }
-        },
+        persistence: persistence_of(persister),
         fuse_transport: fuse_transport.to_string(),
         fuse_passthrough_opens: counters.passthrough_opens(),
         fuse_requests: counters
@@ -336,6 +321,29 @@ pub fn status_of(sources: &Sources) -> Status {
             .collect(),
         fuse_sync_failures: counters.sync_failures(),
         fuse_errors: errors_by_operation(),
+    }
+}
+
+/// The persister's figures for `status`.
+fn persistence_of(persister: &Persister) -> Persistence {
+    let p = persister.stats();
+    Persistence {
+        commit_interval_ms: persister.commit_interval().as_millis() as u64,
+        ops_pending: p.ops_pending,
+        pending_bytes: p.pending_bytes,
+        journal_bytes: p.journal_bytes,
+        commits: p.commits,
+        checkpoints: p.checkpoints,
+        last_checkpoint_pause_ms: p.last_checkpoint_pause.as_secs_f64() * 1e3,
+        last_checkpoint_switch_ms: p.last_checkpoint_switch.as_secs_f64() * 1e3,
+        checkpoint_image_bytes: p.checkpoint_image_bytes,
+        checkpoint_due_at_journal_bytes: p.checkpoint_due_at_journal_bytes,
+        error: p.error,
+        oldest_pending_age_ms_max: p.oldest_pending_age_max.map(|age| age.as_secs_f64() * 1e3),
+        commit_latency: Latency::from(&p.commit_latency),
+        checkpoint_latency: Latency::from(&p.checkpoint_latency),
+        checkpoint_error: p.checkpoint_error,
+        store_written_bytes: rampart_core::persist::device::store_written_bytes(),
     }
 }
 

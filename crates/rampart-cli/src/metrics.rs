@@ -472,6 +472,15 @@ fn render_persistence(out: &mut String, sources: &Sources) {
     );
     single(
         out,
+        "rampart_store_written_bytes_total",
+        "counter",
+        "Bytes the daemon wrote to store files (journal, checkpoints, superblock, disk-tier \
+         host files it wrote, mirror copies); not what the kernel writes through FUSE \
+         passthrough, nor the host file system's own metadata.",
+        rampart_core::persist::device::store_written_bytes(),
+    );
+    single(
+        out,
         "rampart_persist_checkpoints_total",
         "counter",
         "Checkpoints written since the mount.",

@@ -187,26 +187,31 @@ impl RampartFs {
     }
 
     /// Answers once everything is durable (ENOSPC if the store is full, EIO if it could not be
-    /// written), without
-    /// holding this worker thread: the persister answers after the disk sync that covers it,
-    /// and every fsync that arrives meanwhile shares that sync.
-    fn reply_synced(&self, reply: ReplyEmpty, request: PendingRequest) {
+    /// written). `asker` is the requesting thread (the request's pid): while one thread alone
+    /// asks, with no other fsync waiting and no commit under way, this thread commits and
+    /// answers (decision 0100: two cross-thread wake-ups fewer per durable write); otherwise
+    /// it is not held: the persister answers after the disk sync that covers it, and every
+    /// fsync that arrives meanwhile shares that sync.
+    fn reply_synced(&self, asker: u32, reply: ReplyEmpty, request: PendingRequest) {
         let counters = self.counters.clone();
-        self.engine.sync_async(Box::new(move |result| {
-            match result {
-                Ok(()) => reply.ok(),
-                Err(e) => {
-                    tracing::error!("sync failed: {e}");
-                    counters.count_sync_failure();
-                    // A full store says so (ENOSPC, as ext4 does); other failures are EIO.
-                    let full = e.kind() == std::io::ErrorKind::StorageFull;
-                    let code = if full { libc::ENOSPC } else { libc::EIO };
-                    crate::counters::count_error_of(request.kind(), code);
-                    reply.error(Errno::from_i32(code))
+        self.engine.sync_async_by(
+            u64::from(asker),
+            Box::new(move |result| {
+                match result {
+                    Ok(()) => reply.ok(),
+                    Err(e) => {
+                        tracing::error!("sync failed: {e}");
+                        counters.count_sync_failure();
+                        // A full store says so (ENOSPC, as ext4 does); other failures are EIO.
+                        let full = e.kind() == std::io::ErrorKind::StorageFull;
+                        let code = if full { libc::ENOSPC } else { libc::EIO };
+                        crate::counters::count_error_of(request.kind(), code);
+                        reply.error(Errno::from_i32(code))
+                    }
                 }
-            }
-            request.finish(&counters);
-        }));
+                request.finish(&counters);
+            }),
+        );
     }
 
     fn reply_entry(&self, reply: ReplyEntry, result: rampart_core::FsResult<Attr>) {
@@ -621,7 +626,7 @@ impl Filesystem for RampartFs {
 
     fn flush(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         _lock_owner: LockOwner,
@@ -642,7 +647,7 @@ impl Filesystem for RampartFs {
                 self.catch_up_with_host(ino.0);
             }
             if self.engine.durable_at_close(ino.0) {
-                self.reply_synced(reply, timer.hand_off());
+                self.reply_synced(req.pid(), reply, timer.hand_off());
             } else {
                 reply.ok();
             }
@@ -651,7 +656,7 @@ impl Filesystem for RampartFs {
 
     fn fsync(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
@@ -679,7 +684,7 @@ impl Filesystem for RampartFs {
                 // (decision 0090).
                 Ok(_) => match self.engine.archive_for_sync(ino.0) {
                     Err(e) => reply.error(errno(e)),
-                    Ok(()) => self.reply_synced(reply, timer.hand_off()),
+                    Ok(()) => self.reply_synced(req.pid(), reply, timer.hand_off()),
                 },
             }
         });
@@ -777,7 +782,7 @@ impl Filesystem for RampartFs {
 
     fn fsyncdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
@@ -787,7 +792,7 @@ impl Filesystem for RampartFs {
         // The held files named in it are made present first (decision 0090).
         guarded("fsyncdir", || match self.engine.archive_for_sync(ino.0) {
             Err(e) => reply.error(errno(e)),
-            Ok(()) => self.reply_synced(reply, timer.hand_off()),
+            Ok(()) => self.reply_synced(req.pid(), reply, timer.hand_off()),
         });
     }
 

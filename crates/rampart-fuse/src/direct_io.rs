@@ -180,6 +180,8 @@ impl DirectIo {
             buf.as_mut_slice().copy_from_slice(data);
             fd.write_all_at(buf.as_slice(), offset)
                 .map_err(|e| eio(ino, "write", &e))?;
+            // The daemon's own write to the host file (not the kernel's, as passthrough's).
+            rampart_core::persist::device::count_store_written(data.len() as u64);
             Ok(Some(data.len() as u32))
         })();
         // The host file's size and mtime become the file's (a WriteExtent, synced before it

@@ -244,8 +244,8 @@ pub trait Mounted {
         None
     }
     /// Bytes the file system has written to its store since it was mounted, once the changes
-    /// made so far are durable; None for peers that do not count them (the bench reads
-    /// rampart's daemon's `write_bytes` in /proc/PID/io: only the daemon writes the store).
+    /// made so far are durable; None for peers that do not count them (rampart counts them
+    /// itself: `persistence.store_written_bytes` of `rampart status --json`).
     fn store_bytes_written(&self) -> Option<Result<u64>> {
         None
     }

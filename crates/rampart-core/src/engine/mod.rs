@@ -555,10 +555,21 @@ impl Engine {
         self.levels.read().clone()
     }
 
-    /// Like [`Engine::sync`], without blocking: `done` runs once every change so far is durable.
+    /// Like [`Engine::sync`], without waiting for other fsyncs' commits: `done` runs once every
+    /// change so far is durable. When the same thread asked last, no commit is under way and
+    /// the last one answered at most one fsync, the caller's thread commits and `done` runs
+    /// before the return (decision 0100); otherwise the committer answers, and concurrent
+    /// callers share its sync.
     pub fn sync_async(&self, done: crate::op::SyncDone) {
         let levels = self.levels.read().clone();
         levels.sync_async(done);
+    }
+
+    /// As [`Engine::sync_async`], for `asker` (a FUSE request's thread): the caller's thread
+    /// commits only while the same asker asks twice in a row (decision 0100).
+    pub fn sync_async_by(&self, asker: u64, done: crate::op::SyncDone) {
+        let levels = self.levels.read().clone();
+        levels.sync_async_by(asker, done);
     }
 
     /// Makes every change so far durable, as far as the levels go (fsync).

@@ -100,9 +100,17 @@ pub trait Level: Send + Sync {
     }
 
     /// Like `sync`, but calls `done` once the ops are durable instead of blocking the caller
-    /// (a FUSE worker thread), so that many fsyncs wait on one disk sync.
+    /// (a FUSE worker thread) behind other callers, so that many fsyncs wait on one disk
+    /// sync. A level may sync on the caller's thread when no one else waits (the store's
+    /// persister does: decision 0100).
     fn sync_async(&self, done: SyncDone) {
         done(self.sync());
+    }
+
+    /// As `sync_async`, asked by `asker` (an id of the thread that waits: a FUSE request's
+    /// pid), which a level may use to tell a lone writer from many.
+    fn sync_async_by(&self, _asker: u64, done: SyncDone) {
+        self.sync_async(done);
     }
 
     /// Called after each change, outside the engine's lock: blocks while too much is waiting
@@ -302,6 +310,14 @@ impl Levels {
                     level.sync_async(Box::new(move |r| JoinState::answer(&join, r)));
                 }
             }
+        }
+    }
+
+    /// As [`Levels::sync_async`], asked by `asker` (`Level::sync_async_by`).
+    pub fn sync_async_by(&self, asker: u64, done: SyncDone) {
+        match self.chain.as_slice() {
+            [only] => only.sync_async_by(asker, done),
+            _ => self.sync_async(done),
         }
     }
 

@@ -6,7 +6,8 @@
 //! When ops become durable:
 //! - within `commit_interval` (default 5 s, like ext4's commit interval) in any case;
 //! - at once when someone asks (`sync`: fsync, fdatasync, O_SYNC/O_DSYNC writes, fsyncdir);
-//!   concurrent askers share one fdatasync;
+//!   concurrent askers share one fdatasync; a lone asker commits on its own thread (the
+//!   submodule `leader`, decision 0100), others wake the committer;
 //! - at a checkpoint, which writes the whole state; the new journal holds only what was
 //!   committed after the image was taken.
 //!
@@ -61,6 +62,7 @@ mod checkpoint_job;
 mod committer;
 mod host_files;
 mod journal_tail;
+mod leader;
 
 use at_risk::{AtRisk, Lags};
 use journal_tail::{journal_content_end, write_zeros, zero_tail};
@@ -262,6 +264,12 @@ pub struct Persister {
     host_failures_answered: std::sync::atomic::AtomicU64,
     /// Host files to remove now that their removal is durable (`remove_ready`). Held alone.
     ready_removals: Mutex<Vec<String>>,
+    /// How many fsyncs the last commit answered: at most one, and the next asker commits on
+    /// its own thread (`leader`, decision 0100).
+    last_commit_answered: AtomicUsize,
+    /// Who asked for the last sync (`sync_async_by`): the same asker twice in a row, and it
+    /// may commit on its own thread (`leader`).
+    last_asker: std::sync::atomic::AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -324,6 +332,19 @@ fn locked<T>(m: &Ranked<T>) -> Locked<'_, T> {
         guard: lock(&m.mutex),
         _held: held,
     }
+}
+
+/// As [`locked`], without waiting: None if another thread holds it.
+fn try_locked<T>(m: &Ranked<T>) -> Option<Locked<'_, T>> {
+    let guard = match m.mutex.try_lock() {
+        Ok(guard) => guard,
+        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return None,
+    };
+    Some(Locked {
+        guard,
+        _held: lock_order::acquire(m.rank),
+    })
 }
 
 fn journal_header(store_id: [u8; 16], base_seq: u64) -> Vec<u8> {
@@ -416,6 +437,8 @@ impl Persister {
             host_sync_failures: std::sync::atomic::AtomicU64::new(0),
             host_failures_answered: std::sync::atomic::AtomicU64::new(0),
             ready_removals: Mutex::new(Vec::new()),
+            last_commit_answered: AtomicUsize::new(0),
+            last_asker: std::sync::atomic::AtomicU64::new(u64::MAX),
         });
         persister.grow_reserve(persister.reserve_target_bytes());
         let worker = Arc::downgrade(&persister);
@@ -733,25 +756,11 @@ impl Persister {
         if locked(&self.durable).seq >= target {
             return self.sticky_error().map_or(Ok(()), Err);
         }
-        let writing = locked(&self.writing);
-        if locked(&self.durable).seq >= target {
-            return Ok(());
-        }
-        let failures = self.host_sync_failures();
-        self.commit_locked()?;
-        drop(writing);
-        if crate::disk::host_locks_held() {
-            // The committer removes them (this thread may hold the lock a removal takes).
-            self.wake.notify_one();
-        } else {
-            self.remove_ready();
-        }
-        if self.host_sync_failures() > failures {
-            return Err(std::io::Error::other(
-                "a disk-tier file's data could not be synced (see the log)",
-            ));
-        }
-        Ok(())
+        self.commit_to(locked(&self.writing), target).map_err(|f| {
+            f.into_io(|| {
+                std::io::Error::other("a disk-tier file's data could not be synced (see the log)")
+            })
+        })
     }
 
     /// Writes a checkpoint of `engine` and replaces the journal with what was committed since
@@ -938,19 +947,11 @@ impl OpSink for Persister {
     }
 
     fn sync_async(&self, done: SyncDone) {
-        let mut p = locked(&self.pending);
-        let target = p.builder.next_seq();
-        if locked(&self.durable).seq >= target {
-            drop(p);
-            return done(self.sticky_error().map_or(Ok(()), Err));
-        }
-        if let Some(e) = self.sticky_error() {
-            drop(p);
-            return done(Err(e));
-        }
-        p.waiters.push((target, done));
-        // The committer writes at once: everyone who asks meanwhile shares that sync.
-        self.wake.notify_one();
+        self.sync_leading(leader::thread_asker(), done);
+    }
+
+    fn sync_async_by(&self, asker: u64, done: SyncDone) {
+        self.sync_leading(asker, done);
     }
 }
 
@@ -976,6 +977,8 @@ impl Persister {
             p.waiters = waiting;
             ready.into_iter().map(|(_, done)| done).collect()
         };
+        self.last_commit_answered
+            .store(ready.len(), Ordering::Release);
         for done in ready {
             done(match &error {
                 Some(e) => Err(std::io::Error::new(e.kind(), e.to_string())),

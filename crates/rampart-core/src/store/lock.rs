@@ -100,8 +100,10 @@ fn lock_waiting(
     }
     if access == Access::Exclusive {
         lock.set_len(0).map_err(io_err(&lock_path))?;
-        lock.write_all_at(format!("{}\n", std::process::id()).as_bytes(), 0)
+        let pid_line = format!("{}\n", std::process::id());
+        lock.write_all_at(pid_line.as_bytes(), 0)
             .map_err(io_err(&lock_path))?;
+        crate::persist::device::count_store_written(pid_line.len() as u64);
     }
     Ok(Some(lock))
 }

@@ -332,7 +332,8 @@ fn copy_if_different(from: &Path, to: &Path, by_content: bool) -> Result<bool, S
         .mode(0o600)
         .open(&tmp)
         .map_err(io_err(&tmp))?;
-    std::io::copy(&mut src, &mut dst).map_err(io_err(&tmp))?;
+    let copied = std::io::copy(&mut src, &mut dst).map_err(io_err(&tmp))?;
+    crate::persist::device::count_store_written(copied);
     dst.sync_all().map_err(io_err(&tmp))?;
     fs::rename(&tmp, to).map_err(io_err(to))?;
     Ok(true)

@@ -301,6 +301,7 @@ pub(crate) fn write_file_atomically(
         .open(&tmp)
         .map_err(io_err(&tmp))?;
     f.write_all(bytes).map_err(io_err(&tmp))?;
+    crate::persist::device::count_store_written(bytes.len() as u64);
     f.sync_all().map_err(io_err(&tmp))?;
     let final_path = dir.join(name);
     fs::rename(&tmp, &final_path).map_err(io_err(&final_path))?;

@@ -71,6 +71,10 @@ impl CachedFile {
     /// system then.
     fn write_tracked(&self, len: &mut u64, offset: u64, data: &[u8]) -> io::Result<()> {
         let result = self.file.write_all_at(data, offset);
+        if result.is_ok() {
+            // A failed write may have written a part: not counted (the figure errs low).
+            super::count_store_written(data.len() as u64);
+        }
         *len = match &result {
             // pwrite of nothing does not extend the file, past its end either.
             Ok(()) if data.is_empty() => *len,

@@ -86,6 +86,25 @@ pub use faults::{CrashImages, Delay, FailSyncs, Faults, Files, SyncOp};
 pub use mirror::{MirrorDevice, MirrorHealth};
 pub use sim::{CrashMode, Event, SimDevice, Written, EVENTS_MAX};
 
+/// Bytes this process has written to store files itself (journal, checkpoints, superblock,
+/// the `reserve` file, disk-tier host files written by the daemon, the mirror's copies), as
+/// counted where it writes them: [`DirDevice`]'s writes and the few writes made around it
+/// ([`count_store_written`]). One figure per process: a daemon serves one store. What the
+/// kernel writes through FUSE passthrough is not the daemon's and is not counted; neither is
+/// the file system's own metadata. `write_bytes` of /proc/PID/io is no substitute: for
+/// fdatasync'd small writes it over-counts about 30× (issue 15, docs/BENCHMARKS.md).
+static STORE_WRITTEN_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// See [`STORE_WRITTEN_BYTES`]: bytes written to store files by this process so far.
+pub fn store_written_bytes() -> u64 {
+    STORE_WRITTEN_BYTES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Counts `bytes` written to a store file by this process outside [`DirDevice`].
+pub fn count_store_written(bytes: u64) {
+    STORE_WRITTEN_BYTES.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+}
+
 #[cfg(test)]
 mod tests;
 
