@@ -23,6 +23,11 @@ use std::sync::atomic::Ordering;
 use super::{locked, try_locked, Locked, Persister};
 use crate::op::SyncDone;
 
+/// The largest batch body a fsync commits on its own thread (decision 0100): a durable small
+/// write's batch is a few KiB; more is a bulk writer's, whose write and sync would hold the
+/// FUSE queue thread.
+const LED_COMMIT_BODY_BYTES_MAX: usize = 256 << 10;
+
 /// The asker of a `sync_async` made without one: the calling thread (library callers and
 /// tests, whose threads are the writers).
 pub(super) fn thread_asker() -> u64 {
@@ -36,7 +41,8 @@ impl Persister {
     /// `sync_async`: `done` runs once every op applied so far is durable, on this thread
     /// before the return when it leads the commit, else on the committer's.
     pub(super) fn sync_leading(&self, asker: u64, done: SyncDone) {
-        let alone = self.last_asker.swap(asker, Ordering::AcqRel) == asker;
+        // Pid 0 is every caller outside the daemon's pid namespace: not one writer.
+        let alone = asker != 0 && self.last_asker.swap(asker, Ordering::AcqRel) == asker;
         let mut p = locked(&self.pending);
         let target = p.builder.next_seq();
         if locked(&self.durable).seq >= target {
@@ -47,35 +53,51 @@ impl Persister {
             drop(p);
             return done(Err(e));
         }
+        // Only a small commit is led: a FUSE queue thread that commits serves nothing else
+        // meanwhile, so gathered host files (another writer's disk-tier data to sync first) or
+        // a large batch go to the committer, which absorbs them off the request path.
         let lead = alone
             && p.waiters.is_empty()
+            && p.host_files.is_empty()
+            && p.builder.body_bytes() <= LED_COMMIT_BODY_BYTES_MAX
             && self.last_commit_answered.load(Ordering::Acquire) <= 1
             && !self.stop.load(Ordering::Acquire);
         if lead {
             drop(p);
             if let Some(writing) = try_locked(&self.writing) {
-                // A host file that could not be synced is answered EIO, as `answer_waiters`
-                // answers the committer's waiters.
-                let result = self
-                    .commit_to(writing, target)
-                    .map_err(|f| f.into_io(|| std::io::Error::from_raw_os_error(libc::EIO)));
-                let failed = result.is_err();
-                done(result);
-                // Those who asked during this commit and whose ops it holds.
-                self.answer_waiters();
-                self.last_commit_answered.fetch_add(1, Ordering::AcqRel);
-                if failed {
-                    // The committer restarts persistence after an I/O error: let it see it now.
-                    self.wake.notify_one();
+                match self.commit_to(writing, target) {
+                    Err(CommitFailure::Journal(e)) => {
+                        done(Err(e));
+                        // Those who asked meanwhile get the sticky error too.
+                        self.answer_waiters();
+                        // The committer restarts persistence after an I/O error: let it see
+                        // it now.
+                        self.wake.notify_one();
+                    }
+                    // Answered with those who asked meanwhile, by `answer_waiters`: a host
+                    // file whose sync failed since the last answers (this commit's, or the
+                    // committer's that held these ops already) makes each of them EIO, as for
+                    // the committer's waiters (decision 0057).
+                    Ok(()) | Err(CommitFailure::HostFile) => {
+                        locked(&self.pending).waiters.push((target, done));
+                        self.answer_waiters();
+                        if locked(&self.durable).seq < target {
+                            // The commit stopped short (an open group of records): the
+                            // committer takes the rest at once.
+                            self.wake.notify_one();
+                        }
+                    }
                 }
                 return;
             }
             // A commit is under way (a checkpoint's switch, or the committer): wait for the
-            // next one, unless the one under way covered these ops already.
+            // next one (or, if the one under way covered these ops already, be answered with
+            // its host-file failures at once).
             p = locked(&self.pending);
             if locked(&self.durable).seq >= target {
+                p.waiters.push((target, done));
                 drop(p);
-                return done(self.sticky_error().map_or(Ok(()), Err));
+                return self.answer_waiters();
             }
         }
         p.waiters.push((target, done));
