@@ -784,6 +784,17 @@ def test_umount_reports_a_final_checkpoint_that_failed(test_base, rampart_env, c
         run(["umount", "-l", disk], timeout=60)
 
 
+def _missing_journal_refused_then_repaired(m):
+    """The mount refuses a store whose journal is missing, fsck reports it (exit 1),
+    `fsck --repair` accepts the loss (exit 0), and the store mounts again."""
+    _refused(m, "journal is missing", "fsck --repair")
+    r = fsck(m)
+    assert r.returncode == 1 and "missing" in r.stdout, f"fsck exit {r.returncode}:\n{r.stdout}{r.stderr}"
+    r = fsck(m, "--repair")
+    assert r.returncode == 0, f"fsck --repair exit {r.returncode}:\n{r.stdout}{r.stderr}"
+    remount(m)
+
+
 def test_a_missing_journal_is_refused_not_silently_skipped(test_base, rampart_env, cleanup_mounts):
     """A checkpoint without its journal means the journal was deleted, and the fsync'd changes
     after the checkpoint with it: mount refuses, fsck reports it, `fsck --repair` accepts the
@@ -795,12 +806,7 @@ def test_a_missing_journal_is_refused_not_silently_skipped(test_base, rampart_en
     write_synced(os.path.join(m.path, "in-journal"), b"B")
     crash(m)
     os.unlink(m.store / "journal")
-    _refused(m, "journal is missing", "fsck --repair")
-    r = fsck(m)
-    assert r.returncode == 1 and "missing" in r.stdout, f"fsck exit {r.returncode}:\n{r.stdout}{r.stderr}"
-    r = fsck(m, "--repair")
-    assert r.returncode == 0, f"fsck --repair exit {r.returncode}:\n{r.stdout}{r.stderr}"
-    remount(m)
+    _missing_journal_refused_then_repaired(m)
     assert read_file(os.path.join(m.path, "in-checkpoint")) == b"A"
     assert not os.path.exists(os.path.join(m.path, "in-journal"))
     unmount(m)
@@ -817,12 +823,7 @@ def test_a_missing_journal_before_any_checkpoint_is_refused_not_an_empty_mount(t
     crash(m)
     assert not (m.store / "checkpoint").exists() and (m.store / "reserve").exists()
     os.unlink(m.store / "journal")
-    _refused(m, "journal is missing", "fsck --repair")
-    r = fsck(m)
-    assert r.returncode == 1 and "missing" in r.stdout, f"fsck exit {r.returncode}:\n{r.stdout}{r.stderr}"
-    r = fsck(m, "--repair")
-    assert r.returncode == 0, f"fsck --repair exit {r.returncode}:\n{r.stdout}{r.stderr}"
-    remount(m)
+    _missing_journal_refused_then_repaired(m)
     assert os.listdir(m.path) == []
     unmount(m)
     assert_no_panic(m)

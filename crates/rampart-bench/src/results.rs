@@ -38,6 +38,18 @@ pub struct PeerResult {
     pub setup_error: Option<String>,
 }
 
+impl PeerResult {
+    /// A peer before its setup: no settings, no error yet.
+    pub fn new(kind: PeerKind) -> PeerResult {
+        PeerResult {
+            kind,
+            id: kind.id(),
+            settings: Vec::new(),
+            setup_error: None,
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct WorkloadResult {
     pub id: &'static str,

@@ -109,15 +109,7 @@ pub fn run(opts: &BenchOptions) -> Result<(RunResults, PathBuf)> {
         command_line: opts.command_line.clone(),
         procedure: procedure(opts.profile, repetitions),
         machine: machine_before,
-        peers: peers
-            .iter()
-            .map(|&kind| PeerResult {
-                kind,
-                id: kind.id(),
-                settings: Vec::new(),
-                setup_error: None,
-            })
-            .collect(),
+        peers: peers.iter().map(|&kind| PeerResult::new(kind)).collect(),
         workloads: workloads
             .iter()
             .map(|w| workload_result(w.as_ref(), opts.profile, &peers))
@@ -644,15 +636,8 @@ mod tests {
             .iter()
             .map(|w| workload_result(w.as_ref(), Profile::Tiny, &peers))
             .collect();
-        let mut peer_results: Vec<PeerResult> = peers
-            .iter()
-            .map(|&kind| PeerResult {
-                kind,
-                id: kind.id(),
-                settings: Vec::new(),
-                setup_error: None,
-            })
-            .collect();
+        let mut peer_results: Vec<PeerResult> =
+            peers.iter().map(|&kind| PeerResult::new(kind)).collect();
         let runnable = runnable_cells(&workloads, &peers, &mut workload_results, &mut peer_results);
         let mut ran = Vec::new();
         for (wi, w) in workloads.iter().enumerate() {
