@@ -790,6 +790,21 @@ impl BatchBuilder {
         self.take_frames().map(Unchecked::finish)
     }
 
+    /// Gives back the buffers' memory while nothing is gathered (a commit found nothing to
+    /// write): kept between batches so that busy writers do not fault their pages in again,
+    /// they are not held by an idle store.
+    pub fn release_idle(&mut self) {
+        if self.op_count == 0 && self.sealed.is_empty() {
+            self.spare = Vec::new();
+            self.batch.shrink_to(BATCH_HEADER_BYTES);
+        }
+    }
+
+    /// Bytes of memory held by the builder's buffers (capacity).
+    pub fn buffer_capacity_bytes(&self) -> usize {
+        self.batch.capacity() + self.sealed.capacity() + self.spare.capacity()
+    }
+
     /// Gives back a buffer that `take_batch` or `take_frames` returned, once written, for
     /// the next batch to reuse (trimmed as a sealed batch's buffer is).
     pub fn recycle(&mut self, mut buffer: Vec<u8>) {
@@ -824,6 +839,59 @@ pub fn framed_batches(mut framed: &[u8]) -> impl Iterator<Item = &[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Adds `bytes` of 512 B writes to `b`.
+    fn add_writes(b: &mut BatchBuilder, bytes: usize) {
+        let data = [7u8; 512];
+        for i in 0..bytes / 512 {
+            let op = Op::Write {
+                ino: 2,
+                offset: (i * 512) as u64,
+                data: &data,
+                time_ns: 0,
+                kill_suidgid: false,
+            };
+            b.add(&op, 0);
+        }
+    }
+
+    /// A busy writer's batches reuse the buffers the committer gives back, whole (their
+    /// pages stay in memory); an idle builder gives them back (decision 0114).
+    #[test]
+    fn batch_buffers_are_kept_while_busy_and_released_when_idle() {
+        let mut b = BatchBuilder::new(1);
+        let batch_bytes = BATCH_BODY_BYTES_MAX / 4;
+        add_writes(&mut b, batch_bytes);
+        let first = b.take_frames().unwrap().finish();
+        let first_at = first.as_ptr();
+        let held_bytes = first.capacity() + b.buffer_capacity_bytes();
+        assert!(first.capacity() >= batch_bytes);
+        b.recycle(first);
+        assert_eq!(b.buffer_capacity_bytes(), held_bytes, "nothing trimmed");
+        // The second batch is built in the other buffer, the third in the first one again.
+        add_writes(&mut b, batch_bytes);
+        let second = b.take_frames().unwrap().finish();
+        b.recycle(second);
+        add_writes(&mut b, batch_bytes);
+        let third = b.take_frames().unwrap().finish();
+        assert_eq!(
+            third.as_ptr(),
+            first_at,
+            "built in the kept buffer, not regrown"
+        );
+        b.recycle(third);
+        assert!(b.buffer_capacity_bytes() >= 2 * batch_bytes);
+        b.release_idle();
+        assert!(b.buffer_capacity_bytes() <= 2 * BATCH_HEADER_BYTES);
+        // Nothing gathered is dropped by a release.
+        add_writes(&mut b, 512);
+        b.release_idle();
+        assert_eq!(b.take_frames().unwrap().finish().len(), {
+            let mut c = BatchBuilder::new(1);
+            add_writes(&mut c, 512);
+            c.take_frames().unwrap().finish().len()
+        });
+    }
 
     #[test]
     fn framed_batches_splits_what_take_batch_returns() {
