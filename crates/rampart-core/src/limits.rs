@@ -97,6 +97,10 @@ pub const STORE_RESERVE_BYTES_MAX: u64 = 4 << 30;
 /// back (`BatchBuilder::release_idle`).
 pub const BATCH_BUFFER_KEPT_BYTES_MAX: usize = 48 << 20;
 
+/// Most empty batch buffers kept for the next batches: the open batch takes one when it is
+/// sealed; when writers outrun the committer several batches wait, one buffer each.
+pub const BATCH_BUFFERS_SPARE_MAX: usize = 2;
+
 /// Largest batch body; a batch holding more ops is cut in two by the writer.
 pub const BATCH_BODY_BYTES_MAX: usize = 64 << 20;
 

@@ -599,7 +599,7 @@ impl Persister {
         // One sync per batch: if several went out in one write, a crash could leave a later
         // batch whole and an earlier one missing (the file system orders the blocks of one
         // write as it likes), which recovery would have to take for damage.
-        for batch in journal::framed_batches(&framed) {
+        for batch in framed.batches() {
             self.write_batch(batch)?;
         }
         locked(&self.pending).builder.recycle(framed);
