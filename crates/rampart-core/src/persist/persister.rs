@@ -897,7 +897,7 @@ impl OpSink for Persister {
             return;
         }
         let mut p = locked(&self.pending);
-        if p.at_risk.note(change, Instant::now()) {
+        if p.at_risk.note(change, Instant::now) {
             // Keep the table bounded: let the committer commit now.
             p.ask_commit(&self.wake);
         }
