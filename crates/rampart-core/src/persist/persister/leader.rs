@@ -101,8 +101,11 @@ impl Persister {
             }
         }
         p.waiters.push((target, done));
-        // The committer writes at once: everyone who asks meanwhile shares that sync.
-        self.wake.notify_one();
+        // The committer writes at once: everyone who asks meanwhile shares that sync. Awake,
+        // it finds this waiter before it sleeps again (`pending` is held here).
+        if p.committer_sleeping {
+            self.wake.notify_one();
+        }
     }
 
     /// Commits on this thread, holding `writing`, unless the ops before `target` became
