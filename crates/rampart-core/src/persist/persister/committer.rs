@@ -55,7 +55,9 @@ pub(super) fn commit_loop(persister: Weak<Persister>) {
                     break;
                 }
                 guard.rearm = false;
+                guard.committer_sleeping = true;
                 guard = guard.wait_timeout(&p.wake, at - now);
+                guard.committer_sleeping = false;
                 // Woken for another reason too (a batch or a list grown to its bound): commit.
                 if !guard.rearm || guard.wants_commit() {
                     break;
