@@ -28,7 +28,7 @@ mod xattr_ops;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use parking_lot::{RwLock, RwLockWriteGuard};
 
 use crate::attr::Durability;
 use crate::clock::{Clock, SystemClock};
@@ -127,11 +127,7 @@ impl Default for EngineConfig {
 
 /// The file-system engine. Shared between threads (`Arc<Engine>`).
 pub struct Engine {
-    /// std's lock, not parking_lot's: parking_lot spins with `sched_yield`, which on a busy
-    /// machine hands a FUSE queue thread's CPU to other work for a whole time slice while
-    /// a preempted holder runs elsewhere; std's spins briefly and then sleeps on a futex,
-    /// whose wake-up the scheduler favours (decision 0111).
-    state: std::sync::RwLock<State>,
+    state: RwLock<State>,
     /// Replaced whole (rarely); cloned as an `Arc` on every path that uses it outside the lock.
     levels: RwLock<Arc<Levels>>,
     observer: RwLock<Option<Arc<dyn Observer>>>,
@@ -167,7 +163,7 @@ impl std::fmt::Debug for Engine {
 /// A mutation in progress: the exclusive lock, and what the ops applied so far must honour.
 pub(crate) struct Mutation<'e> {
     engine: &'e Engine,
-    state: std::sync::RwLockWriteGuard<'e, State>,
+    state: RwLockWriteGuard<'e, State>,
     route: Route,
     /// Changes the ops made that the kernel cannot know from its request and the reply.
     behind_kernel: Vec<Invalidation>,
@@ -509,7 +505,7 @@ impl Engine {
     /// An engine over `state`, stamping times from `clock`.
     pub fn with_clock(state: State, clock: Arc<dyn Clock>) -> Engine {
         Engine {
-            state: std::sync::RwLock::new(state),
+            state: RwLock::new(state),
             levels: RwLock::new(Arc::new(Levels::default())),
             observer: RwLock::new(None),
             clock,
@@ -541,7 +537,7 @@ impl Engine {
     /// wait).
     pub fn with_state<T>(&self, f: impl FnOnce(&State) -> T) -> T {
         let _rank = lock_order::acquire(Rank::EngineState);
-        f(&self.state_read())
+        f(&self.state.read())
     }
 
     /// Installs the persistence levels the engine hands its ops to.
@@ -593,26 +589,10 @@ impl Engine {
     }
 
     /// Shared access to the state for a read-only operation.
-    /// The state's lock for reading. A panic under the lock (caught at the FUSE boundary)
-    /// does not poison it: every op applies its effects whole or not at all, as under
-    /// parking_lot's lock before (decision 0111).
-    fn state_read(&self) -> std::sync::RwLockReadGuard<'_, State> {
-        self.state
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The state's lock for writing (see [`Engine::state_read`]).
-    fn state_write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
-        self.state
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     pub(crate) fn read_state(&self) -> ReadState<'_> {
         let rank = lock_order::acquire(Rank::EngineState);
         ReadState {
-            guard: self.state_read(),
+            guard: self.state.read(),
             _rank: rank,
         }
     }
@@ -621,7 +601,7 @@ impl Engine {
     pub(crate) fn write_state(&self) -> WriteState<'_> {
         let rank = lock_order::acquire(Rank::EngineState);
         WriteState {
-            guard: self.state_write(),
+            guard: self.state.write(),
             _rank: rank,
         }
     }
@@ -642,7 +622,7 @@ impl Engine {
         let rank = lock_order::acquire(Rank::EngineState);
         let mut mutation = Mutation {
             engine: self,
-            state: self.state_write(),
+            state: self.state.write(),
             route: Route::VOLATILE,
             behind_kernel: Vec::new(),
             absent_create: None,
@@ -729,7 +709,7 @@ impl Engine {
 
 /// Shared access to the state, with its place in the lock order.
 pub(crate) struct ReadState<'e> {
-    guard: std::sync::RwLockReadGuard<'e, State>,
+    guard: parking_lot::RwLockReadGuard<'e, State>,
     _rank: lock_order::Held,
 }
 
@@ -742,7 +722,7 @@ impl std::ops::Deref for ReadState<'_> {
 
 /// Exclusive access to the state outside an op, with its place in the lock order.
 pub(crate) struct WriteState<'e> {
-    guard: std::sync::RwLockWriteGuard<'e, State>,
+    guard: RwLockWriteGuard<'e, State>,
     _rank: lock_order::Held,
 }
 

@@ -13,7 +13,7 @@ fn repair_fixes_what_check_finds() {
     e.write(&c, f, 0, b"keep me", false).unwrap();
     e.link(&c, f, ROOT_INO, b"f2").unwrap();
     {
-        let mut st = e.state_write();
+        let mut st = e.state.write();
         assert!(st.check().is_empty());
         // A wrong link count, an entry naming no inode, and a cycle cut off from the root
         // (a no longer in /, and b naming a).
@@ -47,7 +47,7 @@ fn repair_fixes_what_check_finds() {
 fn a_root_without_links_is_a_broken_invariant() {
     let e = Engine::new(EngineConfig::default());
     assert!(e.check().is_empty());
-    e.state_write().table.get_mut(ROOT_INO).unwrap().nlink = 0;
+    e.state.write().table.get_mut(ROOT_INO).unwrap().nlink = 0;
     let problems = e.check();
     assert!(
         problems
