@@ -14,8 +14,16 @@ shift $(( $# < 5 ? $# : 5 )); [ "${1:-}" = "--" ] && shift
 mkdir -p "$OUT"
 W=$(mktemp -d /var/tmp/pmgap.XXXX); mkdir -p "$W/mnt"
 if [ "$KIND" = floor ]; then
-  "$BIN" bench-floor "$W/mnt" "$@" > "$W/floor.log" 2>&1 & PID=$!
-  until grep -q ready "$W/floor.log"; do sleep 0.1; done
+  # FLOOR_SETSID=1: the floor in its own session, hence its own scheduler autogroup, as
+  # rampart's daemon is (it calls setsid); otherwise it shares postmark's.
+  if [ "${FLOOR_SETSID:-0}" = 1 ]; then
+    setsid "$BIN" bench-floor "$W/mnt" "$@" > "$W/floor.log" 2>&1 &
+    until grep -q ready "$W/floor.log"; do sleep 0.1; done
+    PID=$(pgrep -n -f "bench-floor $W/mnt")
+  else
+    "$BIN" bench-floor "$W/mnt" "$@" > "$W/floor.log" 2>&1 & PID=$!
+    until grep -q ready "$W/floor.log"; do sleep 0.1; done
+  fi
 else
   "$BIN" mkfs "$W/store" >/dev/null
   "$BIN" mount "$W/store" "$W/mnt" "$@"
@@ -61,6 +69,6 @@ else
 fi
 threads > "$OUT/threads-after.txt"
 uptime > "$OUT/load.txt"
-if [ "$KIND" = floor ]; then umount "$W/mnt"; wait "$PID" || true; else "$BIN" umount "$W/mnt" || umount "$W/mnt"; fi
+if [ "$KIND" = floor ]; then umount "$W/mnt"; wait "$PID" 2>/dev/null || true; else "$BIN" umount "$W/mnt" || umount "$W/mnt"; fi
 rm -rf "$W"
 python3 "$(dirname "$0")/summary.py" "$OUT" "$TX"
