@@ -119,7 +119,7 @@ pub fn remove_path(path: &Path) -> Result<()> {
                     busy.display()
                 )));
             }
-            std::fs::remove_dir_all(path)
+            remove_tree(path)
         }
         Ok(_) => std::fs::remove_file(path),
     };
@@ -129,6 +129,66 @@ pub fn remove_path(path: &Path) -> Result<()> {
         }
         _ => Ok(()),
     }
+}
+
+/// Threads that unlink a tree's files at once.
+const REMOVE_THREADS: usize = 8;
+/// Files gathered before they are unlinked (bounds the memory a huge tree takes).
+const REMOVE_BATCH_FILES: usize = 4096;
+
+/// `remove_dir_all` with the files unlinked by several threads: on a host file system mounted
+/// with `discard` each unlink waits for the device (about 1 ms here), and a peer's folder can
+/// hold tens of thousands of files (JuiceFS keeps deleted files' chunks in its trash), which
+/// took the tiny run 100 s one by one. Symbolic links are removed, never followed.
+fn remove_tree(root: &Path) -> std::io::Result<()> {
+    let mut dirs = vec![root.to_path_buf()];
+    let mut files = Vec::with_capacity(REMOVE_BATCH_FILES);
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            if entry.file_type()?.is_dir() {
+                dirs.push(entry.path());
+            } else {
+                files.push(entry.path());
+                if files.len() == REMOVE_BATCH_FILES {
+                    unlink_all(&mut files)?;
+                }
+            }
+        }
+    }
+    unlink_all(&mut files)?;
+    // Only folders are left.
+    std::fs::remove_dir_all(root)
+}
+
+/// Unlinks `files` on up to [`REMOVE_THREADS`] threads and empties the list.
+fn unlink_all(files: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    let per_thread = files.len().div_ceil(REMOVE_THREADS).max(1);
+    let result = std::thread::scope(|scope| {
+        let workers: Vec<_> = files
+            .chunks(per_thread)
+            .map(|chunk| {
+                scope.spawn(move || {
+                    for file in chunk {
+                        match std::fs::remove_file(file) {
+                            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                            _ => {}
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("a remover panicked")))
+            })
+            .collect::<std::io::Result<Vec<()>>>()
+    });
+    files.clear();
+    result.map(|_| ())
 }
 
 // ---- mounts, loop devices and processes: the undo actions peers use ----
@@ -490,6 +550,31 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
     use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn remove_path_removes_a_tree_of_more_files_than_a_batch_and_follows_no_link() {
+        let base = std::env::temp_dir().join(format!("rb-rmtree-{}", std::process::id()));
+        let outside = base.join("outside");
+        let tree = base.join("tree");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("kept"), b"not the tree's").unwrap();
+        for d in 0..3 {
+            let dir = tree.join(format!("d{d}")).join("deeper");
+            std::fs::create_dir_all(&dir).unwrap();
+            for f in 0..(REMOVE_BATCH_FILES / 2 + 7) {
+                std::fs::write(dir.join(f.to_string()), b"x").unwrap();
+            }
+        }
+        std::os::unix::fs::symlink(&outside, tree.join("link")).unwrap();
+        remove_path(&tree).unwrap();
+        assert!(!tree.exists());
+        assert_eq!(
+            std::fs::read(outside.join("kept")).unwrap(),
+            b"not the tree's"
+        );
+        remove_path(&tree).unwrap(); // gone already is fine
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 
     #[test]
     fn undoes_last_first_and_goes_on_past_failures() {

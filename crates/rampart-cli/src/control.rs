@@ -9,6 +9,8 @@
 //!   without finishing, the connection just ends.
 //! - `categories`: the categories and filename rules in force ([`CategoriesInForce`]), for
 //!   `rampart rules` and `rampart stat`.
+//! - `sync`, `sync-commit-only`: make everything durable now, answered when it is
+//!   (`rampart sync`, [`crate::sync_cmd`]).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -476,6 +478,8 @@ fn answer(
         }
         "status" => serde_json::to_string(&status_of(sources))
             .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")),
+        "sync" => return crate::sync_cmd::serve(stream, sources.engine.clone(), true),
+        "sync-commit-only" => return crate::sync_cmd::serve(stream, sources.engine.clone(), false),
         "categories" => serde_json::to_string(&categories_in_force(&sources.engine))
             .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")),
         other => serde_json::json!({ "error": format!("unknown command {other:?}") }).to_string(),

@@ -24,6 +24,7 @@ mod mounts;
 mod page_flusher;
 mod sd_notify;
 mod size;
+mod sync_cmd;
 mod unprivileged;
 mod watch;
 
@@ -88,6 +89,17 @@ enum Cmd {
         /// How often --watch redraws: e.g. 1s, 500ms (100ms to 1h).
         #[arg(long, default_value = "1s", value_parser = watch::parse_interval)]
         interval: Duration,
+    },
+    /// Make what was written to a mount durable now (what sync(1) cannot ask of a FUSE file
+    /// system): the kernel's cached writes are sent to the daemon, files held until a later
+    /// deadline are made present, and the journal is committed to the store. TEMPORARY and
+    /// DISPOSABLE files stay out of the store, as their category says.
+    Sync {
+        mountpoint: PathBuf,
+        /// Only commit what is pending, as the commit timer would now: files the archiver
+        /// holds until their deadline (EVENTUAL, SOMETIME, ...) stay held.
+        #[arg(long)]
+        commit_only: bool,
     },
     /// Show the category of files on a mount: its name, where it came from (the API, an
     /// attribute, rule N, the directory, the store default) and its spec per level.
@@ -518,6 +530,10 @@ fn main() -> ExitCode {
         Cmd::Status {
             mountpoint, json, ..
         } => cmd_status(&mountpoint, json),
+        Cmd::Sync {
+            mountpoint,
+            commit_only,
+        } => sync_cmd::run(&mountpoint, commit_only),
         Cmd::Stat { paths, json } => categories_cmd::stat(&paths, json),
         Cmd::Rules { paths, json } => categories_cmd::rules(&paths, json),
         Cmd::Bench(args) => return with_stdout_checked(bench::run(args)),

@@ -219,6 +219,9 @@ pub fn mount(
     options: &MountOptions,
 ) -> io::Result<Mounted> {
     let config = session_config(options)?;
+    // The fsyncs one commit covers are answered together: each io_uring queue is woken once
+    // for all of its answers (decision 0116).
+    rampart_core::persist::persister::set_answer_batch(fuser::replies_batched);
     let counters = Arc::new(RequestCounters::default());
     let (refusals, refusals_worker) = refusals::channel();
     let own_mount_calls = refusals::CallsSlot::default();

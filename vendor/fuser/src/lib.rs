@@ -79,6 +79,8 @@ use crate::session::MAX_WRITE_SIZE;
 pub use crate::session::Session;
 pub use crate::session::SessionACL;
 pub use crate::session::SessionUnmounter;
+#[cfg(target_os = "linux")]
+pub use crate::uring::replies_batched;
 
 mod access_flags;
 mod bsd_file_flags;

@@ -188,16 +188,76 @@ impl UringSender {
             bytes,
         });
         let own_queue = SERVING_QUEUE.with(|q| q.get()) == Arc::as_ptr(&self.queue) as usize;
-        if !own_queue {
-            let one: u64 = 1;
-            // SAFETY: writing 8 bytes from a live u64 to the queue's eventfd.
-            let n = unsafe { libc::write(self.queue.wake_fd, (&one as *const u64).cast(), 8) };
-            if n != 8 {
-                return Err(io::Error::last_os_error());
+        if own_queue {
+            return Ok(());
+        }
+        let deferred = DEFERRED_WAKES.with(|d| match d.borrow_mut().as_mut() {
+            Some(queues) => {
+                if !queues.iter().any(|q| Arc::ptr_eq(q, &self.queue)) {
+                    queues.push(self.queue.clone());
+                }
+                true
+            }
+            None => false,
+        });
+        if deferred {
+            return Ok(());
+        }
+        wake_queue(&self.queue)
+    }
+}
+
+/// Wakes a queue thread to commit the replies pending for it.
+fn wake_queue(queue: &QueueShared) -> io::Result<()> {
+    let one: u64 = 1;
+    // SAFETY: writing 8 bytes from a live u64 to the queue's eventfd.
+    let n = unsafe { libc::write(queue.wake_fd, (&one as *const u64).cast(), 8) };
+    if n != 8 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+thread_local! {
+    /// Inside `replies_batched` on this thread: the queues that have replies waiting and are
+    /// woken once when it ends.
+    static DEFERRED_WAKES: std::cell::RefCell<Option<Vec<Arc<QueueShared>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `answer`, which sends replies from a thread other than their queue threads (rampart's
+/// commit thread answering the fsyncs one disk sync covered), and wakes each queue with replies
+/// once at the end instead of once per reply: its thread then commits them all in one pass and
+/// one submission, instead of being woken again for each reply pushed while it ran. The wakes
+/// happen even if `answer` panics (a reply left unwoken would wait for the queue's next
+/// request). Nested calls join the outer one.
+pub fn replies_batched(answer: &mut dyn FnMut()) {
+    struct WakeAtEnd;
+    impl Drop for WakeAtEnd {
+        fn drop(&mut self) {
+            let queues = DEFERRED_WAKES
+                .with(|d| d.borrow_mut().take())
+                .unwrap_or_default();
+            for queue in queues {
+                if let Err(e) = wake_queue(&queue) {
+                    error!("queue {}: cannot wake it for its replies: {e}", queue.qid);
+                }
             }
         }
-        Ok(())
     }
+    let outer = DEFERRED_WAKES.with(|d| {
+        let mut d = d.borrow_mut();
+        if d.is_some() {
+            return true;
+        }
+        *d = Some(Vec::new());
+        false
+    });
+    if outer {
+        return answer();
+    }
+    let _wake = WakeAtEnd;
+    answer();
 }
 
 /// Rings made before the INIT reply (so that io_uring is only offered when they exist).

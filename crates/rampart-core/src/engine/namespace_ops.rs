@@ -52,11 +52,15 @@ impl Engine {
         };
         if free {
             let mut state = self.write_state();
-            state.free_if_unreferenced(ino);
+            let unreferenced = state.free_if_unreferenced(ino);
             if !state.freed_host_files.is_empty() {
                 let freed = std::mem::take(&mut state.freed_host_files);
                 self.host_files_freed(&freed);
             }
+            // The inode's pages are freed after the lock is let go: a FORGET thread preempted
+            // while freeing them held every FUSE queue thread (decision 0110).
+            drop(state);
+            drop(unreferenced);
         }
     }
 

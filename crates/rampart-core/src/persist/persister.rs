@@ -57,6 +57,7 @@ use crate::persist::journal::{self, BatchBuilder, BATCH_BODY_BYTES_MAX};
 use crate::persist::recovery::{CHECKPOINT_FILE, JOURNAL_FILE};
 use crate::time::now_ns;
 
+mod answers;
 pub(crate) mod at_risk;
 mod checkpoint_job;
 mod committer;
@@ -64,6 +65,7 @@ mod host_files;
 mod journal_tail;
 mod leader;
 
+pub use answers::set_answer_batch;
 use at_risk::{AtRisk, Lags};
 use journal_tail::{journal_content_end, write_zeros, zero_tail};
 
@@ -173,6 +175,13 @@ struct Pending {
     /// notify is a futex system call even with nobody waiting: one per op, measured at 3 %
     /// of a library writer's time; decision 0113).
     commit_asked: bool,
+    /// Writers waiting in `throttle` for a commit to take what is gathered: a commit
+    /// signals `drained` only when there are some (each signal is a system call).
+    throttled: u32,
+    /// The committer sleeps on `wake`: an fsync's waiter needs to wake it. Otherwise it is
+    /// committing or about to, and sees the waiter before it sleeps again (each signal is a
+    /// system call on the asker's FUSE thread).
+    committer_sleeping: bool,
 }
 
 /// What a commit takes from what was gathered.
@@ -422,6 +431,8 @@ impl Persister {
                     rearm: false,
                     groups_open: 0,
                     commit_asked: false,
+                    throttled: 0,
+                    committer_sleeping: false,
                 },
             ),
             wake: Condvar::new(),
@@ -563,7 +574,9 @@ impl Persister {
         p.due_at = None;
         p.commit_asked = false;
         self.pending_bytes.store(0, Ordering::Release);
-        self.drained.notify_all();
+        if p.throttled > 0 {
+            self.drained.notify_all();
+        }
         taken
     }
 
@@ -959,7 +972,9 @@ impl OpSink for Persister {
             && !self.failed.load(Ordering::Acquire)
         {
             self.wake.notify_one();
+            p.throttled += 1;
             p = p.wait_timeout(&self.drained, Duration::from_millis(100));
+            p.throttled -= 1;
         }
     }
 
@@ -969,40 +984,6 @@ impl OpSink for Persister {
 
     fn sync_async_by(&self, asker: u64, done: SyncDone) {
         self.sync_leading(asker, done);
-    }
-}
-
-impl Persister {
-    /// Answers the `sync_async` callers whose ops are now durable (or all of them, with the
-    /// error, if persistence has stopped).
-    fn answer_waiters(&self) {
-        let durable = locked(&self.durable).seq;
-        let error = self.sticky_error();
-        // A host-file sync failed since the last answers: the fsyncs answered now may have
-        // asked for that file's data, so each gets EIO (conservative: per file it is not
-        // known which asker wrote what; decision 0057).
-        let host_failures = self.host_sync_failures();
-        let host_failed = self
-            .host_failures_answered
-            .swap(host_failures, Ordering::AcqRel)
-            < host_failures;
-        let ready: Vec<SyncDone> = {
-            let mut p = locked(&self.pending);
-            let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut p.waiters)
-                .into_iter()
-                .partition(|(target, _)| error.is_some() || *target <= durable);
-            p.waiters = waiting;
-            ready.into_iter().map(|(_, done)| done).collect()
-        };
-        self.last_commit_answered
-            .store(ready.len(), Ordering::Release);
-        for done in ready {
-            done(match &error {
-                Some(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
-                None if host_failed => Err(std::io::Error::from_raw_os_error(libc::EIO)),
-                None => Ok(()),
-            });
-        }
     }
 }
 

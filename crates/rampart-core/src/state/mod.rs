@@ -300,14 +300,16 @@ impl State {
         }
     }
 
-    /// Frees an inode that has no links and no kernel references left.
-    pub(crate) fn free_if_unreferenced(&mut self, ino: Ino) {
+    /// Frees an inode that has no links and no kernel references left, and gives it back:
+    /// a caller that can let go of the state's lock first drops it (its file pages) after
+    /// that (decision 0110).
+    pub(crate) fn free_if_unreferenced(&mut self, ino: Ino) -> Option<Inode> {
         let inode = match self.table.get(ino) {
             Ok(i) => i,
-            Err(_) => return,
+            Err(_) => return None,
         };
         if ino == ROOT_INO || inode.nlink > 0 || inode.lookups.load(Ordering::Acquire) > 0 {
-            return;
+            return None;
         }
         let inode = self.table.remove(ino);
         self.linkable.remove(&ino);
@@ -323,6 +325,7 @@ impl State {
                 self.freed_host_files.push(name);
             }
         }
+        Some(inode)
     }
 
     pub(crate) fn drop_link(&mut self, ino: Ino, time_ns: TimeNs) {
@@ -334,7 +337,8 @@ impl State {
         } else {
             inode.nlink -= 1;
         }
-        self.free_if_unreferenced(ino);
+        // Dropped here, under the lock: an op's effects are applied whole.
+        drop(self.free_if_unreferenced(ino));
     }
 
     /// True if `ancestor` is `ino` or one of its ancestors.

@@ -49,9 +49,8 @@ pub(super) fn commit_loop(persister: Weak<Persister>) {
             let interval_at = archive_at.map_or(interval_at, |a| a.min(interval_at));
             let mut guard = locked(&p.pending);
             while guard.waiters.is_empty() && !p.stop.load(Ordering::Acquire) {
-                // A bound reached while the last commit ran: its writer woke nobody, and
-                // the ops after it do not wake again (`Pending::ask_commit`). Not once
-                // persistence has stopped: the commit would fail without taking anything.
+                // A bound reached while the last commit ran woke nobody (`ask_commit`); not
+                // once persistence has stopped (the commit would fail, taking nothing).
                 if guard.wants_commit() && !p.failed.load(Ordering::Acquire) {
                     break;
                 }
@@ -61,7 +60,9 @@ pub(super) fn commit_loop(persister: Weak<Persister>) {
                     break;
                 }
                 guard.rearm = false;
+                guard.committer_sleeping = true;
                 guard = guard.wait_timeout(&p.wake, at - now);
+                guard.committer_sleeping = false;
                 // Woken for another reason too (a batch or a list grown to its bound): commit.
                 if !guard.rearm || guard.wants_commit() {
                     break;

@@ -101,8 +101,15 @@ impl Persister {
             }
         }
         p.waiters.push((target, done));
-        // The committer writes at once: everyone who asks meanwhile shares that sync.
-        self.wake.notify_one();
+        // The committer writes at once: everyone who asks meanwhile shares that sync. Awake,
+        // it finds this waiter before it sleeps again (`committer_sleeping` is read under
+        // `pending`). Signalled after `pending` is released: woken while it is still held,
+        // the committer would block on it at once and need a second wake-up (decision 0116).
+        let sleeping = p.committer_sleeping;
+        drop(p);
+        if sleeping {
+            self.wake.notify_one();
+        }
     }
 
     /// Commits on this thread, holding `writing`, unless the ops before `target` became
