@@ -90,8 +90,16 @@ pub const STORE_RESERVE_BYTES_MIN: u64 = 8 << 20;
 /// Most room kept in the `reserve` file, however large the last checkpoint.
 pub const STORE_RESERVE_BYTES_MAX: u64 = 4 << 30;
 
-/// Most capacity the journal's batch buffer keeps between batches, in bytes.
-pub const BATCH_BUFFER_KEPT_BYTES_MAX: usize = 4 << 20;
+/// Most capacity each of the journal's two batch buffers (the open batch, the one being
+/// written) keeps between batches while writes go on, in bytes: a batch grows to about a
+/// quarter of `BATCH_BODY_BYTES_MAX` before the committer takes it, and a buffer trimmed below
+/// that faulted its pages in again at every batch (decision 0114). An idle store gives them
+/// back (`BatchBuilder::release_idle`).
+pub const BATCH_BUFFER_KEPT_BYTES_MAX: usize = 48 << 20;
+
+/// Most empty batch buffers kept for the next batches: the open batch takes one when it is
+/// sealed; when writers outrun the committer several batches wait, one buffer each.
+pub const BATCH_BUFFERS_SPARE_MAX: usize = 2;
 
 /// Largest batch body; a batch holding more ops is cut in two by the writer.
 pub const BATCH_BODY_BYTES_MAX: usize = 64 << 20;

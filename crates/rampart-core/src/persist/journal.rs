@@ -65,7 +65,7 @@ const CREATED_NS_AT: usize = BASE_SEQ_AT + 8;
 const BATCH_MAGIC: u32 = u32::from_le_bytes(*b"RPJB");
 pub const BATCH_HEADER_BYTES: usize = 32;
 pub use crate::limits::BATCH_BODY_BYTES_MAX;
-use crate::limits::BATCH_BUFFER_KEPT_BYTES_MAX;
+use crate::limits::{BATCH_BUFFERS_SPARE_MAX, BATCH_BUFFER_KEPT_BYTES_MAX};
 
 /// The body a batch may reach while a group of records is open and still take one more op:
 /// the largest op record is a write of `WRITE_BYTES_MAX` with its fields (limits.rs checks
@@ -225,22 +225,53 @@ impl BatchHeader {
 /// hands out under the persister's `pending` lock, so that the CRCs (a pass over every byte)
 /// are computed after the lock is released.
 #[derive(Debug)]
-pub struct Unchecked(Vec<u8>);
+pub struct Unchecked(Vec<Vec<u8>>);
 
 impl Unchecked {
     /// Computes each batch's CRC: the framed batches, ready to be written.
-    pub fn finish(mut self) -> Vec<u8> {
-        let mut at = 0;
-        while at < self.0.len() {
-            let batch = &mut self.0[at..];
-            debug_assert!(BatchHeader::read(batch).is_some(), "a batch lost its magic");
-            let len = BATCH_HEADER_BYTES + le_u32(batch, 4) as usize;
-            let crc = crc32c::crc32c(&batch[BatchHeader::CRC_FROM..len]);
-            batch[8..12].copy_from_slice(&crc.to_le_bytes());
-            at += len;
+    pub fn finish(mut self) -> Framed {
+        for buffer in &mut self.0 {
+            let mut at = 0;
+            while at < buffer.len() {
+                let batch = &mut buffer[at..];
+                debug_assert!(BatchHeader::read(batch).is_some(), "a batch lost its magic");
+                let len = BATCH_HEADER_BYTES + le_u32(batch, 4) as usize;
+                let crc = crc32c::crc32c(&batch[BatchHeader::CRC_FROM..len]);
+                batch[8..12].copy_from_slice(&crc.to_le_bytes());
+                at += len;
+            }
+            debug_assert_eq!(at, buffer.len(), "a framed batch was cut");
         }
-        debug_assert_eq!(at, self.0.len(), "a framed batch was cut");
-        self.0
+        Framed(self.0)
+    }
+}
+
+/// Whole framed batches, in order, ready to be written: one buffer per batch as the batch
+/// builder sealed them (never copied into one; decision 0114).
+#[derive(Debug)]
+pub struct Framed(Vec<Vec<u8>>);
+
+impl Framed {
+    /// The batches, in order, one slice each.
+    pub fn batches(&self) -> impl Iterator<Item = &[u8]> {
+        self.0.iter().flat_map(|buffer| framed_batches(buffer))
+    }
+
+    /// Bytes of all the batches.
+    pub fn len(&self) -> usize {
+        self.0.iter().map(Vec::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The batches as one run of bytes (copied only if there are several buffers).
+    pub fn into_bytes(mut self) -> Vec<u8> {
+        if self.0.len() == 1 {
+            return self.0.pop().unwrap_or_default();
+        }
+        self.0.concat()
     }
 }
 
@@ -600,10 +631,14 @@ pub struct BatchBuilder {
     base_time_ns: i64,
     /// The open batch: `BATCH_HEADER_BYTES` reserved for its header, then its ops.
     batch: Vec<u8>,
-    /// Whole batches, framed (but for their CRCs), waiting for the next commit.
-    sealed: Vec<u8>,
-    /// A buffer written by a commit and given back, empty, for the next batch.
-    spare: Vec<u8>,
+    /// Whole batches, framed (but for their CRCs), waiting for the next commit: one buffer
+    /// each, in order.
+    sealed: Vec<Vec<u8>>,
+    /// Bytes in `sealed`.
+    sealed_bytes: usize,
+    /// Buffers written by a commit and given back, empty, for the next batches (at most
+    /// `BATCH_BUFFERS_SPARE_MAX`).
+    spare: Vec<Vec<u8>>,
     /// A group of records is open: its records are committed whole.
     group_open: bool,
     /// Where the open group's records begin in the open batch: (op index, byte offset); None
@@ -622,6 +657,7 @@ impl BatchBuilder {
             base_time_ns: 0,
             batch: vec![0; BATCH_HEADER_BYTES],
             sealed: Vec::new(),
+            sealed_bytes: 0,
             spare: Vec::new(),
             group_open: false,
             group_from: None,
@@ -657,7 +693,7 @@ impl BatchBuilder {
 
     /// Bytes gathered so far.
     pub fn body_bytes(&self) -> usize {
-        self.batch.len() - BATCH_HEADER_BYTES + self.sealed.len()
+        self.batch.len() - BATCH_HEADER_BYTES + self.sealed_bytes
     }
 
     /// Encodes `op` into the open batch; returns its sequence number. While a group is open,
@@ -702,7 +738,7 @@ impl BatchBuilder {
         let Some((first_op, from)) = self.group_from.filter(|&(op, _)| op > 0) else {
             return;
         };
-        let mut group = std::mem::take(&mut self.spare);
+        let mut group = self.spare.pop().unwrap_or_default();
         group.clear();
         group.resize(BATCH_HEADER_BYTES, 0);
         group.extend_from_slice(&self.batch[from..]);
@@ -710,7 +746,8 @@ impl BatchBuilder {
         let (group_ops, base_time_ns) = (self.op_count - first_op, self.base_time_ns);
         self.op_count = first_op;
         self.seal_open(false);
-        self.spare = std::mem::replace(&mut self.batch, group);
+        let emptied = std::mem::replace(&mut self.batch, group);
+        self.spare.push(emptied);
         self.first_seq += u64::from(first_op);
         self.op_count = group_ops;
         self.base_time_ns = base_time_ns;
@@ -744,16 +781,13 @@ impl BatchBuilder {
             self.base_time_ns,
             &mut self.batch,
         );
-        if self.sealed.is_empty() {
-            // The usual case: one batch per commit, handed over without a copy.
-            let next = std::mem::take(&mut self.spare);
-            self.sealed = std::mem::replace(&mut self.batch, next);
-        } else {
-            self.sealed.extend_from_slice(&self.batch);
-            let used_bytes = self.batch.len();
-            self.batch.clear();
-            Self::trim(&mut self.batch, used_bytes);
-        }
+        // Handed over without a copy, behind the batches already sealed (a copy into one
+        // buffer faulted in fresh pages for every byte when writers outran the committer).
+        let mut next = self.spare.pop().unwrap_or_default();
+        next.clear();
+        let sealed = std::mem::replace(&mut self.batch, next);
+        self.sealed_bytes += sealed.len();
+        self.sealed.push(sealed);
     }
 
     /// Keeps at most twice what the last batch needed and never more than
@@ -781,24 +815,45 @@ impl BatchBuilder {
             return None;
         }
         self.taken_to = self.next_seq;
+        self.sealed_bytes = 0;
         Some(Unchecked(std::mem::take(&mut self.sealed)))
     }
 
     /// Frames everything gathered (one or more whole batches) and starts anew. None if
     /// empty.
     pub fn take_batch(&mut self) -> Option<Vec<u8>> {
-        self.take_frames().map(Unchecked::finish)
+        self.take_frames().map(|u| u.finish().into_bytes())
     }
 
-    /// Gives back a buffer that `take_batch` or `take_frames` returned, once written, for
-    /// the next batch to reuse (trimmed as a sealed batch's buffer is).
-    pub fn recycle(&mut self, mut buffer: Vec<u8>) {
-        let used_bytes = buffer.len();
-        buffer.clear();
-        Self::trim(&mut buffer, used_bytes);
-        if buffer.capacity() > self.spare.capacity() {
-            self.spare = buffer;
+    /// Gives back the buffers' memory while nothing is gathered (a commit found nothing to
+    /// write): kept between batches so that busy writers do not fault their pages in again,
+    /// they are not held by an idle store.
+    pub fn release_idle(&mut self) {
+        if self.op_count == 0 && self.sealed.is_empty() {
+            self.spare = Vec::new();
+            self.batch.shrink_to(BATCH_HEADER_BYTES);
         }
+    }
+
+    /// Bytes of memory held by the builder's buffers (capacity).
+    pub fn buffer_capacity_bytes(&self) -> usize {
+        let held = |buffers: &[Vec<u8>]| buffers.iter().map(Vec::capacity).sum::<usize>();
+        self.batch.capacity() + held(&self.sealed) + held(&self.spare)
+    }
+
+    /// Gives back the buffers that `take_frames` returned, once written, for the next
+    /// batches to reuse (each trimmed to twice what it held, the largest kept first).
+    pub fn recycle(&mut self, framed: Framed) {
+        for mut buffer in framed.0 {
+            let used_bytes = buffer.len();
+            buffer.clear();
+            Self::trim(&mut buffer, used_bytes);
+            self.spare.push(buffer);
+        }
+        self.spare.sort_by_key(Vec::capacity);
+        let extra = self.spare.len().saturating_sub(BATCH_BUFFERS_SPARE_MAX);
+        // Smallest first: the ones dropped; `pop` takes the largest.
+        self.spare.drain(..extra);
     }
 }
 
@@ -824,6 +879,82 @@ pub fn framed_batches(mut framed: &[u8]) -> impl Iterator<Item = &[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Adds `bytes` of 512 B writes to `b`.
+    fn add_writes(b: &mut BatchBuilder, bytes: usize) {
+        let data = [7u8; 512];
+        for i in 0..bytes / 512 {
+            let op = Op::Write {
+                ino: 2,
+                offset: (i * 512) as u64,
+                data: &data,
+                time_ns: 0,
+                kill_suidgid: false,
+            };
+            b.add(&op, 0);
+        }
+    }
+
+    /// A busy writer's batches reuse the buffers the committer gives back, whole (their
+    /// pages stay in memory); an idle builder gives them back (decision 0114).
+    #[test]
+    fn batch_buffers_are_kept_while_busy_and_released_when_idle() {
+        let mut b = BatchBuilder::new(1);
+        let batch_bytes = BATCH_BODY_BYTES_MAX / 4;
+        add_writes(&mut b, batch_bytes);
+        let first = b.take_frames().unwrap().finish();
+        assert_eq!(first.0.len(), 1);
+        let (first_at, first_capacity) = (first.0[0].as_ptr(), first.0[0].capacity());
+        let held_bytes = first_capacity + b.buffer_capacity_bytes();
+        assert!(first_capacity >= batch_bytes);
+        b.recycle(first);
+        assert_eq!(b.buffer_capacity_bytes(), held_bytes, "nothing trimmed");
+        // The second batch is built in the other buffer, the third in the first one again.
+        add_writes(&mut b, batch_bytes);
+        let second = b.take_frames().unwrap().finish();
+        b.recycle(second);
+        add_writes(&mut b, batch_bytes);
+        let third = b.take_frames().unwrap().finish();
+        assert_eq!(third.0[0].as_ptr(), first_at, "built in the kept buffer");
+        b.recycle(third);
+        assert!(b.buffer_capacity_bytes() >= 2 * batch_bytes);
+        b.release_idle();
+        assert!(b.buffer_capacity_bytes() <= 2 * BATCH_HEADER_BYTES);
+        // Nothing gathered is dropped by a release.
+        add_writes(&mut b, 512);
+        b.release_idle();
+        let mut c = BatchBuilder::new(1);
+        add_writes(&mut c, 512);
+        assert_eq!(b.take_batch().unwrap().len(), c.take_batch().unwrap().len());
+    }
+
+    /// When writers outrun the committer, batches sealed behind one another stay in their
+    /// own buffers (not copied into one), and read back as one journal, in order.
+    #[test]
+    fn batches_sealed_before_a_commit_keep_their_buffers() {
+        let mut b = BatchBuilder::new(1);
+        let ops = 3 * BATCH_BODY_BYTES_MAX / 2 / 512;
+        add_writes(&mut b, ops * 512);
+        let framed = b.take_frames().unwrap().finish();
+        assert!(framed.0.len() >= 3, "{} buffers", framed.0.len());
+        assert_eq!(framed.batches().count(), framed.0.len());
+        let mut journal = Header {
+            base_seq: 1,
+            ..header()
+        }
+        .encode()
+        .to_vec();
+        for batch in framed.batches() {
+            journal.extend_from_slice(batch);
+        }
+        let s = scan(&journal).unwrap();
+        assert_eq!(s.tail, Tail::Clean);
+        assert_eq!(s.batches.len(), framed.0.len());
+        let ops_read: u64 = s.batches.iter().map(|x| u64::from(x.op_count)).sum();
+        assert_eq!(ops_read, ops as u64);
+        b.recycle(framed);
+        assert!(b.spare.len() <= BATCH_BUFFERS_SPARE_MAX);
+    }
 
     #[test]
     fn framed_batches_splits_what_take_batch_returns() {
@@ -880,7 +1011,9 @@ mod tests {
                 b.add(&op, round as i64);
             }
             let framed = b.take_frames().unwrap().finish();
-            journal.extend_from_slice(&framed);
+            for batch in framed.batches() {
+                journal.extend_from_slice(batch);
+            }
             b.recycle(framed);
             let s = scan(&journal).unwrap();
             assert_eq!(s.batches.len(), round as usize + 1);

@@ -9,7 +9,9 @@
 //! category that is one entry per slot (bounded by `CATEGORY_SLOTS_MAX`); per inode, at most
 //! `AT_RISK_INODES_MAX` entries, beyond which the committer is asked to commit at once.
 
-use std::collections::HashMap;
+// hashbrown's default hasher (foldhash), not std's SipHash: these maps are updated for
+// every op a writer makes (decision 0115).
+use hashbrown::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::attr::Ino;
@@ -51,22 +53,29 @@ pub(super) struct AtRisk {
 }
 
 impl AtRisk {
-    /// Notes a change made `now`. Returns true when the per-inode table is full: the caller
-    /// commits at once (a change of an inode not in it is still counted for its category).
-    pub(super) fn note(&mut self, change: &Change, now: Instant) -> bool {
-        let w = Waiting {
-            bytes: change.data_bytes,
-            since: now,
+    /// Notes a change made now (`now` reads the clock). Returns true when the per-inode table
+    /// is full: the caller commits at once (a change of an inode not in it is still counted
+    /// for its category). The clock is read only for a category or inode not noted yet: an
+    /// entry's first change is never later than this one, so its `since` stays (a clock read
+    /// per op was 2 % of a library writer's time; decision 0115).
+    pub(super) fn note(&mut self, change: &Change, now: impl Fn() -> Instant) -> bool {
+        let bytes = change.data_bytes;
+        let mut read = None;
+        let mut first = |bytes| Waiting {
+            bytes,
+            since: *read.get_or_insert_with(&now),
         };
-        self.by_slot
-            .entry(change.category)
-            .and_modify(|e| e.add(w))
-            .or_insert(w);
+        match self.by_slot.get_mut(&change.category) {
+            Some(e) => e.bytes = e.bytes.saturating_add(bytes),
+            None => {
+                self.by_slot.insert(change.category, first(bytes));
+            }
+        }
         let full = self.by_ino.len() >= AT_RISK_INODES_MAX;
         match self.by_ino.get_mut(&change.ino) {
-            Some(e) => e.add(w),
+            Some(e) => e.bytes = e.bytes.saturating_add(bytes),
             None if !full => {
-                self.by_ino.insert(change.ino, w);
+                self.by_ino.insert(change.ino, first(bytes));
             }
             None => {}
         }
@@ -175,9 +184,9 @@ mod tests {
             category,
             data_bytes,
         };
-        assert!(!a.note(&c(5, 2, 100), t0));
-        assert!(!a.note(&c(5, 2, 50), t0 + Duration::from_secs(1)));
-        assert!(!a.note(&c(6, 3, 7), t0 + Duration::from_secs(2)));
+        assert!(!a.note(&c(5, 2, 100), || t0));
+        assert!(!a.note(&c(5, 2, 50), || t0 + Duration::from_secs(1)));
+        assert!(!a.note(&c(6, 3, 7), || t0 + Duration::from_secs(2)));
         assert_eq!(a.of_ino(5).map(|w| (w.bytes, w.since)), Some((150, t0)));
         let now = t0 + Duration::from_secs(3);
         let r = report(&a, &AtRisk::default(), &Lags::default(), now);
@@ -192,6 +201,35 @@ mod tests {
         assert_eq!((r[0].bytes_at_risk, r[0].oldest_age), (0, None));
     }
 
+    /// The clock is read for a new category or inode only, once per note.
+    #[test]
+    fn the_clock_is_read_only_for_a_first_change() {
+        let t0 = Instant::now();
+        let reads = std::cell::Cell::new(0);
+        let now = || {
+            reads.set(reads.get() + 1);
+            t0
+        };
+        let mut a = AtRisk::default();
+        let c = |ino, category| Change {
+            ino,
+            category,
+            data_bytes: 10,
+        };
+        a.note(&c(5, 2), now);
+        assert_eq!(
+            reads.get(),
+            1,
+            "a new category and inode: one read for both"
+        );
+        a.note(&c(5, 2), now);
+        assert_eq!(reads.get(), 1, "both noted already: no read");
+        a.note(&c(6, 2), now);
+        assert_eq!(reads.get(), 2, "a new inode");
+        assert_eq!(a.of_ino(5).map(|w| (w.bytes, w.since)), Some((20, t0)));
+        assert_eq!(a.by_slot[&2].bytes, 30);
+    }
+
     #[test]
     fn the_inode_table_is_bounded() {
         let t0 = Instant::now();
@@ -204,7 +242,7 @@ mod tests {
                     category: 0,
                     data_bytes: 1,
                 },
-                t0,
+                || t0,
             );
         }
         assert!(full);

@@ -112,11 +112,11 @@ impl CheckpointJob<'_> {
                 p.sync_host_files(&gathered.host_files);
                 // Removed at the next commit, once this journal is in place.
                 locked(&p.pending).removals.extend(gathered.removals);
-                if let Some(batch) = batch.map(journal::Unchecked::finish) {
-                    // One write holding several batches is safe here: the file is synced
-                    // before it is renamed into place.
-                    p.device.append(JOURNAL_TMP, &batch)?;
-                    journal_bytes += batch.len() as u64;
+                if let Some(framed) = batch.map(journal::Unchecked::finish) {
+                    // Not synced batch by batch: the file is synced before it is renamed.
+                    let append = |b: &[u8]| p.device.append(JOURNAL_TMP, b);
+                    framed.batches().try_for_each(append)?;
+                    journal_bytes += framed.len() as u64;
                 }
                 restarted_seq = next_seq;
             } else {

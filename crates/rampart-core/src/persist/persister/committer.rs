@@ -49,6 +49,11 @@ pub(super) fn commit_loop(persister: Weak<Persister>) {
             let interval_at = archive_at.map_or(interval_at, |a| a.min(interval_at));
             let mut guard = locked(&p.pending);
             while guard.waiters.is_empty() && !p.stop.load(Ordering::Acquire) {
+                // A bound reached while the last commit ran woke nobody (`ask_commit`); not
+                // once persistence has stopped (the commit would fail, taking nothing).
+                if guard.wants_commit() && !p.failed.load(Ordering::Acquire) {
+                    break;
+                }
                 let at = guard.due_at.map_or(interval_at, |d| d.min(interval_at));
                 let now = Instant::now();
                 if now >= at {
