@@ -407,13 +407,28 @@ pub(super) fn replay(
 }
 
 /// Phase 4: what recovery does after the replay, then every invariant of the state.
-pub(super) fn invariants(r: &mut Report, state: &mut State, progress: &dyn Progress) {
+pub(super) fn invariants(
+    r: &mut Report,
+    state: &mut State,
+    device: &dyn crate::persist::device::Device,
+    progress: &dyn Progress,
+) {
     progress.phase(Phase::Invariants, 1);
     r.replay.volatile_dropped = recovery::after_replay(state);
+    // As recovery does: files deleted on a full disk whose host files were freed (0119).
+    r.replay.freed_dropped = match crate::persist::freed_note::deleted_inodes(state, device) {
+        Ok(inos) => state.drop_inodes(&inos),
+        Err(e) => {
+            r.problems
+                .push(format!("reading the store's freed note: {e}"));
+            0
+        }
+    };
     let problems = state.check();
     r.invariants.checked = true;
     // The checkpoint's own problems are listed already (they alone refuse a mount).
-    let replayed = r.replay.ops_applied > 0 || r.replay.volatile_dropped > 0;
+    let replayed =
+        r.replay.ops_applied > 0 || r.replay.volatile_dropped > 0 || r.replay.freed_dropped > 0;
     let new: Vec<String> = problems
         .iter()
         .filter(|p| !r.checkpoint.problems.contains(p))

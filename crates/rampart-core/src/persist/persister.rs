@@ -60,6 +60,7 @@ use crate::time::now_ns;
 pub(crate) mod at_risk;
 mod checkpoint_job;
 mod committer;
+mod free_early;
 mod host_files;
 mod journal_tail;
 mod leader;

@@ -36,6 +36,10 @@ pub struct Report {
     pub next_seq: u64,
     /// Volatile files, gone as promised.
     pub volatile_dropped: u64,
+    /// Files deleted while the disk was full whose host files were freed before the deletion
+    /// was durable (the `freed` note, decision 0119): still in the state recovery returns
+    /// (which matches the durable journal); the mount removes them and journals it.
+    pub freed_deleted: Vec<crate::attr::Ino>,
     /// What the pass over the data folder found and did (`disk::recover_host_files`; only a
     /// read-write open makes it).
     pub host_files: crate::disk::HostFilesReport,
@@ -63,6 +67,14 @@ impl std::fmt::Display for Report {
                 "; a torn tail of {bytes} bytes was dropped ({reason}): a write cut by a crash, \
                  never acknowledged as durable (or, rarely, a last batch damaged after its write, \
                  which no check can tell from a tear: the lead's note of 2026-11-27)"
+            )?;
+        }
+        if !self.freed_deleted.is_empty() {
+            write!(
+                f,
+                "; {} files deleted while the disk was full stay deleted (their host files \
+                 were freed)",
+                self.freed_deleted.len()
             )?;
         }
         write!(f, " in {:.1} ms", self.duration.as_secs_f64() * 1e3)
@@ -394,6 +406,7 @@ pub fn recover(
         journal_valid_len: 0,
         next_seq: from_seq,
         volatile_dropped: 0,
+        freed_deleted: Vec::new(),
         host_files: Default::default(),
         duration: Duration::ZERO,
     };
@@ -409,6 +422,12 @@ pub fn recover(
         Some(bytes) => replay_journal(&bytes, &mut state, store_id, from_seq, &mut report)?,
     }
     report.volatile_dropped = after_replay(&mut state);
+    let mut freed: Vec<_> = crate::persist::freed_note::deleted_inodes(&state, device)
+        .map_err(RecoveryError::Io)?
+        .into_iter()
+        .collect();
+    freed.sort_unstable();
+    report.freed_deleted = freed;
     // The checkpoint's decode has checked every invariant already; check again only what
     // replay or the drop of volatile files changed (a second full check costs 0.5 s at 1M
     // files).
