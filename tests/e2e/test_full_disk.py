@@ -17,12 +17,22 @@ pytestmark = pytest.mark.rampart_only("tests the store of a rampart mount")
 @pytest.fixture
 def small_ext4(test_base):
     """A 64 MiB ext4 on a loop device, mounted at TEST_BASE/disk; always taken down."""
+    yield from _loop_ext4(test_base, root_reserved_percent=0)
+
+
+@pytest.fixture
+def small_ext4_root_reserved(test_base):
+    """As `small_ext4`, with ext4's default 5 % of blocks kept for root."""
+    yield from _loop_ext4(test_base, root_reserved_percent=5)
+
+
+def _loop_ext4(test_base, root_reserved_percent):
     image = os.path.join(test_base, "disk.img")
     where = os.path.join(test_base, "disk")
     os.mkdir(where)
     with open(image, "wb") as f:
         f.truncate(64 * MiB)
-    run(["mkfs.ext4", "-q", "-F", "-m", "0", image], check=True, timeout=120)
+    run(["mkfs.ext4", "-q", "-F", "-m", str(root_reserved_percent), image], check=True, timeout=120)
     loop = run(["losetup", "-f", "--show", image], check=True, timeout=60).stdout.strip()
     try:
         run(["mount", loop, where], check=True, timeout=60)
@@ -272,6 +282,38 @@ def test_a_crash_after_a_full_disk_freed_a_deleted_file_keeps_the_deletion(
         unmount(m)
         r = fsck(m)
         assert r.returncode == 0, f"{r.stdout}{r.stderr}"
+    finally:
+        if m.mounted or in_mount_table(m.path):
+            m.force_cleanup()
+
+
+def test_df_of_the_mount_counts_the_hosts_root_blocks_as_free_not_available(
+        test_base, rampart_env, cleanup_mounts, small_ext4_root_reserved):
+    """Decision 0120: statfs adds the host's free blocks (f_bfree) and its available ones
+    (f_bavail) apart, so `df` of the mount does not show root's blocks as used."""
+    from pathlib import Path
+    host_path = small_ext4_root_reserved
+    m = _mount_on(test_base, rampart_env, cleanup_mounts, Path(host_path) / "store", "df",
+                  opts=("--memory-cap", "64M"))
+    try:
+        _write_all_synced(os.path.join(m.path, "big"), b"D" * (8 * MiB))
+        mine, host = os.statvfs(m.path), os.statvfs(host_path)
+        root_only_host = (host.f_bfree - host.f_bavail) * host.f_frsize
+        root_only_mine = (mine.f_bfree - mine.f_bavail) * mine.f_frsize
+        assert root_only_host > MiB, f"mkfs -m 5 kept {root_only_host} bytes for root"
+        assert abs(root_only_mine - root_only_host) <= mine.f_frsize, (
+            f"the mount keeps {root_only_mine} bytes for root, the host {root_only_host}")
+        # What the mount calls used is the host's used room plus the memory tier's.
+        used_mine = (mine.f_blocks - mine.f_bfree) * mine.f_frsize
+        used_host = (host.f_blocks - host.f_bfree) * host.f_frsize
+        memory_used = m.status()["memory_used_bytes"]
+        assert abs(used_mine - (used_host + memory_used)) <= MiB, (
+            f"mount used {used_mine}, host used {used_host} + memory {memory_used}")
+        # And `df` says so.
+        df = run(["df", "-B1", "--output=used,avail", m.path, host_path], check=True).stdout.split()
+        (df_used_mine, df_avail_mine, df_used_host, df_avail_host) = map(int, df[-4:])
+        assert abs(df_used_mine - (df_used_host + memory_used)) <= MiB, df
+        assert df_avail_mine >= df_avail_host, df
     finally:
         if m.mounted or in_mount_table(m.path):
             m.force_cleanup()
