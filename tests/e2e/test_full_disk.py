@@ -270,6 +270,7 @@ def test_a_crash_after_a_full_disk_freed_a_deleted_file_keeps_the_deletion(
         crash(m)
         r = fsck(m)
         assert r.returncode == 0, f"fsck with the freed note: {r.stdout}{r.stderr}"
+        assert "1 file deleted while the disk was full kept deleted" in r.stdout, r.stdout
         remount(m)
         names = set(os.listdir(m.path))
         assert "big" not in names, "the deleted file came back after a crash"

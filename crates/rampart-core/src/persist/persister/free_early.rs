@@ -27,8 +27,11 @@ impl Persister {
             return 0;
         };
         // No checkpoint runs meanwhile: one that finishes removes the note, which is right
-        // only for names noted before its image was taken.
-        self.claim_checkpoint();
+        // only for names noted before its image was taken. One running now: next round (the
+        // committer must not wait for it, fsyncs wait for the committer).
+        if !self.try_claim_checkpoint() {
+            return 0;
+        }
         let freed = self.free_deleted_claimed(&engine);
         self.end_checkpoint_claim();
         freed
@@ -110,6 +113,12 @@ impl Persister {
             Ok(None) => {}
             Err(e) => tracing::warn!("looking for the store's {FREED_FILE} note: {e}"),
         }
+    }
+
+    /// As `claim_checkpoint`, without waiting: false if a checkpoint runs.
+    fn try_claim_checkpoint(&self) -> bool {
+        let mut running = lock(&self.checkpointing);
+        !std::mem::replace(&mut *running, true)
     }
 
     /// Ends what `claim_checkpoint` began (a `CheckpointJob` does it when dropped).
