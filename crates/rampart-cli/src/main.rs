@@ -797,9 +797,35 @@ fn pid_alive(pid: u32) -> bool {
         })
 }
 
+/// A rampart mount whose store folder was deleted while mounted (decision 0121).
+fn deleted_store_error(mount: &mounts::RampartMount) -> String {
+    format!(
+        "{} is a rampart mount whose store {} was deleted while mounted: nothing of it is \
+         durable any more, but the mount still serves its files; copy out what you need, then \
+         `rampart umount {}`",
+        mount.mountpoint.display(),
+        mount.store.display(),
+        mount.mountpoint.display()
+    )
+}
+
 fn cmd_umount(mountpoint: &Path, lazy: bool) -> Result<(), String> {
-    let mount = mounts::find_mount(mountpoint)
+    if let Some(mount) = mounts::find_mount(mountpoint) {
+        return umount_rampart(&mount, lazy);
+    }
+    let mount = mounts::find_mount_of_deleted_store(mountpoint)
         .ok_or_else(|| format!("{} is not a rampart mount", mountpoint.display()))?;
+    // No control socket to ask: unmount, and say what the user has lost.
+    umount_rampart(&mount, lazy)?;
+    Err(format!(
+        "unmounted {}, but its store {} had been deleted while mounted: the files the mount \
+         held are gone with it (nothing is left to recover)",
+        mount.mountpoint.display(),
+        mount.store.display()
+    ))
+}
+
+fn umount_rampart(mount: &mounts::RampartMount, lazy: bool) -> Result<(), String> {
     let pid = control::query_status(&mount.store).ok().map(|s| s.pid);
     // Registered before the unmount, so that the daemon can say how its shutdown ended (a
     // lazy unmount returns before that, so it does not wait).
@@ -890,8 +916,12 @@ fn cmd_umount(mountpoint: &Path, lazy: bool) -> Result<(), String> {
 const SHUTDOWN_WAIT_MAX: Duration = Duration::from_secs(600);
 
 fn cmd_status(mountpoint: &Path, json: bool) -> Result<(), String> {
-    let mount = mounts::find_mount(mountpoint)
-        .ok_or_else(|| format!("{} is not a rampart mount", mountpoint.display()))?;
+    let mount = mounts::find_mount(mountpoint).ok_or_else(|| {
+        mounts::find_mount_of_deleted_store(mountpoint).map_or_else(
+            || format!("{} is not a rampart mount", mountpoint.display()),
+            |m| deleted_store_error(&m),
+        )
+    })?;
     let status = control::query_status(&mount.store)?;
     if json {
         outln!(
