@@ -465,22 +465,35 @@ pub(super) fn data_folder(r: &mut Report, ctx: &Ctx<'_>, state: &State) {
     d.bytes = scan.bytes;
     d.orphans = scan.orphans;
     d.long = scan.long.iter().map(|(name, _, _)| name.clone()).collect();
+    let paths = state.paths_of(&scan.damaged.iter().map(|(ino, ..)| *ino).collect());
     for (ino, name, size, len) in &scan.damaged {
         let path = ctx.file(name).display().to_string();
+        let file = file_named(*ino, &paths);
         match len {
             None => {
                 d.missing.push(name.clone());
                 r.problems.push(format!(
-                    "inode {ino}: its host file {path} is missing: its {size} bytes are lost"
+                    "{file}: its host file {path} is missing: its {size} bytes are lost"
                 ));
             }
             Some(len) => {
                 d.short.push(name.clone());
                 r.problems.push(format!(
-                    "inode {ino}: its host file {path} holds {len} of its {size} bytes: bytes \
+                    "{file}: its host file {path} holds {len} of its {size} bytes: bytes \
                      {len} to {size} are lost"
                 ));
             }
         }
+    }
+}
+
+/// How a report names a file: its path in the file system where it has one, and its inode.
+pub(super) fn file_named(
+    ino: crate::attr::Ino,
+    paths: &std::collections::HashMap<u64, String>,
+) -> String {
+    match paths.get(&ino) {
+        Some(path) => format!("{path} (inode {ino})"),
+        None => format!("inode {ino} (no name)"),
     }
 }

@@ -8,6 +8,7 @@
 
 mod apply;
 mod check;
+mod paths;
 mod privileges;
 mod rename;
 mod repair;
