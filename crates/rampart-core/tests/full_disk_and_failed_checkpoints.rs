@@ -240,3 +240,70 @@ fn a_journal_cut_in_the_middle_is_refused_and_a_torn_tail_is_not() {
         "{refused}"
     );
 }
+
+/// Decision 0119: with the journal stopped on a full disk, deleting a disk-tier file frees
+/// its host file at once (behind the `freed` note), which lets the restarting checkpoint fit;
+/// after a power cut the file stays deleted and every acknowledged file is whole.
+#[test]
+fn deleting_a_disk_tier_file_on_a_full_disk_frees_its_room_and_stays_deleted() {
+    let device = Arc::new(SimDevice::new(12));
+    device.set_faults(Faults {
+        capacity_bytes: Some(24 << 20),
+        ..Faults::default()
+    });
+    let config = PersistConfig {
+        commit_interval: Duration::from_millis(20),
+        checkpoint_journal_bytes: u64::MAX,
+        // Only deletions make it try again soon.
+        restart_retry_interval: Duration::from_secs(3600),
+        reserve_bytes_min: 4 << 20,
+        ..PersistConfig::default()
+    };
+    let engine_config = EngineConfig {
+        large_file_threshold_bytes: Some(1 << 20),
+        ..EngineConfig::default()
+    };
+    let (e, p, _) =
+        rampart_core::persist::open(device.clone(), ID, &engine_config, config.clone()).unwrap();
+    let c = Ctx::library(0, 0);
+    let big = e.mknod(&c, ROOT_INO, b"big", FILE, 0).unwrap().ino;
+    for mib in 0..10u64 {
+        e.write(&c, big, mib << 20, &vec![0xb1; 1 << 20], false)
+            .unwrap();
+    }
+    e.sync().unwrap();
+    assert_eq!(e.tier(big).unwrap(), rampart_core::Tier::Disk);
+    let mut acknowledged = Vec::new();
+    let full = (0..200)
+        .find_map(|i| match write_synced(&e, i) {
+            Ok(()) => {
+                acknowledged.push(i);
+                None
+            }
+            Err(err) => Some(err),
+        })
+        .expect("the disk never filled up");
+    assert_eq!(full.kind(), std::io::ErrorKind::StorageFull, "{full}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // The checkpoint tried at once fails: too much in memory for the room left.
+    while p.checkpoint_error().is_none() {
+        assert!(Instant::now() < deadline, "no checkpoint was tried");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    e.unlink(&c, ROOT_INO, b"big").unwrap();
+    while p.error().is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "deleting a 10 MiB disk-tier file did not let persistence resume: {:?}",
+            p.stats()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    write_synced(&e, 1000).unwrap();
+    let image: Arc<dyn Device> = Arc::new(device.crash(CrashMode::LoseUnsynced));
+    let (r, _rp) = open(image, config).unwrap();
+    assert!(r.lookup_path(b"big").is_err(), "the deleted file came back");
+    for &i in acknowledged.iter().chain(&[1000]) {
+        assert!(holds(&r, i), "f{i} lost");
+    }
+}
