@@ -78,11 +78,9 @@ pub fn open(
 /// Removes from `state` the files of the `freed` note whose host files are gone (decision
 /// 0119); returns their names, which the journal must still hear of.
 fn drop_freed(state: &mut State, inos: &[crate::attr::Ino]) -> Vec<(crate::attr::Ino, Vec<u8>)> {
-    let mut unlinks = Vec::new();
-    for &ino in inos {
-        unlinks.extend(state.names_of(ino));
-    }
-    state.drop_inodes(&inos.iter().copied().collect());
+    let inos = inos.iter().copied().collect();
+    let unlinks = state.names_of(&inos);
+    state.drop_inodes(&inos);
     unlinks
 }
 

@@ -36,13 +36,16 @@ impl State {
         charged
     }
 
-    /// Every name of `ino`: (directory, name).
-    pub(crate) fn names_of(&self, ino: Ino) -> Vec<(Ino, Vec<u8>)> {
+    /// Every name of each of `inos`: (directory, name). One pass over every directory.
+    pub(crate) fn names_of(&self, inos: &HashSet<Ino>) -> Vec<(Ino, Vec<u8>)> {
         let mut names = Vec::new();
+        if inos.is_empty() {
+            return names;
+        }
         for (dir, inode) in self.table.iter() {
             if let Some(d) = inode.dir() {
                 d.list_from(0, |e| {
-                    if e.ino == ino {
+                    if inos.contains(&e.ino) {
                         names.push((dir, e.name.to_vec()));
                     }
                     true
