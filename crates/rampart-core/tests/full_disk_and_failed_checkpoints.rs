@@ -307,3 +307,92 @@ fn deleting_a_disk_tier_file_on_a_full_disk_frees_its_room_and_stays_deleted() {
         assert!(holds(&r, i), "f{i} lost");
     }
 }
+
+/// Decision 0119: a rename over a disk-tier file on a full disk does not free the replaced
+/// file early (recovery would drop its inode with the name the rename took, and the rename
+/// was not journaled): after a power cut the target holds what was durable, while a file
+/// deleted in the same state stays deleted.
+#[test]
+fn a_rename_over_a_disk_tier_file_on_a_full_disk_keeps_the_target_after_a_crash() {
+    let device = Arc::new(SimDevice::new(13));
+    device.set_faults(Faults {
+        capacity_bytes: Some(24 << 20),
+        ..Faults::default()
+    });
+    let config = PersistConfig {
+        commit_interval: Duration::from_millis(20),
+        checkpoint_journal_bytes: u64::MAX,
+        restart_retry_interval: Duration::from_secs(3600),
+        reserve_bytes_min: 4 << 20,
+        ..PersistConfig::default()
+    };
+    let engine_config = EngineConfig {
+        large_file_threshold_bytes: Some(1 << 20),
+        ..EngineConfig::default()
+    };
+    let (e, p, _) =
+        rampart_core::persist::open(device.clone(), ID, &engine_config, config.clone()).unwrap();
+    let c = Ctx::library(0, 0);
+    let disk_file = |name: &[u8], mib: u64, byte: u8| {
+        let a = e.mknod(&c, ROOT_INO, name, FILE, 0).unwrap();
+        for m in 0..mib {
+            e.write(&c, a.ino, m << 20, &vec![byte; 1 << 20], false)
+                .unwrap();
+        }
+        a
+    };
+    let target = disk_file(b"target", 2, 0x7a);
+    let doomed = disk_file(b"doomed", 2, 0xd0);
+    let new = e.mknod(&c, ROOT_INO, b"new", FILE, 0).unwrap().ino;
+    e.write(&c, new, 0, b"new contents", false).unwrap();
+    e.sync().unwrap();
+    assert_eq!(e.tier(target.ino).unwrap(), rampart_core::Tier::Disk);
+    let host = |a: &rampart_core::Attr| {
+        rampart_core::contents::host_file::host_file_name(a.ino, a.generation as u32)
+    };
+    let full = (0..200)
+        .find_map(|i| write_synced(&e, i).err())
+        .expect("the disk never filled up");
+    assert_eq!(full.kind(), std::io::ErrorKind::StorageFull, "{full}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while p.checkpoint_error().is_none() {
+        assert!(Instant::now() < deadline, "no checkpoint was tried");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    e.rename(&c, ROOT_INO, b"new", ROOT_INO, b"target", 0)
+        .unwrap();
+    e.unlink(&c, ROOT_INO, b"doomed").unwrap();
+    // The deleted file's host file goes early; the replaced one's was queued before it.
+    while device.len(&host(&doomed)).unwrap().is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the deleted file was not freed early"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        p.error().is_some(),
+        "2 MiB freed should not let persistence resume"
+    );
+    let image: Arc<dyn Device> = Arc::new(device.crash(CrashMode::LoseUnsynced));
+    let (r, _rp) = open(image, config).unwrap();
+    assert!(
+        r.lookup_path(b"doomed").is_err(),
+        "the deleted file came back"
+    );
+    let t = r
+        .lookup_path(b"target")
+        .expect("the rename's target lost its name");
+    let mut buf = Vec::new();
+    r.read(t.ino, 0, 1 << 20, &mut buf).unwrap();
+    let renamed = buf == b"new contents";
+    assert!(
+        renamed || buf == vec![0x7a; 1 << 20],
+        "target holds neither file"
+    );
+    assert_eq!(
+        renamed,
+        r.lookup_path(b"new").is_err(),
+        "new and target disagree"
+    );
+}

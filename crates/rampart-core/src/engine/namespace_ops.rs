@@ -55,7 +55,7 @@ impl Engine {
             state.free_if_unreferenced(ino);
             if !state.freed_host_files.is_empty() {
                 let freed = std::mem::take(&mut state.freed_host_files);
-                self.host_files_freed(&freed);
+                self.host_files_freed(&mut state, &freed);
             }
         }
     }

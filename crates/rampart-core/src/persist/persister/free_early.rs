@@ -128,10 +128,15 @@ impl Persister {
     }
 }
 
-/// Whether the inode of the host file `name` (that number and generation) is gone.
+/// Whether the inode of the host file `name` (that number and generation) is gone by
+/// unlinks alone: not one a rename replaced a name of, whose removal waits for the rename to
+/// be durable (recovery drops the note's inodes with all their names).
 fn owner_deleted(engine: &Engine, name: &str) -> bool {
     let Some((ino, generation)) = parse_host_file_name(name) else {
         return false;
     };
-    engine.with_state(|s| s.inode(ino).map_or(true, |i| i.generation != generation))
+    engine.with_state(|s| {
+        s.inode(ino).map_or(true, |i| i.generation != generation)
+            && !s.replaced_host_files.contains(name)
+    })
 }
