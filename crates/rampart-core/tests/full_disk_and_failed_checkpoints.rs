@@ -396,3 +396,25 @@ fn a_rename_over_a_disk_tier_file_on_a_full_disk_keeps_the_target_after_a_crash(
         "new and target disagree"
     );
 }
+
+/// Decision 0119: a mount that applied the `freed` note removes it even when it matched no
+/// inode (a crash between the note and the host file's removal, or names of files never
+/// durable): kept, it could later match a durable file that reuses a number and generation.
+#[test]
+fn a_mount_removes_a_freed_note_that_matched_nothing() {
+    use rampart_core::persist::freed_note::{self, FREED_FILE};
+    let device = Arc::new(SimDevice::new(14));
+    let config = PersistConfig::default();
+    let (e, _p) = open(device.clone(), config.clone()).unwrap();
+    write_synced(&e, 0).unwrap();
+    let image = Arc::new(device.crash(CrashMode::LoseUnsynced));
+    let stale = rampart_core::contents::host_file::host_file_name(999, 7);
+    freed_note::write(image.as_ref(), &[stale]).unwrap();
+    let (r, _rp) = open(image.clone(), config).unwrap();
+    assert!(holds(&r, 0), "f0 lost");
+    assert_eq!(
+        image.len(FREED_FILE).unwrap(),
+        None,
+        "the note outlived the mount that applied it"
+    );
+}

@@ -113,6 +113,15 @@ pub fn remove(device: &dyn Device) {
     }
 }
 
+/// Removes the note if there is one (a store without one is not written to).
+pub fn remove_if_present(device: &dyn Device) {
+    match device.len(FREED_FILE) {
+        Ok(Some(_)) => remove(device),
+        Ok(None) => {}
+        Err(e) => tracing::warn!("looking for the store's {FREED_FILE} note: {e}"),
+    }
+}
+
 /// Recovery: the inodes the note names whose host file is gone (their deletion, made before
 /// the crash, was not yet durable). The mount removes them and journals their unlinks
 /// (`persist::open`); fsck drops them from what it checks.

@@ -86,15 +86,18 @@ fn drop_freed(state: &mut State, inos: &[crate::attr::Ino]) -> Vec<(crate::attr:
 
 /// Journals the unlinks of the files `drop_freed` removed, before anything else is
 /// journaled (the durable state still has them, and their numbers may be reused), and makes
-/// them durable; then the `freed` note has done its work. If the journal cannot take them
-/// (a full disk), persistence stops and the checkpoint that restarts it holds the state
-/// without them; the note stays until a checkpoint succeeds.
+/// them durable; then the `freed` note has done its work, whether it matched any inode or
+/// not, and is removed: kept, it would outlive its meaning (numbers and generations of
+/// files never durable are handed out again, and a later durable file could match a stale
+/// name). If the journal cannot take them (a full disk), persistence stops and the
+/// checkpoint that restarts it holds the state without them; the note stays until then.
 fn journal_freed_unlinks(
     device: &dyn Device,
     persister: &Persister,
     unlinks: &[(crate::attr::Ino, Vec<u8>)],
 ) {
     if unlinks.is_empty() {
+        crate::persist::freed_note::remove_if_present(device);
         return;
     }
     let time_ns = crate::time::now_ns();
@@ -107,7 +110,7 @@ fn journal_freed_unlinks(
         crate::op::OpSink::applied(persister, &op, crate::attr::Durability::default());
     }
     match persister.sync() {
-        Ok(()) => crate::persist::freed_note::remove(device),
+        Ok(()) => crate::persist::freed_note::remove_if_present(device),
         Err(e) => tracing::warn!(
             "journaling the deletions of files deleted while the disk was full: {e}; the \
              store's freed note keeps them deleted until a checkpoint succeeds"

@@ -108,11 +108,7 @@ impl Persister {
     /// After a checkpoint whose image was taken after the note was written (the checkpoint
     /// claim keeps them apart): the image holds none of the inodes it names.
     pub(super) fn remove_note_after_checkpoint(&self) {
-        match self.device.len(FREED_FILE) {
-            Ok(Some(_)) => freed_note::remove(self.device.as_ref()),
-            Ok(None) => {}
-            Err(e) => tracing::warn!("looking for the store's {FREED_FILE} note: {e}"),
-        }
+        freed_note::remove_if_present(self.device.as_ref());
     }
 
     /// As `claim_checkpoint`, without waiting: false if a checkpoint runs.
