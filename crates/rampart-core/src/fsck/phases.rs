@@ -418,6 +418,14 @@ pub(super) fn invariants(
     // As recovery does: files deleted on a full disk whose host files were freed (0119).
     r.replay.freed_dropped = match crate::persist::freed_note::deleted_inodes(state, device) {
         Ok(inos) => state.drop_inodes(&inos),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            r.problems.push(format!(
+                "{e}: the files it named, deleted while the disk was full, show as missing \
+                 host files; --repair makes them empty files (their deletion is lost) and \
+                 removes the note"
+            ));
+            0
+        }
         Err(e) => {
             r.problems
                 .push(format!("reading the store's freed note: {e}"));

@@ -23,9 +23,15 @@ pub const VERSION: u32 = 1;
 /// A note names at most this many host files (one removal round takes at most
 /// `HOST_REMOVALS_PENDING_MAX`; rounds add to the note until a checkpoint removes it).
 pub const FREED_NAMES_MAX: usize = 1 << 16;
+/// A name is a host file name, `data/<16 hex digits>-<8 hex digits>` (30 bytes); longer
+/// than this is damage.
+pub const NAME_BYTES_MAX: usize = 64;
+/// The largest note: header, the most names of the longest length, checksum.
+pub const NOTE_BYTES_MAX: u64 = (16 + FREED_NAMES_MAX * (2 + NAME_BYTES_MAX) + 4) as u64;
 
 pub fn encode(names: &[String]) -> Vec<u8> {
     debug_assert!(names.len() <= FREED_NAMES_MAX);
+    debug_assert!(names.iter().all(|n| n.len() <= NAME_BYTES_MAX));
     let mut out = Vec::with_capacity(16 + names.iter().map(|n| n.len() + 2).sum::<usize>());
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
@@ -67,6 +73,9 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<String>, String> {
             return Err("cut short".into());
         };
         let len = usize::from(u16::from_le_bytes(*len));
+        if len > NAME_BYTES_MAX {
+            return Err(format!("a name of {len} bytes, more than {NAME_BYTES_MAX}"));
+        }
         if tail.len() < len {
             return Err("cut short".into());
         }
@@ -80,20 +89,29 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<String>, String> {
     Ok(names)
 }
 
-/// The names in the store's note (none if there is none). A note that does not decode is
-/// ignored with an error in the log: recovery then reports the host files it named as
-/// missing (fsck's "missing host file"), so nothing goes unsaid.
+/// The names in the store's note (none if there is none). A damaged note (longer than
+/// `NOTE_BYTES_MAX`, checked before it is read, or one that does not decode) is an
+/// `InvalidData` error saying what is wrong.
 pub fn read(device: &dyn Device) -> std::io::Result<Vec<String>> {
+    let damaged = |why: String| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("the store's {FREED_FILE} note is damaged ({why})"),
+        )
+    };
+    match device.len(FREED_FILE)? {
+        None => return Ok(Vec::new()),
+        Some(len) if len > NOTE_BYTES_MAX => {
+            return Err(damaged(format!(
+                "{len} bytes, more than the largest note, {NOTE_BYTES_MAX}"
+            )))
+        }
+        Some(_) => {}
+    }
     let Some(bytes) = device.read(FREED_FILE)? else {
         return Ok(Vec::new());
     };
-    match decode(&bytes) {
-        Ok(names) => Ok(names),
-        Err(why) => {
-            tracing::error!("the store's {FREED_FILE} note is damaged ({why}); ignored");
-            Ok(Vec::new())
-        }
-    }
+    decode(&bytes).map_err(damaged)
 }
 
 /// Writes the note (whole, synced, renamed into place) naming `names`.
@@ -124,7 +142,8 @@ pub fn remove_if_present(device: &dyn Device) {
 
 /// Recovery: the inodes the note names whose host file is gone (their deletion, made before
 /// the crash, was not yet durable). The mount removes them and journals their unlinks
-/// (`persist::open`); fsck drops them from what it checks.
+/// (`persist::open`); fsck drops them from what it checks. A damaged note is an
+/// `InvalidData` error (`read`).
 pub fn deleted_inodes(state: &State, device: &dyn Device) -> std::io::Result<HashSet<Ino>> {
     let names = read(device)?;
     let mut deleted = HashSet::new();
@@ -164,5 +183,7 @@ mod tests {
         let mut other = bytes;
         other[0] = b'X';
         assert!(decode(&other).unwrap_err().contains("magic"));
+        let long = encode(&["d".repeat(NAME_BYTES_MAX + 1)]);
+        assert!(decode(&long).unwrap_err().contains("more than"));
     }
 }

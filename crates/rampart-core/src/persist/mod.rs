@@ -69,7 +69,7 @@ pub fn open(
         persister
             .checkpoint(&engine)
             .map_err(StartError::Checkpoint)?;
-    } else {
+    } else if report.freed_note_damaged.is_none() {
         journal_freed_unlinks(note_device.as_ref(), &persister, &freed_unlinks);
     }
     Ok((engine, persister, report))

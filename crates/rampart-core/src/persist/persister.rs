@@ -261,6 +261,8 @@ pub struct Persister {
     pending_bytes: AtomicUsize,
     /// Host-file syncs that failed (`sync_host_files`).
     host_sync_failures: std::sync::atomic::AtomicU64,
+    /// Whether the committer said that the `freed` note cannot be read (once, not per round).
+    note_unreadable_logged: std::sync::atomic::AtomicBool,
     /// `host_sync_failures` when waiters were last answered (`answer_waiters`).
     host_failures_answered: std::sync::atomic::AtomicU64,
     /// Host files to remove now that their removal is durable (`remove_ready`). Held alone.
@@ -436,6 +438,7 @@ impl Persister {
             failed: AtomicBool::new(false),
             pending_bytes: AtomicUsize::new(0),
             host_sync_failures: std::sync::atomic::AtomicU64::new(0),
+            note_unreadable_logged: std::sync::atomic::AtomicBool::new(false),
             host_failures_answered: std::sync::atomic::AtomicU64::new(0),
             ready_removals: Mutex::new(Vec::new()),
             last_commit_answered: AtomicUsize::new(0),

@@ -40,6 +40,9 @@ pub struct Report {
     /// was durable (the `freed` note, decision 0119): still in the state recovery returns
     /// (which matches the durable journal); the mount removes them and journals it.
     pub freed_deleted: Vec<crate::attr::Ino>,
+    /// What is wrong with a damaged `freed` note: it was ignored (the files it named show as
+    /// missing host files) and is left for fsck to report; the next checkpoint removes it.
+    pub freed_note_damaged: Option<String>,
     /// What the pass over the data folder found and did (`disk::recover_host_files`; only a
     /// read-write open makes it).
     pub host_files: crate::disk::HostFilesReport,
@@ -407,6 +410,7 @@ pub fn recover(
         next_seq: from_seq,
         volatile_dropped: 0,
         freed_deleted: Vec::new(),
+        freed_note_damaged: None,
         host_files: Default::default(),
         duration: Duration::ZERO,
     };
@@ -422,10 +426,18 @@ pub fn recover(
         Some(bytes) => replay_journal(&bytes, &mut state, store_id, from_seq, &mut report)?,
     }
     report.volatile_dropped = after_replay(&mut state);
-    let mut freed: Vec<_> = crate::persist::freed_note::deleted_inodes(&state, device)
-        .map_err(RecoveryError::Io)?
-        .into_iter()
-        .collect();
+    let mut freed: Vec<_> = match crate::persist::freed_note::deleted_inodes(&state, device) {
+        Ok(inos) => inos.into_iter().collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            tracing::error!(
+                "{e}: ignored; the files it named, deleted while the disk was full, show as \
+                 missing host files (`rampart fsck` names them)"
+            );
+            report.freed_note_damaged = Some(e.to_string());
+            Vec::new()
+        }
+        Err(e) => return Err(RecoveryError::Io(e)),
+    };
     freed.sort_unstable();
     report.freed_deleted = freed;
     // The checkpoint's decode has checked every invariant already; check again only what

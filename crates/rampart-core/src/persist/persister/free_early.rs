@@ -6,6 +6,8 @@
 //! the disk has none) and removed at once; recovery drops the inodes the note names whose
 //! host file is gone, and the next checkpoint removes the note.
 
+use std::sync::atomic::Ordering;
+
 use crate::contents::host_file::parse_host_file_name;
 use crate::engine::Engine;
 use crate::persist::freed_note::{self, FREED_FILE, FREED_NAMES_MAX};
@@ -44,12 +46,19 @@ impl Persister {
         let (mut deleted, kept): (Vec<String>, Vec<String>) = waiting
             .into_iter()
             .partition(|name| owner_deleted(engine, name));
+        // A damaged note is not overwritten (fsck reports it): no freeing early then.
         let mut noted = match freed_note::read(self.device.as_ref()) {
             Ok(names) => names,
             Err(e) => {
-                tracing::warn!("reading the store's {FREED_FILE} note: {e}");
-                deleted.clear();
-                Vec::new()
+                if !self.note_unreadable_logged.swap(true, Ordering::AcqRel) {
+                    tracing::error!(
+                        "the disk is full and the store's {FREED_FILE} note cannot be read ({e}): \
+                     deleted disk-tier files give their room back only after a checkpoint"
+                    );
+                }
+                deleted.extend(kept);
+                locked(&self.pending).removals.extend(deleted);
+                return 0;
             }
         };
         let room = FREED_NAMES_MAX.saturating_sub(noted.len());
