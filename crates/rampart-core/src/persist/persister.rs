@@ -247,6 +247,9 @@ pub struct Persister {
     writing: Ranked<()>,
     /// True while a checkpoint runs (one at a time); `checkpoint_ended` signals its end.
     checkpointing: Mutex<bool>,
+    /// Held while the `reserve` file and `reserve_bytes` change (grown, released, or cut for
+    /// the `freed` note), which happens both under the checkpoint claim and outside it.
+    pub(super) reserve_file: Mutex<()>,
     checkpoint_ended: Condvar,
     /// The committer has started a background checkpoint that has not ended yet.
     checkpoint_requested: AtomicBool,
@@ -429,6 +432,7 @@ impl Persister {
             ),
             writing: Ranked::new(Rank::PersisterWriting, ()),
             checkpointing: Mutex::new(false),
+            reserve_file: Mutex::new(()),
             checkpoint_ended: Condvar::new(),
             checkpoint_requested: AtomicBool::new(false),
             committer: Mutex::new(None),
@@ -691,6 +695,7 @@ impl Persister {
     /// Makes the `reserve` file at least `target` bytes long (zeros, synced), as far as the
     /// disk has room: space kept for a checkpoint when the disk fills up (decision 0036).
     fn grow_reserve(&self, target: u64) {
+        let _reserve = lock(&self.reserve_file);
         let have = locked(&self.durable).reserve_bytes;
         if have >= target {
             return;
@@ -730,6 +735,7 @@ impl Persister {
 
     /// Gives up the `reserve` file's room, for the checkpoint that follows.
     fn release_reserve(&self) {
+        let _reserve = lock(&self.reserve_file);
         if locked(&self.durable).reserve_bytes == 0 {
             return;
         }

@@ -100,14 +100,16 @@ impl Persister {
         let device = self.device.as_ref();
         match freed_note::write(device, names) {
             Err(e) if e.kind() == std::io::ErrorKind::StorageFull => {
+                // A checkpoint starting now may release the reserve meanwhile.
+                let _reserve = lock(&self.reserve_file);
                 let have = locked(&self.durable).reserve_bytes;
                 if have == 0 {
                     return Err(e);
                 }
                 let left = have.saturating_sub(NOTE_ROOM_BYTES);
                 device.truncate(RESERVE_FILE, left)?;
-                device.sync(RESERVE_FILE)?;
                 locked(&self.durable).reserve_bytes = left;
+                device.sync(RESERVE_FILE)?;
                 freed_note::write(device, names)
             }
             other => other,
