@@ -651,12 +651,14 @@ def test_umount_of_a_mount_whose_store_was_deleted_says_so_and_unmounts(
     shutil.rmtree(m.store)
     s = m.cli("status", m.path)
     assert s.returncode != 0
-    assert "was deleted while mounted" in s.stderr and str(m.store) in s.stderr, s.stderr
+    assert "no longer at" in s.stderr and str(m.store) in s.stderr, s.stderr
+    assert "deleted or moved while mounted" in s.stderr, s.stderr
     assert f"rampart umount {m.path}" in s.stderr, s.stderr
     assert read_file(os.path.join(m.path, "f")) == b"still served"
     r = m.cli("umount", m.path)
     assert r.returncode != 0, "an unmount that lost the mount's files reported success"
-    assert "unmounted" in r.stderr and "had been deleted while mounted" in r.stderr, r.stderr
+    assert "unmounted" in r.stderr and "deleted or moved while mounted" in r.stderr, r.stderr
+    assert "nothing is left to recover" not in r.stderr, r.stderr
     assert "not a rampart mount" not in r.stderr, r.stderr
     assert not in_mount_table(m.path), "still mounted"
     m.mounted = False

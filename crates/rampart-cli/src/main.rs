@@ -797,12 +797,13 @@ fn pid_alive(pid: u32) -> bool {
         })
 }
 
-/// A rampart mount whose store folder was deleted while mounted (decision 0121).
+/// A rampart mount whose store folder is no longer at its path (decision 0121): deleted, or
+/// moved (the daemon then still writes to it through its open folder).
 fn deleted_store_error(mount: &mounts::RampartMount) -> String {
     format!(
-        "{} is a rampart mount whose store {} was deleted while mounted: nothing of it is \
-         durable any more, but the mount still serves its files; copy out what you need, then \
-         `rampart umount {}`",
+        "{} is a rampart mount whose store is no longer at {} (deleted or moved while \
+         mounted): the mount still serves its files, but if the store was deleted nothing \
+         of them is durable any more; copy out what you need, then `rampart umount {}`",
         mount.mountpoint.display(),
         mount.store.display(),
         mount.mountpoint.display()
@@ -818,8 +819,10 @@ fn cmd_umount(mountpoint: &Path, lazy: bool) -> Result<(), String> {
     // No control socket to ask: unmount, and say what the user has lost.
     umount_rampart(&mount, lazy)?;
     Err(format!(
-        "unmounted {}, but its store {} had been deleted while mounted: the files the mount \
-         held are gone with it (nothing is left to recover)",
+        "unmounted {}, but its store was no longer at {} (deleted or moved while mounted): \
+         if it was deleted, the files the mount held are gone with it; if it was moved, the \
+         daemon wrote its final checkpoint there (through its open folder): mount it from \
+         where it is now",
         mount.mountpoint.display(),
         mount.store.display()
     ))

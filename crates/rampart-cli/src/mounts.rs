@@ -84,12 +84,16 @@ pub fn find_mount(mountpoint: &Path) -> Option<RampartMount> {
         .find(|m| m.mountpoint == wanted || m.mountpoint == mountpoint)
 }
 
-/// A `fuse.rampart` mount at `mountpoint` whose store folder no longer exists: deleted while
-/// mounted (`find_mount` does not know it, having no store to check it by).
+/// A `fuse.rampart` mount at `mountpoint` whose store folder is no longer at its path:
+/// deleted or moved while mounted (`find_mount` does not know it, having no store to check
+/// it by). Only "not found" counts: a store we may not look at (EACCES) is not called gone.
 pub fn find_mount_of_deleted_store(mountpoint: &Path) -> Option<RampartMount> {
     let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let wanted = std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
-    deleted_store_mount_in(&text, &wanted, mountpoint, |store| store.exists())
+    deleted_store_mount_in(&text, &wanted, mountpoint, |store| {
+        !matches!(std::fs::symlink_metadata(store),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+    })
 }
 
 fn deleted_store_mount_in(
