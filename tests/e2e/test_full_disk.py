@@ -318,3 +318,45 @@ def test_df_of_the_mount_counts_the_hosts_root_blocks_as_free_not_available(
     finally:
         if m.mounted or in_mount_table(m.path):
             m.force_cleanup()
+
+
+def test_a_rename_over_a_large_file_on_a_full_disk_keeps_the_target_after_a_crash(
+        test_base, rampart_env, cleanup_mounts, small_ext4):
+    """Decision 0119: `mv new big` over a disk-tier file while the journal is stopped does not
+    free big's host file early (recovery would drop big's inode with its name, the rename
+    not being durable); a file deleted meanwhile is freed. After a crash, big and new are
+    as they were durable, or both renamed: never big gone."""
+    from pathlib import Path
+    m = _mount_on(test_base, rampart_env, cleanup_mounts, Path(small_ext4) / "store", "mv-crash",
+                  opts=("--commit-interval", "200ms"))
+    try:
+        big = os.path.join(m.path, "big")
+        new = os.path.join(m.path, "new")
+        doomed = os.path.join(m.path, "doomed")
+        _write_all_synced(big, b"B" * (4 * MiB))
+        _write_all_synced(doomed, b"D" * (4 * MiB))
+        write_synced(new, b"new contents")
+        assert len(os.listdir(m.store / "data")) == 2, os.listdir(m.store / "data")
+        acked = _fill_with_small_files(m, 512 * 1024)
+        os.rename(new, big)
+        os.unlink(doomed)
+        assert wait_until(lambda: len(os.listdir(m.store / "data")) <= 1, timeout=60), (
+            f"the deleted file's host file is still there: {os.listdir(m.store / 'data')}")
+        assert m.status()["persistence"]["error"] is not None, m.status()["persistence"]
+        crash(m)
+        r = fsck(m)
+        assert r.returncode == 0, f"fsck after the crash: {r.stdout}{r.stderr}"
+        remount(m)
+        names = set(os.listdir(m.path))
+        assert "big" in names, f"the rename's target lost its name: {sorted(names)}"
+        assert "doomed" not in names, "the deleted file came back after a crash"
+        if "new" in names:
+            assert read_file(big) == b"B" * (4 * MiB), "big changed without the rename"
+        else:
+            assert read_file(big) == b"new contents"
+        _check_small_files(m, acked, 512 * 1024)
+        unmount(m)
+        assert fsck(m).returncode == 0
+    finally:
+        if m.mounted or in_mount_table(m.path):
+            m.force_cleanup()
