@@ -638,3 +638,30 @@ def test_store_files_while_mounted_and_after(mnt):
     assert mnt.umount().returncode == 0
     assert not os.path.exists(os.path.join(mnt.store, "control.sock"))
     mnt.mount(mkfs=False)  # the fixture unmounts it again
+
+
+def test_umount_of_a_mount_whose_store_was_deleted_says_so_and_unmounts(
+        test_base, rampart_env, cleanup_mounts):
+    """Decision 0121: not "not a rampart mount"; status says the mount still serves its files
+    and how to unmount it, umount unmounts and says what went with the store."""
+    import shutil
+    m = _fresh(test_base, rampart_env, "gone", cleanup_mounts)
+    pid = m.pid
+    write_file(os.path.join(m.path, "f"), b"still served")
+    shutil.rmtree(m.store)
+    s = m.cli("status", m.path)
+    assert s.returncode != 0
+    assert "no longer at" in s.stderr and str(m.store) in s.stderr, s.stderr
+    assert "deleted or moved while mounted" in s.stderr, s.stderr
+    assert f"rampart umount {m.path}" in s.stderr, s.stderr
+    assert read_file(os.path.join(m.path, "f")) == b"still served"
+    r = m.cli("umount", m.path)
+    assert r.returncode != 0, "an unmount that lost the mount's files reported success"
+    assert "unmounted" in r.stderr and "deleted or moved while mounted" in r.stderr, r.stderr
+    assert "nothing is left to recover" not in r.stderr, r.stderr
+    assert "not a rampart mount" not in r.stderr, r.stderr
+    assert not in_mount_table(m.path), "still mounted"
+    m.mounted = False
+    assert wait_until(lambda: not pid_alive(pid), EXIT_WAIT), f"daemon {pid} outlived its unmount"
+    again = m.cli("umount", m.path)
+    assert again.returncode != 0 and "not a rampart mount" in again.stderr, again.stderr

@@ -775,6 +775,7 @@ def test_a_host_file_damaged_behind_rampart_gives_eio_and_fsck_repairs_it(mount_
     _bystanders_intact(m, files)
     log = (m.store / "rampart.log").read_text(errors="replace")
     assert _names_victim(log, ino, host), "the daemon's log does not mention the damaged host file"
+    assert f"/victim-file (inode {ino}" in log, "the daemon's log does not give the damaged file's path"
     assert m.alive()
     unmount(m)
     # fsck finds it and names it (the mount changed nothing of it)
@@ -782,11 +783,14 @@ def test_a_host_file_damaged_behind_rampart_gives_eio_and_fsck_repairs_it(mount_
     assert r.returncode == 1 and not report["clean"], f"fsck called a store with a {damage} host file clean: {r.stdout}"
     text = fsck(m).stdout
     assert _names_victim(text, ino, host), f"fsck does not name the damaged file:\n{text}"
+    # by its path in the file system, as the user knows it (the hunt of 2026-11-27)
+    assert f"/victim-file (inode {ino})" in text, f"fsck does not give the file's path:\n{text}"
     # --repair truncates the file to what its host file holds, and says so
     r = fsck(m, "--repair")
     assert r.returncode == 0, f"fsck --repair: {r.stdout}{r.stderr}"
     repairs = r.stdout[r.stdout.find("repairs"):]
     assert _names_victim(repairs, ino, host), f"the repair does not say which file lost bytes:\n{r.stdout}"
+    assert f"/victim-file (inode {ino})" in repairs, f"the repair does not give the file's path:\n{r.stdout}"
     lost = len(files["victim-file"]) - kept
     assert str(lost) in repairs or "lost" in repairs.lower(), f"the repair does not say what was lost:\n{r.stdout}"
     r = fsck(m)

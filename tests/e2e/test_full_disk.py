@@ -17,12 +17,22 @@ pytestmark = pytest.mark.rampart_only("tests the store of a rampart mount")
 @pytest.fixture
 def small_ext4(test_base):
     """A 64 MiB ext4 on a loop device, mounted at TEST_BASE/disk; always taken down."""
+    yield from _loop_ext4(test_base, root_reserved_percent=0)
+
+
+@pytest.fixture
+def small_ext4_root_reserved(test_base):
+    """As `small_ext4`, with ext4's default 5 % of blocks kept for root."""
+    yield from _loop_ext4(test_base, root_reserved_percent=5)
+
+
+def _loop_ext4(test_base, root_reserved_percent):
     image = os.path.join(test_base, "disk.img")
     where = os.path.join(test_base, "disk")
     os.mkdir(where)
     with open(image, "wb") as f:
         f.truncate(64 * MiB)
-    run(["mkfs.ext4", "-q", "-F", "-m", "0", image], check=True, timeout=120)
+    run(["mkfs.ext4", "-q", "-F", "-m", str(root_reserved_percent), image], check=True, timeout=120)
     loop = run(["losetup", "-f", "--show", image], check=True, timeout=60).stdout.strip()
     try:
         run(["mount", loop, where], check=True, timeout=60)
@@ -148,3 +158,205 @@ def test_a_journal_cut_in_the_middle_refuses_the_mount_and_repair_keeps_the_pref
     for i in range(len(names)):
         assert read_file(os.path.join(m.path, f"f{i:03}")) == bytes([i]) * 20_000
     unmount(m)
+
+
+def _write_all_synced(path, data):
+    """Writes `data` to a new file in pieces (a FUSE write may be short) and fsyncs it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view[:MiB]):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _host_free_bytes(path):
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def _fill_with_small_files(m, size):
+    """Small (memory-tier) files, each fsync'd, until an fsync answers ENOSPC; returns the
+    names acknowledged."""
+    acked = []
+    for i in range(400):
+        name = f"s{i:03}"
+        try:
+            write_synced(os.path.join(m.path, name), bytes([i % 251]) * size)
+        except OSError as e:
+            assert e.errno == errno.ENOSPC, f"a full disk answered {e!r}, not ENOSPC"
+            # The checkpoint tried at once has ended (it gave up the reserve and failed):
+            # the host's free room is settled.
+            assert wait_until(lambda: m.status()["persistence"]["checkpoint_error"] is not None,
+                              timeout=60), m.status()["persistence"]
+            return acked
+        acked.append(name)
+    raise AssertionError("the 64 MiB disk never filled up")
+
+
+def _check_small_files(m, acked, size):
+    for name in acked:
+        i = int(name[1:])
+        assert read_file(os.path.join(m.path, name)) == bytes([i % 251]) * size, name
+
+
+def test_deleting_a_large_file_on_a_full_disk_gives_its_room_back(
+        test_base, rampart_env, cleanup_mounts, small_ext4):
+    """Decision 0119: the journal stopped on a full disk, `rm` of a disk-tier file frees its
+    host file at once; persistence resumes and the deletion survives a crash."""
+    from pathlib import Path
+    m = _mount_on(test_base, rampart_env, cleanup_mounts, Path(small_ext4) / "store", "rm-big",
+                  opts=("--commit-interval", "200ms"))
+    try:
+        big = os.path.join(m.path, "big")
+        _write_all_synced(big, b"B" * (30 * MiB))
+        acked = _fill_with_small_files(m, 256 * 1024)
+        assert m.status()["persistence"]["error"] is not None, m.status()["persistence"]
+        free_before = _host_free_bytes(small_ext4)
+        os.unlink(big)
+        # Its room is free on the host, but for what the store takes back as its reserve
+        # (as long as the new checkpoint) once persistence resumes.
+        def room_back():
+            reserve = m.store / "reserve"
+            kept = os.path.getsize(reserve) if reserve.exists() else 0
+            return _host_free_bytes(small_ext4) + kept - free_before
+        assert wait_until(lambda: room_back() > 25 * MiB, timeout=60), (
+            f"deleting a 30 MB file freed {room_back() >> 20} MiB on the host: "
+            f"{os.listdir(m.store)} {os.listdir(m.store / 'data')}")
+        assert wait_until(lambda: m.status()["persistence"]["error"] is None, timeout=60), (
+            f"persistence never resumed: {m.status()['persistence']}")
+        write_synced(os.path.join(m.path, "after"), b"a" * (256 * 1024))
+        crash(m)
+        r = fsck(m)
+        assert r.returncode == 0, f"fsck after the crash: {r.stdout}{r.stderr}"
+        remount(m)
+        names = set(os.listdir(m.path))
+        assert "big" not in names, "the deleted file came back after a crash"
+        assert set(acked) | {"after"} <= names, sorted(set(acked) - names)
+        _check_small_files(m, acked, 256 * 1024)
+        assert read_file(os.path.join(m.path, "after")) == b"a" * (256 * 1024)
+        assert not os.path.exists(m.store / "freed"), "the freed note outlived a checkpoint"
+        unmount(m)
+        assert fsck(m).returncode == 0
+    finally:
+        if m.mounted or in_mount_table(m.path):
+            m.force_cleanup()
+
+
+def test_a_crash_after_a_full_disk_freed_a_deleted_file_keeps_the_deletion(
+        test_base, rampart_env, cleanup_mounts, small_ext4):
+    """Decision 0119: the deleted file's room is given back while no checkpoint fits yet (the
+    journal still holds the file); a crash then: fsck is clean, the mount keeps the file
+    deleted, journals that and removes the `freed` note; every acknowledged file is whole."""
+    from pathlib import Path
+    m = _mount_on(test_base, rampart_env, cleanup_mounts, Path(small_ext4) / "store", "rm-crash",
+                  opts=("--commit-interval", "200ms"))
+    try:
+        big = os.path.join(m.path, "big")
+        _write_all_synced(big, b"B" * (4 * MiB))
+        acked = _fill_with_small_files(m, 512 * 1024)
+        free_before = _host_free_bytes(small_ext4)
+        os.unlink(big)
+        assert wait_until(lambda: not os.listdir(m.store / "data"), timeout=60), (
+            f"the deleted file's host file is still there: {os.listdir(m.store / 'data')}")
+        assert wait_until(lambda: _host_free_bytes(small_ext4) > free_before + 3 * MiB, timeout=60), (
+            f"deleting a 4 MiB file freed {(_host_free_bytes(small_ext4) - free_before) >> 10} KiB "
+            f"on the host: {os.listdir(m.store)} {os.listdir(m.store / 'data')}")
+        # Too much in memory for a checkpoint to fit: the journal stays stopped, the note stays.
+        assert m.status()["persistence"]["error"] is not None, m.status()["persistence"]
+        assert os.path.exists(m.store / "freed"), os.listdir(m.store)
+        crash(m)
+        r = fsck(m)
+        assert r.returncode == 0, f"fsck with the freed note: {r.stdout}{r.stderr}"
+        assert "1 file deleted while the disk was full kept deleted" in r.stdout, r.stdout
+        remount(m)
+        names = set(os.listdir(m.path))
+        assert "big" not in names, "the deleted file came back after a crash"
+        assert set(acked) <= names, sorted(set(acked) - names)
+        _check_small_files(m, acked, 512 * 1024)
+        assert not os.path.exists(m.store / "freed"), "the note stayed after its deletions were journaled"
+        crash(m)
+        remount(m)
+        assert "big" not in os.listdir(m.path), "the journaled deletion did not hold"
+        unmount(m)
+        r = fsck(m)
+        assert r.returncode == 0, f"{r.stdout}{r.stderr}"
+    finally:
+        if m.mounted or in_mount_table(m.path):
+            m.force_cleanup()
+
+
+def test_df_of_the_mount_counts_the_hosts_root_blocks_as_free_not_available(
+        test_base, rampart_env, cleanup_mounts, small_ext4_root_reserved):
+    """Decision 0120: statfs adds the host's free blocks (f_bfree) and its available ones
+    (f_bavail) apart, so `df` of the mount does not show root's blocks as used."""
+    from pathlib import Path
+    host_path = small_ext4_root_reserved
+    m = _mount_on(test_base, rampart_env, cleanup_mounts, Path(host_path) / "store", "df",
+                  opts=("--memory-cap", "64M"))
+    try:
+        _write_all_synced(os.path.join(m.path, "big"), b"D" * (8 * MiB))
+        mine, host = os.statvfs(m.path), os.statvfs(host_path)
+        root_only_host = (host.f_bfree - host.f_bavail) * host.f_frsize
+        root_only_mine = (mine.f_bfree - mine.f_bavail) * mine.f_frsize
+        assert root_only_host > MiB, f"mkfs -m 5 kept {root_only_host} bytes for root"
+        assert abs(root_only_mine - root_only_host) <= mine.f_frsize, (
+            f"the mount keeps {root_only_mine} bytes for root, the host {root_only_host}")
+        # What the mount calls used is the host's used room plus the memory tier's.
+        used_mine = (mine.f_blocks - mine.f_bfree) * mine.f_frsize
+        used_host = (host.f_blocks - host.f_bfree) * host.f_frsize
+        memory_used = m.status()["memory_used_bytes"]
+        assert abs(used_mine - (used_host + memory_used)) <= MiB, (
+            f"mount used {used_mine}, host used {used_host} + memory {memory_used}")
+        # And `df` says so.
+        df = run(["df", "-B1", "--output=used,avail", m.path, host_path], check=True).stdout.split()
+        (df_used_mine, df_avail_mine, df_used_host, df_avail_host) = map(int, df[-4:])
+        assert abs(df_used_mine - (df_used_host + memory_used)) <= MiB, df
+        assert df_avail_mine >= df_avail_host, df
+    finally:
+        if m.mounted or in_mount_table(m.path):
+            m.force_cleanup()
+
+
+def test_a_rename_over_a_large_file_on_a_full_disk_keeps_the_target_after_a_crash(
+        test_base, rampart_env, cleanup_mounts, small_ext4):
+    """Decision 0119: `mv new big` over a disk-tier file while the journal is stopped does not
+    free big's host file early (recovery would drop big's inode with its name, the rename
+    not being durable); a file deleted meanwhile is freed. After a crash, big and new are
+    as they were durable, or both renamed: never big gone."""
+    from pathlib import Path
+    m = _mount_on(test_base, rampart_env, cleanup_mounts, Path(small_ext4) / "store", "mv-crash",
+                  opts=("--commit-interval", "200ms"))
+    try:
+        big = os.path.join(m.path, "big")
+        new = os.path.join(m.path, "new")
+        doomed = os.path.join(m.path, "doomed")
+        _write_all_synced(big, b"B" * (4 * MiB))
+        _write_all_synced(doomed, b"D" * (4 * MiB))
+        write_synced(new, b"new contents")
+        assert len(os.listdir(m.store / "data")) == 2, os.listdir(m.store / "data")
+        acked = _fill_with_small_files(m, 512 * 1024)
+        os.rename(new, big)
+        os.unlink(doomed)
+        assert wait_until(lambda: len(os.listdir(m.store / "data")) <= 1, timeout=60), (
+            f"the deleted file's host file is still there: {os.listdir(m.store / 'data')}")
+        assert m.status()["persistence"]["error"] is not None, m.status()["persistence"]
+        crash(m)
+        r = fsck(m)
+        assert r.returncode == 0, f"fsck after the crash: {r.stdout}{r.stderr}"
+        remount(m)
+        names = set(os.listdir(m.path))
+        assert "big" in names, f"the rename's target lost its name: {sorted(names)}"
+        assert "doomed" not in names, "the deleted file came back after a crash"
+        if "new" in names:
+            assert read_file(big) == b"B" * (4 * MiB), "big changed without the rename"
+        else:
+            assert read_file(big) == b"new contents"
+        _check_small_files(m, acked, 512 * 1024)
+        unmount(m)
+        assert fsck(m).returncode == 0
+    finally:
+        if m.mounted or in_mount_table(m.path):
+            m.force_cleanup()

@@ -447,6 +447,13 @@ fn replay_text(r: &Report) -> String {
             p.volatile_dropped
         ));
     }
+    if p.freed_dropped > 0 {
+        skipped.push_str(&format!(
+            "; {} deleted while the disk was full kept deleted (the store's freed note), as \
+             the next mount does",
+            count_of(p.freed_dropped, "file", "files")
+        ));
+    }
     match &p.failed {
         None => format!(
             "ok: {} applied from {}{skipped}",

@@ -813,9 +813,38 @@ fn pid_alive(pid: u32) -> bool {
         })
 }
 
+/// A rampart mount whose store folder is no longer at its path (decision 0121): deleted, or
+/// moved (the daemon then still writes to it through its open folder).
+fn deleted_store_error(mount: &mounts::RampartMount) -> String {
+    format!(
+        "{} is a rampart mount whose store is no longer at {} (deleted or moved while \
+         mounted): the mount still serves its files, but if the store was deleted nothing \
+         of them is durable any more; copy out what you need, then `rampart umount {}`",
+        mount.mountpoint.display(),
+        mount.store.display(),
+        mount.mountpoint.display()
+    )
+}
+
 fn cmd_umount(mountpoint: &Path, lazy: bool) -> Result<(), String> {
-    let mount = mounts::find_mount(mountpoint)
+    if let Some(mount) = mounts::find_mount(mountpoint) {
+        return umount_rampart(&mount, lazy);
+    }
+    let mount = mounts::find_mount_of_deleted_store(mountpoint)
         .ok_or_else(|| format!("{} is not a rampart mount", mountpoint.display()))?;
+    // No control socket to ask: unmount, and say what the user has lost.
+    umount_rampart(&mount, lazy)?;
+    Err(format!(
+        "unmounted {}, but its store was no longer at {} (deleted or moved while mounted): \
+         if it was deleted, the files the mount held are gone with it; if it was moved, the \
+         daemon wrote its final checkpoint there (through its open folder): mount it from \
+         where it is now",
+        mount.mountpoint.display(),
+        mount.store.display()
+    ))
+}
+
+fn umount_rampart(mount: &mounts::RampartMount, lazy: bool) -> Result<(), String> {
     let pid = control::query_status(&mount.store).ok().map(|s| s.pid);
     // Registered before the unmount, so that the daemon can say how its shutdown ended (a
     // lazy unmount returns before that, so it does not wait).
@@ -906,8 +935,12 @@ fn cmd_umount(mountpoint: &Path, lazy: bool) -> Result<(), String> {
 const SHUTDOWN_WAIT_MAX: Duration = Duration::from_secs(600);
 
 fn cmd_status(mountpoint: &Path, json: bool) -> Result<(), String> {
-    let mount = mounts::find_mount(mountpoint)
-        .ok_or_else(|| format!("{} is not a rampart mount", mountpoint.display()))?;
+    let mount = mounts::find_mount(mountpoint).ok_or_else(|| {
+        mounts::find_mount_of_deleted_store(mountpoint).map_or_else(
+            || format!("{} is not a rampart mount", mountpoint.display()),
+            |m| deleted_store_error(&m),
+        )
+    })?;
     let status = control::query_status(&mount.store)?;
     if json {
         outln!(

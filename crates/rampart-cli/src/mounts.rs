@@ -84,6 +84,42 @@ pub fn find_mount(mountpoint: &Path) -> Option<RampartMount> {
         .find(|m| m.mountpoint == wanted || m.mountpoint == mountpoint)
 }
 
+/// A `fuse.rampart` mount at `mountpoint` whose store folder is no longer at its path:
+/// deleted or moved while mounted (`find_mount` does not know it, having no store to check
+/// it by). Only "not found" counts: a store we may not look at (EACCES) is not called gone.
+pub fn find_mount_of_deleted_store(mountpoint: &Path) -> Option<RampartMount> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let wanted = std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
+    deleted_store_mount_in(&text, &wanted, mountpoint, |store| {
+        !matches!(std::fs::symlink_metadata(store),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+    })
+}
+
+fn deleted_store_mount_in(
+    mountinfo: &str,
+    wanted: &Path,
+    given: &Path,
+    exists: impl Fn(&Path) -> bool,
+) -> Option<RampartMount> {
+    mountinfo
+        .lines()
+        .filter_map(parse_line)
+        .filter(|(_, point, fs_type, store)| {
+            // Only the subtype rampart sets: a plain `fuse` mount may be anything.
+            *fs_type == FS_TYPES[0]
+                && (point == wanted || point == given)
+                && store.is_absolute()
+                && !exists(store)
+        })
+        .map(|(device, mountpoint, _, store)| RampartMount {
+            mountpoint,
+            store,
+            device: device.to_owned(),
+        })
+        .last()
+}
+
 /// The rampart mount of `store` at `mountpoint` (both as mountinfo shows them), if any.
 pub fn mount_of(store: &Path, mountpoint: &Path) -> Option<RampartMount> {
     rampart_mounts()
@@ -109,6 +145,21 @@ fn top_device_in(mountinfo: &str, mountpoint: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rampart_mount_whose_store_is_gone_is_found_and_no_other() {
+        let text = "50 22 0:45 / /tmp/m rw - fuse.rampart /var/gone rw\n\
+                    51 22 0:46 / /tmp/n rw - fuse.rampart /var/here rw\n\
+                    52 22 0:47 / /tmp/o rw - fuse /var/gone2 rw\n";
+        let exists = |p: &Path| p == Path::new("/var/here");
+        let at = |p: &str| deleted_store_mount_in(text, Path::new(p), Path::new(p), exists);
+        assert_eq!(
+            at("/tmp/m").map(|m| m.store),
+            Some(PathBuf::from("/var/gone"))
+        );
+        assert_eq!(at("/tmp/n"), None, "its store is there: find_mount's case");
+        assert_eq!(at("/tmp/o"), None, "a plain fuse mount may be anything");
+    }
 
     #[test]
     fn top_device_is_the_last_mount_at_the_place() {

@@ -197,7 +197,10 @@ pub struct SetAttr {
 pub struct StatFs {
     pub block_size: u32,
     pub blocks_total: u64,
+    /// Free blocks, with those of the host file system only root may use (`f_bfree`).
     pub blocks_free: u64,
+    /// Free blocks any user may use (`f_bavail`).
+    pub blocks_avail: u64,
     pub files_total: u64,
     pub files_free: u64,
     pub name_len_max: u32,

@@ -365,16 +365,18 @@ pub fn recover_host_files(
         device.sync(name)?;
         report.trimmed += 1;
     }
+    let paths = state.paths_of(&scan.damaged.iter().map(|(ino, ..)| *ino).collect());
     for (ino, name, size, len) in &scan.damaged {
+        let path = paths.get(ino).map_or("", String::as_str);
         match len {
             Some(len) => tracing::error!(
-                "recovery: the host file {name} of inode {ino} holds {len} bytes, less than \
-                 the file's size {size}: reads past byte {len} fail with EIO; `rampart fsck \
-                 --repair` truncates the file to what it holds"
+                "recovery: the host file {name} of {path} (inode {ino}) holds {len} bytes, \
+                 less than the file's size {size}: reads past byte {len} fail with EIO; \
+                 `rampart fsck --repair` truncates the file to what it holds"
             ),
             None => tracing::error!(
-                "recovery: the host file {name} of inode {ino} ({size} bytes) is missing: its \
-                 reads fail with EIO; `rampart fsck --repair` empties the file"
+                "recovery: the host file {name} of {path} (inode {ino}, {size} bytes) is \
+                 missing: its reads fail with EIO; `rampart fsck --repair` empties the file"
             ),
         }
         report.damaged.push((*ino, *size, *len));

@@ -339,3 +339,53 @@ fn host_files_missing_or_short_are_problems_and_a_repair_truncates_and_says_what
     e.read(inos[0], 0, 100, &mut out).unwrap();
     assert_eq!(out, b"again");
 }
+
+/// Decision 0119: a damaged `freed` note (one that does not decode, or longer than any note,
+/// refused before it is read) is a problem fsck names, with what --repair does; a repair
+/// removes it, and a mount ignores it (the files stay readable).
+#[test]
+fn a_damaged_freed_note_is_a_problem_and_a_repair_removes_it() {
+    use rampart_core::persist::freed_note::{FREED_FILE, NOTE_BYTES_MAX};
+    let (_dir, path) = temp_store();
+    written(&path, &FILES, true);
+    let note = path.join(FREED_FILE);
+    let damaged: [(Vec<u8>, &str); 2] = [
+        (b"RPFREED\0 not a note at all".to_vec(), "bad checksum"),
+        (
+            vec![0u8; NOTE_BYTES_MAX as usize + 1],
+            "more than the largest note",
+        ),
+    ];
+    for (bytes, why) in damaged {
+        std::fs::write(&note, bytes).unwrap();
+        let r = fsck::check(&path, &NoProgress).unwrap();
+        assert!(!r.clean, "{:?}", r.problems);
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.contains("freed note is damaged")
+                    && p.contains(why)
+                    && p.contains("--repair")),
+            "{:?}",
+            r.problems
+        );
+    }
+    let fs = Rampart::open(&path, &Options::default()).expect("a damaged note refused a mount");
+    for (name, data) in FILES {
+        let a = fs.engine().lookup_path(name).unwrap();
+        let mut buf = Vec::new();
+        fs.engine().read(a.ino, 0, 100, &mut buf).unwrap();
+        assert_eq!(buf, data);
+    }
+    assert!(
+        note.exists(),
+        "the mount removed a damaged note before fsck saw it"
+    );
+    fs.engine().set_sink(None);
+    std::mem::forget(fs);
+    std::fs::remove_file(path.join(rampart_core::store::LOCK_FILE)).unwrap();
+    let r = fsck::repair(&path, &NoProgress).unwrap();
+    assert!(r.clean && r.repaired, "{:?}", r.problems);
+    assert!(!note.exists(), "the repair left the damaged note");
+    assert!(fsck::check(&path, &NoProgress).unwrap().clean);
+}

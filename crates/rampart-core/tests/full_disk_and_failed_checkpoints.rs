@@ -240,3 +240,181 @@ fn a_journal_cut_in_the_middle_is_refused_and_a_torn_tail_is_not() {
         "{refused}"
     );
 }
+
+/// Decision 0119: with the journal stopped on a full disk, deleting a disk-tier file frees
+/// its host file at once (behind the `freed` note), which lets the restarting checkpoint fit;
+/// after a power cut the file stays deleted and every acknowledged file is whole.
+#[test]
+fn deleting_a_disk_tier_file_on_a_full_disk_frees_its_room_and_stays_deleted() {
+    let device = Arc::new(SimDevice::new(12));
+    device.set_faults(Faults {
+        capacity_bytes: Some(24 << 20),
+        ..Faults::default()
+    });
+    let config = PersistConfig {
+        commit_interval: Duration::from_millis(20),
+        checkpoint_journal_bytes: u64::MAX,
+        // Only deletions make it try again soon.
+        restart_retry_interval: Duration::from_secs(3600),
+        reserve_bytes_min: 4 << 20,
+        ..PersistConfig::default()
+    };
+    let engine_config = EngineConfig {
+        large_file_threshold_bytes: Some(1 << 20),
+        ..EngineConfig::default()
+    };
+    let (e, p, _) =
+        rampart_core::persist::open(device.clone(), ID, &engine_config, config.clone()).unwrap();
+    let c = Ctx::library(0, 0);
+    let big = e.mknod(&c, ROOT_INO, b"big", FILE, 0).unwrap().ino;
+    for mib in 0..10u64 {
+        e.write(&c, big, mib << 20, &vec![0xb1; 1 << 20], false)
+            .unwrap();
+    }
+    e.sync().unwrap();
+    assert_eq!(e.tier(big).unwrap(), rampart_core::Tier::Disk);
+    let mut acknowledged = Vec::new();
+    let full = (0..200)
+        .find_map(|i| match write_synced(&e, i) {
+            Ok(()) => {
+                acknowledged.push(i);
+                None
+            }
+            Err(err) => Some(err),
+        })
+        .expect("the disk never filled up");
+    assert_eq!(full.kind(), std::io::ErrorKind::StorageFull, "{full}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // The checkpoint tried at once fails: too much in memory for the room left.
+    while p.checkpoint_error().is_none() {
+        assert!(Instant::now() < deadline, "no checkpoint was tried");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    e.unlink(&c, ROOT_INO, b"big").unwrap();
+    while p.error().is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "deleting a 10 MiB disk-tier file did not let persistence resume: {:?}",
+            p.stats()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    write_synced(&e, 1000).unwrap();
+    let image: Arc<dyn Device> = Arc::new(device.crash(CrashMode::LoseUnsynced));
+    let (r, _rp) = open(image, config).unwrap();
+    assert!(r.lookup_path(b"big").is_err(), "the deleted file came back");
+    for &i in acknowledged.iter().chain(&[1000]) {
+        assert!(holds(&r, i), "f{i} lost");
+    }
+}
+
+/// Decision 0119: a rename over a disk-tier file on a full disk does not free the replaced
+/// file early (recovery would drop its inode with the name the rename took, and the rename
+/// was not journaled): after a power cut the target holds what was durable, while a file
+/// deleted in the same state stays deleted.
+#[test]
+fn a_rename_over_a_disk_tier_file_on_a_full_disk_keeps_the_target_after_a_crash() {
+    let device = Arc::new(SimDevice::new(13));
+    device.set_faults(Faults {
+        capacity_bytes: Some(24 << 20),
+        ..Faults::default()
+    });
+    let config = PersistConfig {
+        commit_interval: Duration::from_millis(20),
+        checkpoint_journal_bytes: u64::MAX,
+        restart_retry_interval: Duration::from_secs(3600),
+        reserve_bytes_min: 4 << 20,
+        ..PersistConfig::default()
+    };
+    let engine_config = EngineConfig {
+        large_file_threshold_bytes: Some(1 << 20),
+        ..EngineConfig::default()
+    };
+    let (e, p, _) =
+        rampart_core::persist::open(device.clone(), ID, &engine_config, config.clone()).unwrap();
+    let c = Ctx::library(0, 0);
+    let disk_file = |name: &[u8], mib: u64, byte: u8| {
+        let a = e.mknod(&c, ROOT_INO, name, FILE, 0).unwrap();
+        for m in 0..mib {
+            e.write(&c, a.ino, m << 20, &vec![byte; 1 << 20], false)
+                .unwrap();
+        }
+        a
+    };
+    let target = disk_file(b"target", 2, 0x7a);
+    let doomed = disk_file(b"doomed", 2, 0xd0);
+    let new = e.mknod(&c, ROOT_INO, b"new", FILE, 0).unwrap().ino;
+    e.write(&c, new, 0, b"new contents", false).unwrap();
+    e.sync().unwrap();
+    assert_eq!(e.tier(target.ino).unwrap(), rampart_core::Tier::Disk);
+    let host = |a: &rampart_core::Attr| {
+        rampart_core::contents::host_file::host_file_name(a.ino, a.generation as u32)
+    };
+    let full = (0..200)
+        .find_map(|i| write_synced(&e, i).err())
+        .expect("the disk never filled up");
+    assert_eq!(full.kind(), std::io::ErrorKind::StorageFull, "{full}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while p.checkpoint_error().is_none() {
+        assert!(Instant::now() < deadline, "no checkpoint was tried");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    e.rename(&c, ROOT_INO, b"new", ROOT_INO, b"target", 0)
+        .unwrap();
+    e.unlink(&c, ROOT_INO, b"doomed").unwrap();
+    // The deleted file's host file goes early; the replaced one's was queued before it.
+    while device.len(&host(&doomed)).unwrap().is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the deleted file was not freed early"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        p.error().is_some(),
+        "2 MiB freed should not let persistence resume"
+    );
+    let image: Arc<dyn Device> = Arc::new(device.crash(CrashMode::LoseUnsynced));
+    let (r, _rp) = open(image, config).unwrap();
+    assert!(
+        r.lookup_path(b"doomed").is_err(),
+        "the deleted file came back"
+    );
+    let t = r
+        .lookup_path(b"target")
+        .expect("the rename's target lost its name");
+    let mut buf = Vec::new();
+    r.read(t.ino, 0, 1 << 20, &mut buf).unwrap();
+    let renamed = buf == b"new contents";
+    assert!(
+        renamed || buf == vec![0x7a; 1 << 20],
+        "target holds neither file"
+    );
+    assert_eq!(
+        renamed,
+        r.lookup_path(b"new").is_err(),
+        "new and target disagree"
+    );
+}
+
+/// Decision 0119: a mount that applied the `freed` note removes it even when it matched no
+/// inode (a crash between the note and the host file's removal, or names of files never
+/// durable): kept, it could later match a durable file that reuses a number and generation.
+#[test]
+fn a_mount_removes_a_freed_note_that_matched_nothing() {
+    use rampart_core::persist::freed_note::{self, FREED_FILE};
+    let device = Arc::new(SimDevice::new(14));
+    let config = PersistConfig::default();
+    let (e, _p) = open(device.clone(), config.clone()).unwrap();
+    write_synced(&e, 0).unwrap();
+    let image = Arc::new(device.crash(CrashMode::LoseUnsynced));
+    let stale = rampart_core::contents::host_file::host_file_name(999, 7);
+    freed_note::write(image.as_ref(), &[stale]).unwrap();
+    let (r, _rp) = open(image.clone(), config).unwrap();
+    assert!(holds(&r, 0), "f0 lost");
+    assert_eq!(
+        image.len(FREED_FILE).unwrap(),
+        None,
+        "the note outlived the mount that applied it"
+    );
+}

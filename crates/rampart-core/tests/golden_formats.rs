@@ -565,3 +565,25 @@ fn mirror_record_bytes_are_pinned() {
         None
     );
 }
+
+/// Version 1 of the `freed` note (decision 0119) naming two host files: magic `RPFREED\0`,
+/// version, count, each name with its u16 length, crc32c of all before it.
+const FREED_NOTE_V1: &str = "
+    525046524545440001000000020000001e00646174612f303030303030303030
+    303030303030322d30303030303030311e00646174612f303030303030303030
+    303030303031312d30303030303030337228c9ef";
+
+#[test]
+fn freed_note_bytes_are_pinned() {
+    use rampart_core::persist::freed_note;
+    let names = vec![
+        "data/0000000000000002-00000001".to_owned(),
+        "data/0000000000000011-00000003".to_owned(),
+    ];
+    assert_eq!(
+        hex(&freed_note::encode(&names)),
+        hex(&unhex(FREED_NOTE_V1)),
+        "the freed note's layout changed"
+    );
+    assert_eq!(freed_note::decode(&unhex(FREED_NOTE_V1)).unwrap(), names);
+}

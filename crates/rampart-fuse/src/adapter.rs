@@ -803,7 +803,7 @@ impl Filesystem for RampartFs {
             reply.statfs(
                 s.blocks_total,
                 s.blocks_free,
-                s.blocks_free,
+                s.blocks_avail,
                 s.files_total,
                 s.files_free,
                 s.block_size,

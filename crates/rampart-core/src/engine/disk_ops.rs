@@ -21,6 +21,7 @@ use crate::error::{Errno, FsResult};
 use crate::limits::{CHUNK_BYTES, MIGRATION_PIECE_BYTES};
 use crate::op::Op;
 use crate::persist::level::Levels;
+use crate::state::State;
 use crate::time::TimeNs;
 
 /// An I/O error of a host file as the program sees it: ENOSPC stays, the rest is EIO (and a
@@ -94,24 +95,33 @@ impl Engine {
 
     /// Host files of freed inodes (under the engine's lock): removed after the next commit,
     /// or now if no level keeps such a list.
-    pub(crate) fn host_files_freed(&self, names: &[String]) {
+    /// `state` is the engine's, locked: a host file removed now leaves its
+    /// `replaced_host_files` entry.
+    pub(crate) fn host_files_freed(&self, state: &mut State, names: &[String]) {
         let levels = self.levels.read().clone();
         for name in names {
             if let Some((ino, _)) = parse_host_file_name(name) {
-                self.host_file_gone(&levels, ino, name);
+                if !self.host_file_gone(&levels, ino, name) {
+                    state.replaced_host_files.remove(name);
+                }
             }
         }
     }
 
     /// `name`, the host file of `ino`, is no longer needed once the ops so far are durable.
-    pub(crate) fn host_file_gone(&self, levels: &Levels, ino: Ino, name: &str) {
-        let Some(disk) = self.disk.get() else { return };
+    /// False if it was removed now (no level keeps such a list).
+    pub(crate) fn host_file_gone(&self, levels: &Levels, ino: Ino, name: &str) -> bool {
+        let Some(disk) = self.disk.get() else {
+            return false;
+        };
         disk.forget_file(ino);
-        if !levels.remove_after_commit(name) {
-            if let Err(e) = disk.device.remove(name) {
-                tracing::warn!("removing the disk-tier file {name}: {e}");
-            }
+        if levels.remove_after_commit(name) {
+            return true;
         }
+        if let Err(e) = disk.device.remove(name) {
+            tracing::warn!("removing the disk-tier file {name}: {e}");
+        }
+        false
     }
 
     /// Removes the host file `name` whose removal is durable, unless its inode (the same
@@ -127,10 +137,14 @@ impl Engine {
         };
         let _host = disk.exclusive(ino);
         let in_use = {
-            let state = self.read_state();
-            state.inode(ino).is_ok_and(|i| {
+            let mut state = self.write_state();
+            let in_use = state.inode(ino).is_ok_and(|i| {
                 i.generation == generation && i.file().map(Contents::tier) == Some(Tier::Disk)
-            })
+            });
+            if !in_use {
+                state.replaced_host_files.remove(name);
+            }
+            in_use
         };
         if in_use {
             return Ok(());

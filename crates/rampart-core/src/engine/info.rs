@@ -12,16 +12,19 @@ impl Engine {
         let inode_bytes = (std::mem::size_of::<Inode>() as u64 + ENTRY_COST_BYTES + 16).max(1);
         let free = state.budget.free_bytes();
         // With a disk tier taking new files, the file system under the store adds its room
-        // (decision 0060): what `df` shows is what can still be written somewhere.
-        let (host_total, host_free) = self
+        // (decision 0060): what `df` shows is what can still be written somewhere. Its blocks
+        // kept for root count as free, not available, as `df` of the host shows them
+        // (decision 0120); what the store keeps (journal, checkpoint, `reserve`) is in use.
+        let host = self
             .disk()
             .filter(|d| d.config.enabled())
             .and_then(|d| d.device.space().ok().flatten())
-            .unwrap_or((0, 0));
+            .unwrap_or_default();
         StatFs {
             block_size: BLOCK_SIZE_BYTES,
-            blocks_total: state.budget.cap_bytes().saturating_add(host_total) / bs,
-            blocks_free: free.saturating_add(host_free) / bs,
+            blocks_total: state.budget.cap_bytes().saturating_add(host.total_bytes) / bs,
+            blocks_free: free.saturating_add(host.free_bytes) / bs,
+            blocks_avail: free.saturating_add(host.avail_bytes) / bs,
             files_total: state.table.live() + free / inode_bytes,
             files_free: free / inode_bytes,
             name_len_max: NAME_BYTES_MAX as u32,

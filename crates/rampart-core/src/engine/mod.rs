@@ -632,7 +632,7 @@ impl Engine {
         let out = body(&mut mutation, time_ns);
         if !mutation.state.freed_host_files.is_empty() {
             let freed = std::mem::take(&mut mutation.state.freed_host_files);
-            self.host_files_freed(&freed);
+            self.host_files_freed(&mut mutation.state, &freed);
         }
         let route = mutation.route;
         let mut told = std::mem::take(&mut mutation.behind_kernel);

@@ -55,7 +55,7 @@ impl Engine {
             let unreferenced = state.free_if_unreferenced(ino);
             if !state.freed_host_files.is_empty() {
                 let freed = std::mem::take(&mut state.freed_host_files);
-                self.host_files_freed(&freed);
+                self.host_files_freed(&mut state, &freed);
             }
             // The inode's pages are freed after the lock is let go: a FORGET thread preempted
             // while freeing them held every FUSE queue thread (decision 0110).

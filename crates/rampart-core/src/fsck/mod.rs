@@ -138,7 +138,7 @@ fn run(path: &Path, repair: bool, progress: &dyn Progress) -> Result<Report, Fsc
         phases::replay(&mut r, &ctx, state, scan, *from_seq);
     }
     if let Some((state, _)) = base.as_mut() {
-        phases::invariants(&mut r, state, progress);
+        phases::invariants(&mut r, state, ctx.device.as_ref(), progress);
         phases::data_folder(&mut r, &ctx, state);
     }
     let clean = r.problems.is_empty();

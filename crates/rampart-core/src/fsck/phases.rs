@@ -407,13 +407,36 @@ pub(super) fn replay(
 }
 
 /// Phase 4: what recovery does after the replay, then every invariant of the state.
-pub(super) fn invariants(r: &mut Report, state: &mut State, progress: &dyn Progress) {
+pub(super) fn invariants(
+    r: &mut Report,
+    state: &mut State,
+    device: &dyn crate::persist::device::Device,
+    progress: &dyn Progress,
+) {
     progress.phase(Phase::Invariants, 1);
     r.replay.volatile_dropped = recovery::after_replay(state);
+    // As recovery does: files deleted on a full disk whose host files were freed (0119).
+    r.replay.freed_dropped = match crate::persist::freed_note::deleted_inodes(state, device) {
+        Ok(inos) => state.drop_inodes(&inos),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            r.problems.push(format!(
+                "{e}: the files it named, deleted while the disk was full, show as missing \
+                 host files; --repair makes them empty files (their deletion is lost) and \
+                 removes the note"
+            ));
+            0
+        }
+        Err(e) => {
+            r.problems
+                .push(format!("reading the store's freed note: {e}"));
+            0
+        }
+    };
     let problems = state.check();
     r.invariants.checked = true;
     // The checkpoint's own problems are listed already (they alone refuse a mount).
-    let replayed = r.replay.ops_applied > 0 || r.replay.volatile_dropped > 0;
+    let replayed =
+        r.replay.ops_applied > 0 || r.replay.volatile_dropped > 0 || r.replay.freed_dropped > 0;
     let new: Vec<String> = problems
         .iter()
         .filter(|p| !r.checkpoint.problems.contains(p))
@@ -450,22 +473,35 @@ pub(super) fn data_folder(r: &mut Report, ctx: &Ctx<'_>, state: &State) {
     d.bytes = scan.bytes;
     d.orphans = scan.orphans;
     d.long = scan.long.iter().map(|(name, _, _)| name.clone()).collect();
+    let paths = state.paths_of(&scan.damaged.iter().map(|(ino, ..)| *ino).collect());
     for (ino, name, size, len) in &scan.damaged {
         let path = ctx.file(name).display().to_string();
+        let file = file_named(*ino, &paths);
         match len {
             None => {
                 d.missing.push(name.clone());
                 r.problems.push(format!(
-                    "inode {ino}: its host file {path} is missing: its {size} bytes are lost"
+                    "{file}: its host file {path} is missing: its {size} bytes are lost"
                 ));
             }
             Some(len) => {
                 d.short.push(name.clone());
                 r.problems.push(format!(
-                    "inode {ino}: its host file {path} holds {len} of its {size} bytes: bytes \
+                    "{file}: its host file {path} holds {len} of its {size} bytes: bytes \
                      {len} to {size} are lost"
                 ));
             }
         }
+    }
+}
+
+/// How a report names a file: its path in the file system where it has one, and its inode.
+pub(super) fn file_named(
+    ino: crate::attr::Ino,
+    paths: &std::collections::HashMap<u64, String>,
+) -> String {
+    match paths.get(&ino) {
+        Some(path) => format!("{path} (inode {ino})"),
+        None => format!("inode {ino} (no name)"),
     }
 }

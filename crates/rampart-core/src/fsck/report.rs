@@ -116,6 +116,9 @@ pub struct ReplayReport {
     pub ops_not_replayed: u64,
     /// Volatile files removed after the replay, as every recovery does (not a problem).
     pub volatile_dropped: u64,
+    /// Files deleted while the disk was full, whose host files were freed (decision 0119):
+    /// dropped as every recovery does (not a problem).
+    pub freed_dropped: u64,
 }
 
 #[derive(Debug, Serialize)]

@@ -124,7 +124,9 @@ fn write(ctx: &Ctx<'_>, engine: &Arc<Engine>, plan: &Plan) -> Result<u64, FsckEr
 fn repair_data_folder(r: &mut Report, ctx: &Ctx<'_>, state: &mut State) -> Result<(), FsckError> {
     let done = tidy_data_folder(r, ctx, state)?;
     let now = crate::time::now_ns();
+    let paths = state.paths_of(&done.damaged.iter().map(|(ino, ..)| *ino).collect());
     for (ino, size, len) in done.damaged {
+        let file = super::phases::file_named(ino, &paths);
         let kept = len.unwrap_or(0);
         let truncate = Op::SetAttr {
             ino,
@@ -149,16 +151,16 @@ fn repair_data_folder(r: &mut Report, ctx: &Ctx<'_>, state: &mut State) -> Resul
         match applied {
             Ok(()) => r.repairs.push(match len {
                 Some(len) => format!(
-                    "truncated inode {ino} from {size} to {len} bytes, what its host file \
-                     holds: bytes {len} to {size} are lost"
+                    "truncated {file} from {size} to {len} bytes, what its host file holds: \
+                     bytes {len} to {size} are lost"
                 ),
                 None => format!(
-                    "emptied inode {ino}: its host file was missing, so its {size} bytes are lost"
+                    "emptied {file}: its host file was missing, so its {size} bytes are lost"
                 ),
             }),
             Err(e) => r
                 .problems
-                .push(format!("inode {ino}: could not be truncated ({e})")),
+                .push(format!("{file}: could not be truncated ({e})")),
         }
     }
     Ok(())

@@ -5,6 +5,7 @@ pub mod codec;
 pub mod device;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod format_checks;
+pub mod freed_note;
 pub mod header;
 pub mod journal;
 pub mod level;
@@ -14,7 +15,7 @@ pub mod recovery;
 
 use std::sync::Arc;
 
-use crate::engine::{Engine, EngineConfig};
+use crate::engine::{Engine, EngineConfig, State};
 use crate::error::StartError;
 use device::Device;
 use persister::{PersistConfig, Persister};
@@ -36,6 +37,7 @@ pub fn open(
         .create_data_folder()
         .and_then(|()| probe_data_folder(device.as_ref()))
         .map_err(StartError::DataFolder)?;
+    let freed_unlinks = drop_freed(&mut state, &report.freed_deleted);
     report.host_files = crate::disk::recover_host_files(device.as_ref(), &mut state)
         .map_err(StartError::DataFolder)?;
     let journal_version = journal_version(device.as_ref());
@@ -47,6 +49,7 @@ pub fn open(
         evict_min_size_bytes: engine_config.evict_min_size_bytes,
     };
     engine.set_disk_tier(crate::disk::DiskTier::new(device.clone(), disk));
+    let note_device = Arc::clone(&device);
     let persister = Persister::start(
         device,
         store_id,
@@ -62,11 +65,57 @@ pub fn open(
     // version 2 reader takes `GROUP_CONTINUES` for part of a count (decision 0103).
     let old_journal = journal_version.is_some_and(|v| v < journal::VERSION);
     if report.volatile_dropped > 0 || old_journal {
+        // Its image holds the state without the files of the `freed` note, and removes it.
         persister
             .checkpoint(&engine)
             .map_err(StartError::Checkpoint)?;
+    } else if report.freed_note_damaged.is_none() {
+        journal_freed_unlinks(note_device.as_ref(), &persister, &freed_unlinks);
     }
     Ok((engine, persister, report))
+}
+
+/// Removes from `state` the files of the `freed` note whose host files are gone (decision
+/// 0119); returns their names, which the journal must still hear of.
+fn drop_freed(state: &mut State, inos: &[crate::attr::Ino]) -> Vec<(crate::attr::Ino, Vec<u8>)> {
+    let inos = inos.iter().copied().collect();
+    let unlinks = state.names_of(&inos);
+    state.drop_inodes(&inos);
+    unlinks
+}
+
+/// Journals the unlinks of the files `drop_freed` removed, before anything else is
+/// journaled (the durable state still has them, and their numbers may be reused), and makes
+/// them durable; then the `freed` note has done its work, whether it matched any inode or
+/// not, and is removed: kept, it would outlive its meaning (numbers and generations of
+/// files never durable are handed out again, and a later durable file could match a stale
+/// name). If the journal cannot take them (a full disk), persistence stops and the
+/// checkpoint that restarts it holds the state without them; the note stays until then.
+fn journal_freed_unlinks(
+    device: &dyn Device,
+    persister: &Persister,
+    unlinks: &[(crate::attr::Ino, Vec<u8>)],
+) {
+    if unlinks.is_empty() {
+        crate::persist::freed_note::remove_if_present(device);
+        return;
+    }
+    let time_ns = crate::time::now_ns();
+    for (parent, name) in unlinks {
+        let op = crate::op::Op::Unlink {
+            parent: *parent,
+            name,
+            time_ns,
+        };
+        crate::op::OpSink::applied(persister, &op, crate::attr::Durability::default());
+    }
+    match persister.sync() {
+        Ok(()) => crate::persist::freed_note::remove_if_present(device),
+        Err(e) => tracing::warn!(
+            "journaling the deletions of files deleted while the disk was full: {e}; the \
+             store's freed note keeps them deleted until a checkpoint succeeds"
+        ),
+    }
 }
 
 /// The format version of the store's journal, if it has one with a readable header.

@@ -61,6 +61,7 @@ mod answers;
 pub(crate) mod at_risk;
 mod checkpoint_job;
 mod committer;
+mod free_early;
 mod host_files;
 mod journal_tail;
 mod leader;
@@ -268,6 +269,9 @@ pub struct Persister {
     writing: Ranked<()>,
     /// True while a checkpoint runs (one at a time); `checkpoint_ended` signals its end.
     checkpointing: Mutex<bool>,
+    /// Held while the `reserve` file and `reserve_bytes` change (grown, released, or cut for
+    /// the `freed` note), which happens both under the checkpoint claim and outside it.
+    pub(super) reserve_file: Mutex<()>,
     checkpoint_ended: Condvar,
     /// The committer has started a background checkpoint that has not ended yet.
     checkpoint_requested: AtomicBool,
@@ -282,6 +286,8 @@ pub struct Persister {
     pending_bytes: AtomicUsize,
     /// Host-file syncs that failed (`sync_host_files`).
     host_sync_failures: std::sync::atomic::AtomicU64,
+    /// Whether the committer said that the `freed` note cannot be read (once, not per round).
+    note_unreadable_logged: std::sync::atomic::AtomicBool,
     /// `host_sync_failures` when waiters were last answered (`answer_waiters`).
     host_failures_answered: std::sync::atomic::AtomicU64,
     /// Host files to remove now that their removal is durable (`remove_ready`). Held alone.
@@ -451,6 +457,7 @@ impl Persister {
             ),
             writing: Ranked::new(Rank::PersisterWriting, ()),
             checkpointing: Mutex::new(false),
+            reserve_file: Mutex::new(()),
             checkpoint_ended: Condvar::new(),
             checkpoint_requested: AtomicBool::new(false),
             committer: Mutex::new(None),
@@ -460,6 +467,7 @@ impl Persister {
             failed: AtomicBool::new(false),
             pending_bytes: AtomicUsize::new(0),
             host_sync_failures: std::sync::atomic::AtomicU64::new(0),
+            note_unreadable_logged: std::sync::atomic::AtomicBool::new(false),
             host_failures_answered: std::sync::atomic::AtomicU64::new(0),
             ready_removals: Mutex::new(Vec::new()),
             last_commit_answered: AtomicUsize::new(0),
@@ -717,6 +725,7 @@ impl Persister {
     /// Makes the `reserve` file at least `target` bytes long (zeros, synced), as far as the
     /// disk has room: space kept for a checkpoint when the disk fills up (decision 0036).
     fn grow_reserve(&self, target: u64) {
+        let _reserve = lock(&self.reserve_file);
         let have = locked(&self.durable).reserve_bytes;
         if have >= target {
             return;
@@ -756,6 +765,7 @@ impl Persister {
 
     /// Gives up the `reserve` file's room, for the checkpoint that follows.
     fn release_reserve(&self) {
+        let _reserve = lock(&self.reserve_file);
         if locked(&self.durable).reserve_bytes == 0 {
             return;
         }

@@ -36,6 +36,13 @@ pub struct Report {
     pub next_seq: u64,
     /// Volatile files, gone as promised.
     pub volatile_dropped: u64,
+    /// Files deleted while the disk was full whose host files were freed before the deletion
+    /// was durable (the `freed` note, decision 0119): still in the state recovery returns
+    /// (which matches the durable journal); the mount removes them and journals it.
+    pub freed_deleted: Vec<crate::attr::Ino>,
+    /// What is wrong with a damaged `freed` note: it was ignored (the files it named show as
+    /// missing host files) and is left for fsck to report; the next checkpoint removes it.
+    pub freed_note_damaged: Option<String>,
     /// What the pass over the data folder found and did (`disk::recover_host_files`; only a
     /// read-write open makes it).
     pub host_files: crate::disk::HostFilesReport,
@@ -63,6 +70,14 @@ impl std::fmt::Display for Report {
                 "; a torn tail of {bytes} bytes was dropped ({reason}): a write cut by a crash, \
                  never acknowledged as durable (or, rarely, a last batch damaged after its write, \
                  which no check can tell from a tear: the lead's note of 2026-11-27)"
+            )?;
+        }
+        if !self.freed_deleted.is_empty() {
+            write!(
+                f,
+                "; {} files deleted while the disk was full stay deleted (their host files \
+                 were freed)",
+                self.freed_deleted.len()
             )?;
         }
         write!(f, " in {:.1} ms", self.duration.as_secs_f64() * 1e3)
@@ -394,6 +409,8 @@ pub fn recover(
         journal_valid_len: 0,
         next_seq: from_seq,
         volatile_dropped: 0,
+        freed_deleted: Vec::new(),
+        freed_note_damaged: None,
         host_files: Default::default(),
         duration: Duration::ZERO,
     };
@@ -409,6 +426,20 @@ pub fn recover(
         Some(bytes) => replay_journal(&bytes, &mut state, store_id, from_seq, &mut report)?,
     }
     report.volatile_dropped = after_replay(&mut state);
+    let mut freed: Vec<_> = match crate::persist::freed_note::deleted_inodes(&state, device) {
+        Ok(inos) => inos.into_iter().collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            tracing::error!(
+                "{e}: ignored; the files it named, deleted while the disk was full, show as \
+                 missing host files (`rampart fsck` names them)"
+            );
+            report.freed_note_damaged = Some(e.to_string());
+            Vec::new()
+        }
+        Err(e) => return Err(RecoveryError::Io(e)),
+    };
+    freed.sort_unstable();
+    report.freed_deleted = freed;
     // The checkpoint's decode has checked every invariant already; check again only what
     // replay or the drop of volatile files changed (a second full check costs 0.5 s at 1M
     // files).

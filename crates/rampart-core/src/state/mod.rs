@@ -8,6 +8,7 @@
 
 mod apply;
 mod check;
+mod paths;
 mod privileges;
 mod rename;
 mod repair;
@@ -99,6 +100,11 @@ pub struct State {
     /// once the op that freed them is durable (`Engine::remove_freed_host_files`). Never more
     /// than the inodes freed by one mutation (or by one replay).
     pub(crate) freed_host_files: Vec<String>,
+    /// Host files of disk-tier inodes a rename replaced a name of (decision 0119): their
+    /// removal must wait for the rename to be durable, never be made early on a full disk
+    /// (recovery would drop the inode with the name the rename took). An entry goes when its
+    /// host file is removed; never more than the inodes.
+    pub(crate) replaced_host_files: HashSet<String>,
     /// While replaying: per disk-tier inode, the trims (shrinks, punched and zeroed ranges)
     /// its host file may not have had before the crash, as (offset, len), to redo at the end
     /// of recovery. A later write extent or migration of the inode clears them: the engine
@@ -183,6 +189,7 @@ impl State {
             linkable: HashSet::new(),
             clock: config.clock.clone(),
             freed_host_files: Vec::new(),
+            replaced_host_files: HashSet::new(),
             host_redo: HashMap::new(),
             replaying: false,
         };
@@ -228,6 +235,7 @@ impl State {
             linkable: HashSet::new(),
             clock: config.clock.clone(),
             freed_host_files: Vec::new(),
+            replaced_host_files: HashSet::new(),
             host_redo: HashMap::new(),
             replaying: false,
         };

@@ -82,6 +82,7 @@ impl State {
                 let np = self.table.get_mut(new_parent).expect("new parent");
                 np.nlink -= 1;
             }
+            self.note_replaced_host_file(dst);
             self.drop_link(dst, time_ns);
         } else {
             self.dir_mut(new_parent).insert(new_name, src, src_code);
@@ -98,6 +99,15 @@ impl State {
         self.touch_dir(parent, time_ns);
         self.touch_dir(new_parent, time_ns);
         Ok(())
+    }
+
+    /// Remembers the host file of `ino`, a disk-tier file whose name a rename replaces.
+    fn note_replaced_host_file(&mut self, ino: Ino) {
+        let Ok(inode) = self.inode(ino) else { return };
+        if inode.file().map(|f| f.tier()) == Some(crate::contents::Tier::Disk) {
+            let name = crate::contents::host_file::host_file_name(ino, inode.generation);
+            self.replaced_host_files.insert(name);
+        }
     }
 
     /// RENAME_EXCHANGE: `names[0]` in `parents[0]` and `names[1]` in `parents[1]` swap inodes.

@@ -36,6 +36,25 @@ impl State {
         charged
     }
 
+    /// Every name of each of `inos`: (directory, name). One pass over every directory.
+    pub(crate) fn names_of(&self, inos: &HashSet<Ino>) -> Vec<(Ino, Vec<u8>)> {
+        let mut names = Vec::new();
+        if inos.is_empty() {
+            return names;
+        }
+        for (dir, inode) in self.table.iter() {
+            if let Some(d) = inode.dir() {
+                d.list_from(0, |e| {
+                    if inos.contains(&e.ino) {
+                        names.push((dir, e.name.to_vec()));
+                    }
+                    true
+                });
+            }
+        }
+        names
+    }
+
     pub(crate) fn drop_volatile(&mut self) -> u64 {
         let volatile: HashSet<Ino> = self
             .table
@@ -43,18 +62,24 @@ impl State {
             .filter(|(_, i)| i.durability() == Durability::Volatile)
             .map(|(n, _)| n)
             .collect();
-        if volatile.is_empty() {
+        self.drop_inodes(&volatile)
+    }
+
+    /// Removes the inodes `inos` (regular files) with every name they have; returns how many
+    /// there were.
+    pub(crate) fn drop_inodes(&mut self, inos: &HashSet<Ino>) -> u64 {
+        if inos.is_empty() {
             return 0;
         }
-        let freed = self.remove_names_of(&volatile);
+        let freed = self.remove_names_of(inos);
         self.budget.apply(-(freed as i64));
-        for &ino in &volatile {
+        for &ino in inos {
             if let Ok(inode) = self.table.get_mut(ino) {
                 inode.nlink = 0;
             }
             self.free_if_unreferenced(ino);
         }
-        volatile.len() as u64
+        inos.len() as u64
     }
 
     /// The directory /lost+found, made if missing (as /lost+found.fsck if a non-directory has

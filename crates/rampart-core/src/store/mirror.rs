@@ -31,17 +31,18 @@ pub const MIRROR_PATH_BYTES_MAX: usize = 4096;
 const FIXED_BYTES: usize = 8 + 4 + 4 + 16 + 4;
 
 /// The store files a copy holds, beside `data/` (the lock and `mirror` are each copy's own).
-const COPIED_FILES: [&str; 5] = [
+const COPIED_FILES: [&str; 6] = [
     SUPERBLOCK_FILE,
     JOURNAL_FILE,
     CHECKPOINT_FILE,
     crate::persist::persister::RESERVE_FILE,
     crate::rampart::CONFIG_FILE,
+    crate::persist::freed_note::FREED_FILE,
 ];
 /// Zeros kept for a checkpoint on a full disk (up to 4 GiB): compared by length.
 const RESERVE: &str = crate::persist::persister::RESERVE_FILE;
 /// Left by a crash in the middle of a write; never copied, removed from a copy brought in line.
-const LEFTOVER_FILES: [&str; 2] = ["checkpoint.tmp", "journal.tmp"];
+const LEFTOVER_FILES: [&str; 3] = ["checkpoint.tmp", "journal.tmp", "freed.tmp"];
 /// A file being copied in, renamed over its name once complete and synced.
 const COPY_SUFFIX: &str = ".mirror-copy";
 

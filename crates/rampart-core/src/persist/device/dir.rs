@@ -619,7 +619,7 @@ impl Device for DirDevice {
         self.dir_file.sync_all()
     }
 
-    fn space(&self) -> io::Result<Option<(u64, u64)>> {
+    fn space(&self) -> io::Result<Option<super::HostSpace>> {
         let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
         // SAFETY: fstatvfs(2) fills the struct it is given on success (checked before it is
         // read); the folder descriptor is open.
@@ -630,10 +630,11 @@ impl Device for DirDevice {
         // SAFETY: fstatvfs returned 0, so it initialised the struct.
         let st = unsafe { st.assume_init() };
         let fragment = st.f_frsize;
-        Ok(Some((
-            st.f_blocks.saturating_mul(fragment),
-            st.f_bavail.saturating_mul(fragment),
-        )))
+        Ok(Some(super::HostSpace {
+            total_bytes: st.f_blocks.saturating_mul(fragment),
+            free_bytes: st.f_bfree.saturating_mul(fragment),
+            avail_bytes: st.f_bavail.saturating_mul(fragment),
+        }))
     }
 
     fn list_data(&self) -> io::Result<Vec<String>> {

@@ -236,7 +236,7 @@ impl Device for MirrorDevice {
     fn create_data_folder(&self) -> io::Result<()> {
         self.both("create_data_folder", "data", |d| d.create_data_folder())
     }
-    fn space(&self) -> io::Result<Option<(u64, u64)>> {
+    fn space(&self) -> io::Result<Option<super::HostSpace>> {
         self.primary.space()
     }
     fn list_data(&self) -> io::Result<Vec<String>> {

@@ -108,6 +108,16 @@ pub fn count_store_written(bytes: u64) {
 #[cfg(test)]
 mod tests;
 
+/// The room of the file system under the store, in bytes (statvfs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostSpace {
+    pub total_bytes: u64,
+    /// Free blocks (`f_bfree`), with those only root may use.
+    pub free_bytes: u64,
+    /// Free blocks an unprivileged user may use (`f_bavail`).
+    pub avail_bytes: u64,
+}
+
 /// The store's files, as the persistence layer sees them: flat names inside the store folder.
 pub trait Device: Send + Sync + std::fmt::Debug {
     /// The whole content of a file; Ok(None) if it does not exist.
@@ -194,9 +204,9 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     fn create_data_folder(&self) -> io::Result<()> {
         Ok(())
     }
-    /// The size and free room of the file system under the store, in bytes (statvfs), if the
-    /// device has one. The default: None.
-    fn space(&self) -> io::Result<Option<(u64, u64)>> {
+    /// The size and free room of the file system under the store (statvfs), if the device
+    /// has one. The default: None.
+    fn space(&self) -> io::Result<Option<HostSpace>> {
         Ok(None)
     }
     /// The host files in the data folder, as device names (`data/...`), in no order; empty if

@@ -187,6 +187,7 @@ impl CheckpointJob<'_> {
         drop(_writing);
         // The old checkpoint and journal are freed here, with commits running again.
         p.device.release_replaced();
+        p.remove_note_after_checkpoint(); // under the claim: no name noted after the image
         tracing::info!(
             "checkpoint of {} bytes at op {}; writers paused {:.1} ms, commits {:.1} ms; \
              the new journal holds {} bytes",
@@ -222,8 +223,7 @@ impl Drop for CheckpointJob<'_> {
                 }
             }
         }
-        *lock(&p.checkpointing) = false;
-        p.checkpoint_ended.notify_all();
+        p.end_checkpoint_claim();
     }
 }
 
@@ -299,7 +299,7 @@ impl Persister {
     }
 
     /// Marks a checkpoint as running, once the one running (if any) has ended.
-    fn claim_checkpoint(&self) {
+    pub(super) fn claim_checkpoint(&self) {
         let mut running = lock(&self.checkpointing);
         while *running {
             running = self

@@ -91,8 +91,10 @@ pub(super) fn commit_loop(persister: Weak<Persister>) {
                 // checkpoint, which does not depend on the journal, restarts it. Try one now
                 // and then, not after every failed commit.
                 let retry = p.config.restart_retry_interval;
+                // Deleted disk-tier files give their room back now (decision 0119).
+                let freed = p.free_deleted_early();
                 let memory = engine_memory_bytes(&p);
-                let shrunk = p.disk_full() && memory < memory_at_restart;
+                let shrunk = p.disk_full() && (memory < memory_at_restart || freed > 0);
                 if shrunk || last_restart.is_none_or(|at| at.elapsed() >= retry) {
                     last_restart = Some(Instant::now());
                     memory_at_restart = memory;
