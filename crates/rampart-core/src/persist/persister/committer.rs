@@ -41,34 +41,8 @@ pub(super) fn commit_loop(persister: Weak<Persister>) {
         let engine = lock(&p.engine).upgrade();
         let archive_at = engine.as_ref().and_then(|e| e.archive_next_due());
         drop(engine);
-        {
-            // Until the commit interval is up, or the earliest short deadline of what is
-            // gathered (`due_at`), or someone asks for a commit. A wakeup that only moved
-            // `due_at` earlier (`rearm`) sleeps again, until the new time.
-            let interval_at = Instant::now() + interval;
-            let interval_at = archive_at.map_or(interval_at, |a| a.min(interval_at));
-            let mut guard = locked(&p.pending);
-            while guard.waiters.is_empty() && !p.stop.load(Ordering::Acquire) {
-                // A bound reached while the last commit ran woke nobody (`ask_commit`); not
-                // once persistence has stopped (the commit would fail, taking nothing).
-                if guard.wants_commit() && !p.failed.load(Ordering::Acquire) {
-                    break;
-                }
-                let at = guard.due_at.map_or(interval_at, |d| d.min(interval_at));
-                let now = Instant::now();
-                if now >= at {
-                    break;
-                }
-                guard.rearm = false;
-                guard.committer_sleeping = true;
-                guard = guard.wait_timeout(&p.wake, at - now);
-                guard.committer_sleeping = false;
-                // Woken for another reason too (a batch or a list grown to its bound): commit.
-                if !guard.rearm || guard.wants_commit() {
-                    break;
-                }
-            }
-        }
+        let interval_at = Instant::now() + interval;
+        wait_for_commit(&p, archive_at.map_or(interval_at, |a| a.min(interval_at)));
         if p.stop.load(Ordering::Acquire) {
             p.answer_waiters_at_stop();
             return;
@@ -120,6 +94,33 @@ pub(super) fn commit_loop(persister: Weak<Persister>) {
         };
         if grown_bytes > due_bytes && !failed_lately {
             start_background_checkpoint(&p);
+        }
+    }
+}
+
+/// Sleeps until `interval_at` (the commit interval, or the archiver's next held file), or the
+/// earliest short deadline of what is gathered (`due_at`), or someone asks for a commit. A
+/// wakeup that only moved `due_at` earlier (`rearm`) sleeps again, until the new time.
+fn wait_for_commit(p: &Persister, interval_at: Instant) {
+    let mut guard = locked(&p.pending);
+    while guard.waiters.is_empty() && !p.stop.load(Ordering::Acquire) {
+        // A bound reached while the last commit ran woke nobody (`ask_commit`); not once
+        // persistence has stopped (the commit would fail, taking nothing).
+        if guard.wants_commit() && !p.failed.load(Ordering::Acquire) {
+            break;
+        }
+        let at = guard.due_at.map_or(interval_at, |d| d.min(interval_at));
+        let now = Instant::now();
+        if now >= at {
+            break;
+        }
+        guard.rearm = false;
+        guard.committer_sleeping = true;
+        guard = guard.wait_timeout(&p.wake, at - now);
+        guard.committer_sleeping = false;
+        // Woken for another reason too (a batch or a list grown to its bound): commit.
+        if !guard.rearm || guard.wants_commit() {
+            break;
         }
     }
 }
