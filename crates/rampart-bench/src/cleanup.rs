@@ -144,9 +144,22 @@ fn remove_tree(root: &Path) -> std::io::Result<()> {
     let mut dirs = vec![root.to_path_buf()];
     let mut files = Vec::with_capacity(REMOVE_BATCH_FILES);
     while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir)? {
-            let entry = entry?;
-            if entry.file_type()?.is_dir() {
+        // What vanished meanwhile (a server still cleaning its folder) is gone, as for
+        // `remove_dir_all`; only the root's own absence is passed up.
+        let entries = match std::fs::read_dir(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && dir != root => continue,
+            entries => entries?,
+        };
+        for entry in entries {
+            let entry = match entry {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                entry => entry?,
+            };
+            let is_dir = match entry.file_type() {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                file_type => file_type?.is_dir(),
+            };
+            if is_dir {
                 dirs.push(entry.path());
             } else {
                 files.push(entry.path());

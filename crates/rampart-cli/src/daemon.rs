@@ -148,6 +148,7 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     detach_if_aborted(&result, own_mount.as_ref(), &mountpoint);
     // Clean unmount: a final checkpoint, so that the next mount has nothing to replay.
     socket.remove();
+    crate::sync_cmd::wait_for_syncs(std::time::Duration::from_secs(600));
     drop(metrics);
     crate::sd_notify::notify("STOPPING=1\nSTATUS=unmounted; writing the final checkpoint");
     drop(engine);

@@ -12,7 +12,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +29,56 @@ const SYNCS_IN_FLIGHT_MAX: usize = 4;
 const SYNC_ANSWER_WAIT: Duration = Duration::from_secs(600);
 
 static SYNCS_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+/// Set when the daemon shuts down: syncs asked from then on are refused.
+static CLOSING: AtomicBool = AtomicBool::new(false);
+
+/// A sync's place among [`SYNCS_IN_FLIGHT`], given back when dropped (also on a panic).
+struct InFlight;
+
+impl InFlight {
+    /// Takes a place, unless all are taken or the daemon shuts down.
+    fn take() -> Result<InFlight, String> {
+        // Counted first, then CLOSING read (both SeqCst): `wait_for_syncs` sets CLOSING, then
+        // waits for the count, so a sync is either refused here or waited for there.
+        let before = SYNCS_IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+        let place = InFlight;
+        if CLOSING.load(Ordering::SeqCst) {
+            return Err(
+                "the daemon is shutting down (its final checkpoint makes every change durable)"
+                    .into(),
+            );
+        }
+        if before >= SYNCS_IN_FLIGHT_MAX {
+            return Err(format!(
+                "{SYNCS_IN_FLIGHT_MAX} syncs are already under way; try again when they end"
+            ));
+        }
+        Ok(place)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        SYNCS_IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// At shutdown, before the final checkpoint: refuses new syncs and waits (at most
+/// `wait_max`) for those under way, so that no op is applied behind the checkpoint.
+pub fn wait_for_syncs(wait_max: Duration) {
+    CLOSING.store(true, Ordering::SeqCst);
+    let started = std::time::Instant::now();
+    while SYNCS_IN_FLIGHT.load(Ordering::SeqCst) > 0 {
+        if started.elapsed() >= wait_max {
+            tracing::warn!(
+                "shutting down with a `rampart sync` still under way after {} s",
+                wait_max.as_secs()
+            );
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
 
 /// The daemon's answer to `sync` and `sync-commit-only`.
 #[derive(Debug, Serialize, Deserialize)]
@@ -44,17 +94,17 @@ pub struct SyncAnswer {
 /// Daemon side: answers `stream` on a thread of its own, so that a slow disk does not hold
 /// `rampart status` behind it.
 pub fn serve(stream: UnixStream, engine: Arc<Engine>, held_too: bool) -> std::io::Result<()> {
-    if SYNCS_IN_FLIGHT.fetch_add(1, Ordering::SeqCst) >= SYNCS_IN_FLIGHT_MAX {
-        SYNCS_IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
-        let answer = SyncAnswer {
-            held_files_made_present: 0,
-            error: Some(format!(
-                "{SYNCS_IN_FLIGHT_MAX} syncs are already under way; try again when they end"
-            )),
-        };
-        return write_answer(&stream, &answer);
-    }
-    let spawned = std::thread::Builder::new()
+    let place = match InFlight::take() {
+        Ok(place) => place,
+        Err(e) => {
+            let answer = SyncAnswer {
+                held_files_made_present: 0,
+                error: Some(e),
+            };
+            return write_answer(&stream, &answer);
+        }
+    };
+    std::thread::Builder::new()
         .name("control-sync".into())
         .spawn(move || {
             let answer = match sync_store(&engine, held_too) {
@@ -67,15 +117,12 @@ pub fn serve(stream: UnixStream, engine: Arc<Engine>, held_too: bool) -> std::io
                     error: Some(format!("the store could not be synced: {e}")),
                 },
             };
-            SYNCS_IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+            drop(engine);
+            drop(place);
             if let Err(e) = write_answer(&stream, &answer) {
                 tracing::debug!("answering a sync request: {e}");
             }
-        });
-    if let Err(e) = spawned {
-        SYNCS_IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
-        return Err(e);
-    }
+        })?;
     Ok(())
 }
 
@@ -84,8 +131,14 @@ fn sync_store(engine: &Engine, held_too: bool) -> std::io::Result<usize> {
     let held = if held_too { engine.archive_all() } else { 0 };
     // What the kernel wrote behind the engine (passthrough) is logged and synced, as the
     // committer does every interval; then one commit makes everything durable.
-    engine.sync_passthrough_files();
+    let failed = engine.sync_passthrough_files();
     engine.sync()?;
+    if failed > 0 {
+        return Err(std::io::Error::other(format!(
+            "{failed} disk-tier files written through passthrough could not be synced (the \
+             daemon's log names them)"
+        )));
+    }
     Ok(held)
 }
 

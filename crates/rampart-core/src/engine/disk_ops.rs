@@ -854,8 +854,10 @@ impl Engine {
     /// The committer's pass over the files open for passthrough (every commit interval): their
     /// size and times are logged and their data synced with the next commit, so that the
     /// commit-interval deadline holds for what the kernel writes behind the engine.
-    pub fn sync_passthrough_files(&self) {
-        let Some(disk) = self.disk() else { return };
+    /// Returns how many host files could not be synced (each is logged).
+    pub fn sync_passthrough_files(&self) -> usize {
+        let Some(disk) = self.disk() else { return 0 };
+        let mut failed = 0;
         for ino in disk.passthrough_inodes() {
             if let Err(e) = self.host_file_changed(ino) {
                 tracing::warn!("logging the passthrough writes of inode {ino}: {e:?}");
@@ -871,8 +873,10 @@ impl Engine {
             // the clock's tick: sync its data anyway.
             if let Err(e) = disk.device.sync(&name) {
                 tracing::error!("syncing the disk-tier file {name}: {e}");
+                failed += 1;
             }
         }
+        failed
     }
 }
 

@@ -976,6 +976,13 @@ impl OpSink for Persister {
             // The committer logs passthrough writes itself: it is the one that drains.
             return;
         }
+        if crate::disk::host_locks_held() {
+            // The drain's commit removes freed host files under their stripe's exclusive
+            // lock: a thread that waited here holding a stripe could hold the committer,
+            // and so every writer, for good. Such a thread journals a disk-tier file's
+            // metadata only, a few bytes.
+            return;
+        }
         let mut p = locked(&self.pending);
         while p.builder.body_bytes() > self.config.pending_bytes_max
             && !self.stop.load(Ordering::Acquire)
