@@ -241,12 +241,11 @@ fn a_journal_cut_in_the_middle_is_refused_and_a_torn_tail_is_not() {
     );
 }
 
-/// Decision 0119: with the journal stopped on a full disk, deleting a disk-tier file frees
-/// its host file at once (behind the `freed` note), which lets the restarting checkpoint fit;
-/// after a power cut the file stays deleted and every acknowledged file is whole.
-#[test]
-fn deleting_a_disk_tier_file_on_a_full_disk_frees_its_room_and_stays_deleted() {
-    let device = Arc::new(SimDevice::new(12));
+/// A store of 24 MiB on a simulated disk, with a 1 MiB large-file threshold, commits every
+/// 20 ms and no checkpoint but the one that restarts persistence (retried after deletions
+/// only, not by the clock): the setting of the full-disk tests of decision 0119.
+fn full_disk_tier_store(seed: u64) -> (Arc<SimDevice>, PersistConfig, Arc<Engine>, Arc<Persister>) {
+    let device = Arc::new(SimDevice::new(seed));
     device.set_faults(Faults {
         capacity_bytes: Some(24 << 20),
         ..Faults::default()
@@ -254,7 +253,6 @@ fn deleting_a_disk_tier_file_on_a_full_disk_frees_its_room_and_stays_deleted() {
     let config = PersistConfig {
         commit_interval: Duration::from_millis(20),
         checkpoint_journal_bytes: u64::MAX,
-        // Only deletions make it try again soon.
         restart_retry_interval: Duration::from_secs(3600),
         reserve_bytes_min: 4 << 20,
         ..PersistConfig::default()
@@ -265,6 +263,23 @@ fn deleting_a_disk_tier_file_on_a_full_disk_frees_its_room_and_stays_deleted() {
     };
     let (e, p, _) =
         rampart_core::persist::open(device.clone(), ID, &engine_config, config.clone()).unwrap();
+    (device, config, e, p)
+}
+
+/// Waits (until `deadline`) for the checkpoint that restarts persistence to have failed.
+fn wait_for_a_failed_checkpoint(p: &Persister, deadline: Instant) {
+    while p.checkpoint_error().is_none() {
+        assert!(Instant::now() < deadline, "no checkpoint was tried");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Decision 0119: with the journal stopped on a full disk, deleting a disk-tier file frees
+/// its host file at once (behind the `freed` note), which lets the restarting checkpoint fit;
+/// after a power cut the file stays deleted and every acknowledged file is whole.
+#[test]
+fn deleting_a_disk_tier_file_on_a_full_disk_frees_its_room_and_stays_deleted() {
+    let (device, config, e, p) = full_disk_tier_store(12);
     let c = Ctx::library(0, 0);
     let big = e.mknod(&c, ROOT_INO, b"big", FILE, 0).unwrap().ino;
     for mib in 0..10u64 {
@@ -286,10 +301,7 @@ fn deleting_a_disk_tier_file_on_a_full_disk_frees_its_room_and_stays_deleted() {
     assert_eq!(full.kind(), std::io::ErrorKind::StorageFull, "{full}");
     let deadline = Instant::now() + Duration::from_secs(20);
     // The checkpoint tried at once fails: too much in memory for the room left.
-    while p.checkpoint_error().is_none() {
-        assert!(Instant::now() < deadline, "no checkpoint was tried");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_a_failed_checkpoint(&p, deadline);
     e.unlink(&c, ROOT_INO, b"big").unwrap();
     while p.error().is_some() {
         assert!(
@@ -314,24 +326,7 @@ fn deleting_a_disk_tier_file_on_a_full_disk_frees_its_room_and_stays_deleted() {
 /// deleted in the same state stays deleted.
 #[test]
 fn a_rename_over_a_disk_tier_file_on_a_full_disk_keeps_the_target_after_a_crash() {
-    let device = Arc::new(SimDevice::new(13));
-    device.set_faults(Faults {
-        capacity_bytes: Some(24 << 20),
-        ..Faults::default()
-    });
-    let config = PersistConfig {
-        commit_interval: Duration::from_millis(20),
-        checkpoint_journal_bytes: u64::MAX,
-        restart_retry_interval: Duration::from_secs(3600),
-        reserve_bytes_min: 4 << 20,
-        ..PersistConfig::default()
-    };
-    let engine_config = EngineConfig {
-        large_file_threshold_bytes: Some(1 << 20),
-        ..EngineConfig::default()
-    };
-    let (e, p, _) =
-        rampart_core::persist::open(device.clone(), ID, &engine_config, config.clone()).unwrap();
+    let (device, config, e, p) = full_disk_tier_store(13);
     let c = Ctx::library(0, 0);
     let disk_file = |name: &[u8], mib: u64, byte: u8| {
         let a = e.mknod(&c, ROOT_INO, name, FILE, 0).unwrap();
@@ -355,10 +350,7 @@ fn a_rename_over_a_disk_tier_file_on_a_full_disk_keeps_the_target_after_a_crash(
         .expect("the disk never filled up");
     assert_eq!(full.kind(), std::io::ErrorKind::StorageFull, "{full}");
     let deadline = Instant::now() + Duration::from_secs(20);
-    while p.checkpoint_error().is_none() {
-        assert!(Instant::now() < deadline, "no checkpoint was tried");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_a_failed_checkpoint(&p, deadline);
     e.rename(&c, ROOT_INO, b"new", ROOT_INO, b"target", 0)
         .unwrap();
     e.unlink(&c, ROOT_INO, b"doomed").unwrap();
