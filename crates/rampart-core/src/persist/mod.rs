@@ -1,5 +1,6 @@
 //! Persistence: the journal, checkpoints and recovery of the memory tier.
 
+pub mod backup;
 pub mod checkpoint;
 pub mod codec;
 pub mod device;
@@ -24,7 +25,8 @@ use recovery::Report;
 /// Opens a store's file system: recovery, then a persister journaling every change. When
 /// recovery changed the state beyond the journal (volatile files dropped, a fresh journal
 /// after a checkpoint that got ahead of it), a checkpoint is written before anything else,
-/// so that the journal never refers to a state it cannot rebuild.
+/// so that the journal never refers to a state it cannot rebuild; so it is when the backup
+/// pair stood in for a damaged checkpoint, which it replaces.
 pub fn open(
     device: Arc<dyn Device>,
     store_id: [u8; 16],
@@ -50,12 +52,20 @@ pub fn open(
     };
     engine.set_disk_tier(crate::disk::DiskTier::new(device.clone(), disk));
     let note_device = Arc::clone(&device);
-    let persister = Persister::start(
+    // After a recovery from the backup pair, the first checkpoint keeps the pair until it has
+    // replaced the damaged checkpoint (decision 0123).
+    let backup = if report.backup_used.is_some() {
+        persister::Backup::KeepUntilReplaced
+    } else {
+        persister::Backup::Rotate
+    };
+    let persister = Persister::start_with(
         device,
         store_id,
         report.next_seq,
         report.journal_valid_len,
         persist_config,
+        backup,
     )
     .map_err(StartError::Journal)?;
     persister.attach(&engine);
@@ -64,7 +74,7 @@ pub fn open(
     // before anything is appended to it: a version 1 journal has no disk-tier ops, and a
     // version 2 reader takes `GROUP_CONTINUES` for part of a count (decision 0103).
     let old_journal = journal_version.is_some_and(|v| v < journal::VERSION);
-    if report.volatile_dropped > 0 || old_journal {
+    if report.volatile_dropped > 0 || old_journal || report.backup_used.is_some() {
         // Its image holds the state without the files of the `freed` note, and removes it.
         persister
             .checkpoint(&engine)

@@ -68,6 +68,7 @@ mod leader;
 
 pub use answers::set_answer_batch;
 use at_risk::{AtRisk, Lags};
+pub use checkpoint_job::Backup;
 use journal_tail::{journal_content_end, write_zeros, zero_tail};
 
 const CHECKPOINT_TMP: &str = "checkpoint.tmp";
@@ -298,6 +299,8 @@ pub struct Persister {
     /// Who asked for the last sync (`sync_async_by`): the same asker twice in a row, and it
     /// may commit on its own thread (`leader`).
     last_asker: std::sync::atomic::AtomicU64,
+    /// [`Backup::KeepUntilReplaced`] until a checkpoint has replaced the damaged one.
+    keep_backup: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -396,6 +399,20 @@ impl Persister {
         journal_valid_len: u64,
         config: PersistConfig,
     ) -> Result<Arc<Persister>, PersistError> {
+        let (seq, len) = (next_seq, journal_valid_len);
+        Persister::start_with(device, store_id, seq, len, config, Backup::Rotate)
+    }
+
+    /// [`Persister::start`], saying what the first checkpoint does with the backup pair:
+    /// [`Backup::KeepUntilReplaced`] after a recovery that needed it (decision 0123).
+    pub fn start_with(
+        device: Arc<dyn Device>,
+        store_id: [u8; 16],
+        next_seq: u64,
+        journal_valid_len: u64,
+        config: PersistConfig,
+        backup: Backup,
+    ) -> Result<Arc<Persister>, PersistError> {
         let opening = |e: std::io::Error| PersistError::new(PersistStep::OpenJournal, &e);
         let (journal_bytes, journal_file_bytes) = if journal_valid_len == 0 {
             let mut new = journal_header(store_id, next_seq);
@@ -472,6 +489,7 @@ impl Persister {
             ready_removals: Mutex::new(Vec::new()),
             last_commit_answered: AtomicUsize::new(0),
             last_asker: std::sync::atomic::AtomicU64::new(u64::MAX),
+            keep_backup: AtomicBool::new(backup == Backup::KeepUntilReplaced),
         });
         persister.grow_reserve(persister.reserve_target_bytes());
         let worker = Arc::downgrade(&persister);

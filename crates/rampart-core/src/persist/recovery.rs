@@ -18,6 +18,10 @@ use crate::Errno;
 
 pub const CHECKPOINT_FILE: &str = "checkpoint";
 pub const JOURNAL_FILE: &str = "journal";
+/// The checkpoint the last one replaced, and its journal as it was frozen then: the backup
+/// pair recovery falls back on when `checkpoint` is damaged (decision 0123).
+pub const CHECKPOINT_PREV: &str = "checkpoint.prev";
+pub const JOURNAL_PREV: &str = "journal.prev";
 
 /// What recovery found and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,11 +50,45 @@ pub struct Report {
     /// What the pass over the data folder found and did (`disk::recover_host_files`; only a
     /// read-write open makes it).
     pub host_files: crate::disk::HostFilesReport,
+    /// Why `checkpoint` could not be used, when the backup pair (`checkpoint.prev`,
+    /// `journal.prev`, decision 0123) rebuilt the state instead; the mount then writes a
+    /// new checkpoint before serving.
+    pub backup_used: Option<String>,
     pub duration: Duration,
+}
+
+impl Report {
+    /// The report of a recovery that has loaded its base state and replayed nothing yet.
+    pub(crate) fn empty(checkpoint_seq: Option<u64>, checkpoint_inodes: u64) -> Report {
+        Report {
+            checkpoint_seq,
+            checkpoint_inodes,
+            batches_replayed: 0,
+            ops_replayed: 0,
+            ops_skipped: 0,
+            tail: Tail::Clean,
+            journal_valid_len: 0,
+            next_seq: checkpoint_seq.unwrap_or(0),
+            volatile_dropped: 0,
+            freed_deleted: Vec::new(),
+            freed_note_damaged: None,
+            host_files: Default::default(),
+            backup_used: None,
+            duration: Duration::ZERO,
+        }
+    }
 }
 
 impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(why) = &self.backup_used {
+            write!(
+                f,
+                "THE CHECKPOINT COULD NOT BE USED ({why}): recovered from the backup pair \
+                 {CHECKPOINT_PREV} and {JOURNAL_PREV}, then the journal; a new checkpoint \
+                 replaces the damaged one before serving. From the backup: "
+            )?;
+        }
         match self.checkpoint_seq {
             Some(seq) => write!(
                 f,
@@ -125,6 +163,15 @@ pub enum RecoveryError {
     },
     /// The replayed state breaks an invariant.
     Inconsistent(Vec<String>),
+    /// `checkpoint` is missing, but `checkpoint.prev` shows the store had one: it was
+    /// deleted.
+    CheckpointMissing,
+    /// `checkpoint` cannot be used (`checkpoint`, the error) and neither can the backup pair
+    /// (`why`).
+    NoBackup {
+        checkpoint: Box<RecoveryError>,
+        why: String,
+    },
 }
 
 impl std::fmt::Display for RecoveryError {
@@ -180,6 +227,16 @@ impl std::fmt::Display for RecoveryError {
                     "journal op {seq} does not apply ({error}): the journal is inconsistent"
                 )
             }
+            RecoveryError::CheckpointMissing => write!(
+                f,
+                "the checkpoint is missing, though the store has had one ({CHECKPOINT_PREV} \
+                 is there): it was deleted"
+            ),
+            RecoveryError::NoBackup { checkpoint, why } => write!(
+                f,
+                "{checkpoint}; the backup ({CHECKPOINT_PREV} and {JOURNAL_PREV}, then the \
+                 journal) cannot stand in for it: {why}"
+            ),
             RecoveryError::Inconsistent(p) => write!(
                 f,
                 "the recovered file system breaks {} invariants, first: {}",
@@ -378,53 +435,37 @@ pub fn replay(
     result
 }
 
-/// Rebuilds the state held by `device`.
+/// Rebuilds the state held by `device`: from `checkpoint` and `journal`, or, if the
+/// checkpoint is damaged or was deleted, from the backup pair and the journal when they chain
+/// (decision 0123; `Report::backup_used` says so).
 pub fn recover(
     device: &dyn Device,
     store_id: [u8; 16],
     config: &EngineConfig,
 ) -> Result<(State, Report), RecoveryError> {
     let started = Instant::now();
-    let (mut state, checkpoint_seq) =
-        match device.read(CHECKPOINT_FILE).map_err(RecoveryError::Io)? {
-            Some(bytes) => {
-                let loaded = load_checkpoint(&bytes, store_id, config)?;
-                if !loaded.problems.is_empty() {
-                    return Err(RecoveryError::Checkpoint(CheckpointError::Inconsistent(
-                        loaded.problems,
-                    )));
+    let (mut state, mut report) = match from_checkpoint(device, store_id, config) {
+        Ok(recovered) => recovered,
+        Err(Failed::Journal(e)) => return Err(e),
+        Err(Failed::Checkpoint(e)) => {
+            match crate::persist::backup::replay_chain(device, store_id, config) {
+                Ok((state, mut report)) => {
+                    tracing::error!(
+                        "the checkpoint cannot be used ({e}): recovering from the backup \
+                         pair {CHECKPOINT_PREV} and {JOURNAL_PREV}, then the journal"
+                    );
+                    report.backup_used = Some(e.to_string());
+                    (state, report)
                 }
-                (loaded.state, Some(loaded.header.seq))
+                Err(why) => {
+                    return Err(RecoveryError::NoBackup {
+                        checkpoint: Box::new(e),
+                        why,
+                    })
+                }
             }
-            None => (State::new(config), None),
-        };
-    let from_seq = checkpoint_seq.unwrap_or(0);
-    let mut report = Report {
-        checkpoint_seq,
-        checkpoint_inodes: state.inodes().count() as u64,
-        batches_replayed: 0,
-        ops_replayed: 0,
-        ops_skipped: 0,
-        tail: Tail::Clean,
-        journal_valid_len: 0,
-        next_seq: from_seq,
-        volatile_dropped: 0,
-        freed_deleted: Vec::new(),
-        freed_note_damaged: None,
-        host_files: Default::default(),
-        duration: Duration::ZERO,
+        }
     };
-    let journal = device.read(JOURNAL_FILE).map_err(RecoveryError::Io)?;
-    match journal {
-        None if checkpoint_seq.is_some() => {
-            return Err(RecoveryError::JournalMissing { checkpoint: true })
-        }
-        None if was_mounted(device)? => {
-            return Err(RecoveryError::JournalMissing { checkpoint: false })
-        }
-        None => {}
-        Some(bytes) => replay_journal(&bytes, &mut state, store_id, from_seq, &mut report)?,
-    }
     report.volatile_dropped = after_replay(&mut state);
     let mut freed: Vec<_> = match crate::persist::freed_note::deleted_inodes(&state, device) {
         Ok(inos) => inos.into_iter().collect(),
@@ -453,6 +494,60 @@ pub fn recover(
     Ok((state, report))
 }
 
+/// Why `from_checkpoint` failed: the checkpoint (the backup may stand in for it), or the
+/// journal (it cannot).
+enum Failed {
+    Checkpoint(RecoveryError),
+    Journal(RecoveryError),
+}
+
+/// The state of `checkpoint` with the journal replayed onto it.
+fn from_checkpoint(
+    device: &dyn Device,
+    store_id: [u8; 16],
+    config: &EngineConfig,
+) -> Result<(State, Report), Failed> {
+    let checkpoint = device
+        .read(CHECKPOINT_FILE)
+        .map_err(|e| Failed::Checkpoint(RecoveryError::Io(e)))?;
+    let (mut state, checkpoint_seq) = match checkpoint {
+        Some(bytes) => {
+            let loaded = load_checkpoint(&bytes, store_id, config).map_err(Failed::Checkpoint)?;
+            if !loaded.problems.is_empty() {
+                return Err(Failed::Checkpoint(RecoveryError::Checkpoint(
+                    CheckpointError::Inconsistent(loaded.problems),
+                )));
+            }
+            (loaded.state, Some(loaded.header.seq))
+        }
+        None if crate::persist::backup::present(device) => {
+            return Err(Failed::Checkpoint(RecoveryError::CheckpointMissing))
+        }
+        None => (State::new(config), None),
+    };
+    let mut report = Report::empty(checkpoint_seq, state.inodes().count() as u64);
+    let from_seq = checkpoint_seq.unwrap_or(0);
+    let journal = device
+        .read(JOURNAL_FILE)
+        .map_err(|e| Failed::Journal(RecoveryError::Io(e)))?;
+    match journal {
+        None if checkpoint_seq.is_some() => {
+            return Err(Failed::Journal(RecoveryError::JournalMissing {
+                checkpoint: true,
+            }))
+        }
+        None if was_mounted(device).map_err(Failed::Journal)? => {
+            return Err(Failed::Journal(RecoveryError::JournalMissing {
+                checkpoint: false,
+            }))
+        }
+        None => {}
+        Some(bytes) => replay_journal(&bytes, &mut state, store_id, from_seq, &mut report)
+            .map_err(Failed::Journal)?,
+    }
+    Ok((state, report))
+}
+
 /// True if a mount has opened the store: its `reserve` file is there, made by the persister
 /// after the journal (decision 0107). A store without a journal and a checkpoint but with one
 /// lost its journal (a store just made by mkfs has neither).
@@ -463,7 +558,7 @@ pub fn was_mounted(device: &dyn Device) -> Result<bool, RecoveryError> {
 
 /// Recovery's journal step: scans `bytes`, refuses what does not fit or is damaged, replays
 /// the valid prefix onto `state` and notes it in `report`.
-fn replay_journal(
+pub(crate) fn replay_journal(
     bytes: &[u8],
     state: &mut State,
     store_id: [u8; 16],

@@ -31,10 +31,12 @@ pub const MIRROR_PATH_BYTES_MAX: usize = 4096;
 const FIXED_BYTES: usize = 8 + 4 + 4 + 16 + 4;
 
 /// The store files a copy holds, beside `data/` (the lock and `mirror` are each copy's own).
-const COPIED_FILES: [&str; 6] = [
+const COPIED_FILES: [&str; 8] = [
     SUPERBLOCK_FILE,
     JOURNAL_FILE,
     CHECKPOINT_FILE,
+    recovery::JOURNAL_PREV,
+    recovery::CHECKPOINT_PREV,
     crate::persist::persister::RESERVE_FILE,
     crate::rampart::CONFIG_FILE,
     crate::persist::freed_note::FREED_FILE,
@@ -435,8 +437,9 @@ fn store_files_equal(a: &Path, b: &Path) -> Result<bool, StoreError> {
     Ok(true)
 }
 
-/// How a copy fared when recovered on its own.
-fn judge(dir: &Path, store_id: [u8; 16], config: &EngineConfig) -> Result<u64, String> {
+/// How a copy fared when recovered on its own: the op it recovers to, and whether it needs
+/// the backup pair for that (its checkpoint is damaged: decision 0123).
+fn judge(dir: &Path, store_id: [u8; 16], config: &EngineConfig) -> Result<Judged, String> {
     let sb = read_superblock(dir).map_err(|e| e.to_string())?;
     if sb.store_id != store_id {
         return Err("its superblock names another store".into());
@@ -444,7 +447,45 @@ fn judge(dir: &Path, store_id: [u8; 16], config: &EngineConfig) -> Result<u64, S
     let device = DirDevice::open_read_only(dir).map_err(|e| e.to_string())?;
     let (_, report) =
         recovery::recover(&device, store_id, config).map_err(|e| format!("cannot recover: {e}"))?;
-    Ok(report.next_seq)
+    Ok(Judged {
+        next_seq: report.next_seq,
+        backup_used: report.backup_used,
+    })
+}
+
+/// A copy that recovers.
+#[derive(Debug)]
+struct Judged {
+    next_seq: u64,
+    /// Why its checkpoint could not be used, if the backup pair stood in for it.
+    backup_used: Option<String>,
+}
+
+impl Judged {
+    /// Orders copies: the later commit wins; at the same commit, the one whose checkpoint
+    /// is sound (copied from a copy that needs its backup, the damage would spread).
+    fn rank(&self) -> (u64, bool) {
+        (self.next_seq, self.backup_used.is_none())
+    }
+
+    /// How this copy is ahead of `other`, which ranks below it.
+    fn ahead_of(&self, other: &Judged) -> &'static str {
+        if self.next_seq > other.next_seq {
+            "has later commits"
+        } else {
+            "has a sound checkpoint at the same commit"
+        }
+    }
+
+    fn describe(&self) -> String {
+        match &self.backup_used {
+            None => format!("up to op {}", self.next_seq),
+            Some(why) => format!(
+                "up to op {}, from its backup checkpoint: {why}",
+                self.next_seq
+            ),
+        }
+    }
 }
 
 /// Opens the store at `path`, whose `mirror` file is `record`, with its mirror: locks both,
@@ -478,8 +519,14 @@ pub fn open_mirrored(
     let peer_lock = lock(&peer, Access::Exclusive)?;
     // The usual case (a clean unmount, or a crash after both copies' last writes): the same
     // store files, so the same recovery; the mount's own recovery judges them.
+    let same = || {
+        Ok(Judged {
+            next_seq: 0,
+            backup_used: None,
+        })
+    };
     let (here_state, peer_state) = if store_files_equal(&here, &peer)? {
-        (Ok(0), Ok(0))
+        (same(), same())
     } else {
         (
             judge(&here, record.store_id, config),
@@ -524,28 +571,33 @@ pub fn open_mirrored(
 fn choose<'p>(
     here: &'p PathBuf,
     peer: &'p PathBuf,
-    here_state: &Result<u64, String>,
-    peer_state: &Result<u64, String>,
+    here_state: &Result<Judged, String>,
+    peer_state: &Result<Judged, String>,
 ) -> Result<(&'p PathBuf, &'p PathBuf, String), StoreError> {
     Ok(match (here_state, peer_state) {
-        (Ok(a), Ok(b)) if b > a => (
+        (Ok(a), Ok(b)) if b.rank() > a.rank() => (
             peer,
             here,
             format!(
-                "the mirror {} has later commits (up to op {b}, the store {} up to op {a}): \
-                 used the mirror and brought the store up to it",
+                "the mirror {} {} ({}; the store {} {}): used the mirror and brought the \
+                 store up to it",
                 peer.display(),
-                here.display()
+                b.ahead_of(a),
+                b.describe(),
+                here.display(),
+                a.describe()
             ),
         ),
-        (Ok(a), Ok(b)) if a > b => (
+        (Ok(a), Ok(b)) if a.rank() > b.rank() => (
             here,
             peer,
             format!(
-                "the store {} has later commits (up to op {a}, the mirror {} up to op {b}): \
-                 brought the mirror up to it",
+                "the store {} {} ({}; the mirror {} {}): brought the mirror up to it",
                 here.display(),
-                peer.display()
+                a.ahead_of(b),
+                a.describe(),
+                peer.display(),
+                b.describe()
             ),
         ),
         (Ok(_), Ok(_)) => (here, peer, String::new()),

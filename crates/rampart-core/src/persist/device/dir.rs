@@ -199,6 +199,18 @@ impl DirDevice {
         Ok(())
     }
 
+    /// linkat(2) within the folder.
+    fn link_at(&self, from: &str, to: &str) -> io::Result<()> {
+        let (from, to) = (c_name(from)?, c_name(to)?);
+        let dir = self.dir_file.as_raw_fd();
+        // SAFETY: both names are NUL-terminated strings that outlive the call; `dir` is open;
+        // flags 0 (no symbolic link followed).
+        if unsafe { libc::linkat(dir, from.as_ptr(), dir, to.as_ptr(), 0) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// unlinkat(2) of a file in the folder.
     fn unlink_at(&self, name: &str) -> io::Result<()> {
         let name = c_name(name)?;
@@ -582,6 +594,29 @@ impl Device for DirDevice {
         let replaced = std::mem::take(&mut self.cache.lock().replaced);
         // Closing the last descriptor frees the file, outside the cache lock.
         drop(replaced);
+    }
+
+    fn link(&self, from: &str, to: &str) -> io::Result<()> {
+        validate_name(from)?;
+        validate_name(to)?;
+        self.check_writable("link", from)?;
+        if is_data_name(from) || is_data_name(to) {
+            return Err(super::unsupported("link in the data folder", from));
+        }
+        {
+            let mut cache = self.cache.lock();
+            self.link_at(from, to)?;
+            // The folder fsync below makes both names durable.
+            cache.new_entries.remove(from);
+        }
+        if let Err(e) = self.sync_dir(to) {
+            // Not known durable: the next sync of either name retries the folder's.
+            let mut cache = self.cache.lock();
+            cache.new_entries.insert(from.to_owned());
+            cache.new_entries.insert(to.to_owned());
+            return Err(e);
+        }
+        Ok(())
     }
 
     fn remove(&self, name: &str) -> io::Result<()> {

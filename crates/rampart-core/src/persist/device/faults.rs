@@ -42,10 +42,11 @@ pub enum SyncOp {
     Sync,
     Rename,
     Remove,
+    Link,
 }
 
 /// Every kind of sync point.
-pub const ALL_SYNC_OPS: &[SyncOp] = &[SyncOp::Sync, SyncOp::Rename, SyncOp::Remove];
+pub const ALL_SYNC_OPS: &[SyncOp] = &[SyncOp::Sync, SyncOp::Rename, SyncOp::Remove, SyncOp::Link];
 
 /// Sync points that fail with EIO and make nothing durable.
 #[derive(Clone, Debug)]

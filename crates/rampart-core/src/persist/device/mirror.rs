@@ -199,6 +199,9 @@ impl Device for MirrorDevice {
     fn remove(&self, name: &str) -> io::Result<()> {
         self.both_at_once("remove", name, |d| d.remove(name))
     }
+    fn link(&self, from: &str, to: &str) -> io::Result<()> {
+        self.both_at_once("link", from, |d| d.link(from, to))
+    }
     fn start_writeback(&self, name: &str) -> io::Result<()> {
         self.both("writeback", name, |d| d.start_writeback(name))
     }

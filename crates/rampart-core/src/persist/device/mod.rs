@@ -20,8 +20,10 @@
 //! 2. `sync(name)` makes the file's volatile content its durable content, and the file's
 //!    existence durable too ([`DirDevice`] also fsyncs the folder the first time it syncs a
 //!    file it created). Nothing else becomes durable: each file is synced on its own.
-//! 3. `rename(from, to)` and `remove(name)` are durable when they return (each ends with an
-//!    fsync of the folder), but they sync no content. After `rename(from, to)` a crash leaves
+//! 3. `rename(from, to)`, `link(from, to)` and `remove(name)` are durable when they return
+//!    (each ends with an fsync of the folder), but they sync no content; after `link`, a crash
+//!    leaves at `to` what it leaves at `from` (the device is only asked to link a file that
+//!    is not written again under either name). After `rename(from, to)` a crash leaves
 //!    `from` absent, the old `to` gone, and at `to` the content that was durable for `from` at
 //!    the moment of the rename — an empty file if `from` was never synced — plus, under torn
 //!    writes, a prefix of what was appended to it since (rule 4). The safe way to replace a
@@ -140,6 +142,14 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     fn rename(&self, from: &str, to: &str) -> io::Result<()>;
     /// Removes a file (durably: fsync of the folder). Absent is not an error.
     fn remove(&self, name: &str) -> io::Result<()>;
+    /// Gives the file `from` a second name `to` (a hard link, durably: fsync of the folder),
+    /// so that a later `rename` over `from` leaves the old content under `to` (the previous
+    /// checkpoint kept as a backup, decision 0123). EEXIST if `to` exists, ENOENT if `from`
+    /// does not. The caller writes neither name afterwards until one of them is replaced or
+    /// removed: [`SimDevice`] makes a copy, not a shared file. The default: Unsupported.
+    fn link(&self, from: &str, _to: &str) -> io::Result<()> {
+        Err(unsupported("link", from))
+    }
     /// A hint: starts writing the file's changed data to the disk, without waiting and without
     /// making anything durable (only `sync` does). Writers of large files call it as they go,
     /// so that the final `sync` does not push everything at once while other files' syncs wait

@@ -714,6 +714,26 @@ impl Device for SimDevice {
         Ok(())
     }
 
+    fn link(&self, from: &str, to: &str) -> io::Result<()> {
+        validate_name(from)?;
+        validate_name(to)?;
+        let mut state = self.state.lock();
+        state.file_mut(from)?;
+        if state.files.contains_key(to) {
+            return Err(os_error(libc::EEXIST));
+        }
+        state.sync_point(SyncOp::Link, from)?;
+        // A copy: the caller writes neither name again (see `Device::link`). Like a renamed
+        // file, the new name is durable and carries what a crash leaves of `from`.
+        let file = state.files.get(from).expect("checked above").clone();
+        let linked = SimFile {
+            durable: Some(file.durable.clone().unwrap_or_default()),
+            ..file
+        };
+        state.files.insert(to.to_owned(), linked);
+        Ok(())
+    }
+
     fn remove(&self, name: &str) -> io::Result<()> {
         validate_name(name)?;
         let mut state = self.state.lock();

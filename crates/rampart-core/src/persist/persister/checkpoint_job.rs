@@ -14,8 +14,21 @@ use crate::engine::Engine;
 use crate::error::{PersistError, PersistStep};
 use crate::persist::checkpoint;
 use crate::persist::journal::{self, BatchBuilder};
-use crate::persist::recovery::{CHECKPOINT_FILE, JOURNAL_FILE};
+use crate::persist::recovery::{CHECKPOINT_FILE, CHECKPOINT_PREV, JOURNAL_FILE, JOURNAL_PREV};
 use crate::time::now_ns;
+
+/// What a checkpoint does with the backup pair, `checkpoint.prev` and `journal.prev`
+/// (decision 0123, docs/FORMAT.md "Checkpoint").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backup {
+    /// The usual: removed before the new image is written, and the checkpoint and journal
+    /// being replaced become the new pair.
+    Rotate,
+    /// The checkpoint is damaged and the pair is what recovered the state: kept until the
+    /// next checkpoint has replaced the damaged one, then removed (it no longer chains to
+    /// the new journal).
+    KeepUntilReplaced,
+}
 
 impl CheckpointJob<'_> {
     /// The first op not in the image.
@@ -23,9 +36,19 @@ impl CheckpointJob<'_> {
         self.seq
     }
 
-    /// Step 2: writes and syncs `checkpoint.tmp`.
+    /// Step 2: writes and syncs `checkpoint.tmp`, after removing the backup pair.
     pub fn write_image(&mut self) -> Result<(), PersistError> {
         let p = self.persister;
+        if !p.keep_backup.load(Ordering::Acquire) {
+            // The pair goes before the new image is written (decision 0123): on a nearly
+            // full disk the image has its room, and the most this checkpoint holds at once
+            // is the old pair and the new one, as without a backup.
+            for name in [CHECKPOINT_PREV, JOURNAL_PREV] {
+                if let Err(e) = p.device.remove(name) {
+                    return Err(p.checkpoint_failed(PersistStep::WriteCheckpoint, &e));
+                }
+            }
+        }
         let image = std::mem::take(&mut self.image);
         // In chunks, each sent on to the disk as the next is written: a sync of the whole
         // image at the end would hold every commit's fdatasync behind it for seconds.
@@ -101,24 +124,15 @@ impl CheckpointJob<'_> {
     /// Step 4: copies the last batches, and puts the new checkpoint and journal in place.
     pub fn finish(mut self) -> Result<(), PersistError> {
         let p = self.persister;
+        let keep_backup = p.keep_backup.load(Ordering::Acquire);
+        let backup_linked = !keep_backup && p.link_checkpoint_backup()?;
         let _writing = locked(&p.writing);
         let switching = Instant::now();
         let mut restarted_seq = self.seq;
         let mut journal_bytes = journal::HEADER_BYTES as u64 + (self.copied_to - self.tail_from);
         let prepared = (|| {
             if self.restarting {
-                let gathered = p.take_gathered();
-                let (batch, next_seq) = (gathered.framed, gathered.next_seq);
-                p.sync_host_files(&gathered.host_files);
-                // Removed at the next commit, once this journal is in place.
-                locked(&p.pending).removals.extend(gathered.removals);
-                if let Some(framed) = batch.map(journal::Unchecked::finish) {
-                    // Not synced batch by batch: the file is synced before it is renamed.
-                    let append = |b: &[u8]| p.device.append(JOURNAL_TMP, b);
-                    framed.batches().try_for_each(append)?;
-                    journal_bytes += framed.len() as u64;
-                }
-                restarted_seq = next_seq;
+                restarted_seq = p.write_gathered(&mut journal_bytes)?;
             } else {
                 let end = locked(&p.durable).journal_bytes;
                 self.copy_old_journal(end)?;
@@ -129,6 +143,9 @@ impl CheckpointJob<'_> {
                 &RESERVE_ZEROS[..journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN],
             )?;
             p.device.sync(JOURNAL_TMP)?;
+            if backup_linked {
+                p.link_journal_backup()?;
+            }
             p.device.rename(CHECKPOINT_TMP, CHECKPOINT_FILE)
         })();
         if let Err(e) = prepared {
@@ -187,6 +204,9 @@ impl CheckpointJob<'_> {
         drop(_writing);
         // The old checkpoint and journal are freed here, with commits running again.
         p.device.release_replaced();
+        if keep_backup {
+            p.drop_backup_after_repair();
+        }
         p.remove_note_after_checkpoint(); // under the claim: no name noted after the image
         tracing::info!(
             "checkpoint of {} bytes at op {}; writers paused {:.1} ms, commits {:.1} ms; \
@@ -242,6 +262,56 @@ struct ImageCut {
 }
 
 impl Persister {
+    /// Step 4, a restarting checkpoint: appends the ops gathered since its image to
+    /// `journal.tmp` (counting them in `journal_bytes`); returns the next op's number.
+    fn write_gathered(&self, journal_bytes: &mut u64) -> std::io::Result<u64> {
+        let gathered = self.take_gathered();
+        let (batch, next_seq) = (gathered.framed, gathered.next_seq);
+        self.sync_host_files(&gathered.host_files);
+        // Removed at the next commit, once this journal is in place.
+        locked(&self.pending).removals.extend(gathered.removals);
+        if let Some(framed) = batch.map(journal::Unchecked::finish) {
+            // Not synced batch by batch: the file is synced before it is renamed.
+            let append = |b: &[u8]| self.device.append(JOURNAL_TMP, b);
+            framed.batches().try_for_each(append)?;
+            *journal_bytes += framed.len() as u64;
+        }
+        Ok(next_seq)
+    }
+
+    /// Step 4, before the commit lock: the checkpoint being replaced becomes
+    /// `checkpoint.prev` (a link: no byte copied; `checkpoint` is not written until its
+    /// rename). False if there is none (the store's first checkpoint: nothing to keep).
+    fn link_checkpoint_backup(&self) -> Result<bool, PersistError> {
+        match self.device.link(CHECKPOINT_FILE, CHECKPOINT_PREV) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(self.checkpoint_failed(PersistStep::WriteCheckpoint, &e)),
+        }
+    }
+
+    /// Step 4, under the commit lock, before the renames: the journal becomes
+    /// `journal.prev`. Nothing is appended to `journal` from here until it is replaced, so
+    /// `journal.prev` is frozen holding every commit made to it, all synced.
+    fn link_journal_backup(&self) -> std::io::Result<()> {
+        self.device.link(JOURNAL_FILE, JOURNAL_PREV)
+    }
+
+    /// After the checkpoint that replaced a damaged one: the backup pair that stood in for
+    /// it no longer chains to the new journal (decision 0123); removed, and the next
+    /// checkpoints keep one again.
+    fn drop_backup_after_repair(&self) {
+        tracing::warn!(
+            "a new checkpoint replaced the damaged one; the previous checkpoint and journal              that recovered the state are removed (the next checkpoint keeps a backup again)"
+        );
+        for name in [CHECKPOINT_PREV, JOURNAL_PREV] {
+            if let Err(e) = self.device.remove(name) {
+                tracing::warn!("removing {name}: {e}; the next checkpoint removes it");
+            }
+        }
+        self.keep_backup.store(false, Ordering::Release);
+    }
+
     /// Step 1 of a checkpoint: encodes the image. Waits for a checkpoint already running.
     pub fn checkpoint_begin(&self, engine: &Engine) -> Result<CheckpointJob<'_>, PersistError> {
         self.claim_checkpoint();

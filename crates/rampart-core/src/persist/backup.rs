@@ -1,0 +1,85 @@
+//! The backup pair (decision 0123): `checkpoint.prev`, the checkpoint the last one replaced,
+//! and `journal.prev`, the journal that went with it, frozen at the switch. Together with the
+//! current `journal` they rebuild the state when `checkpoint` is damaged or missing, but only
+//! when the three form a contiguous chain of ops; anything else is refused with the reason,
+//! never guessed at.
+
+use crate::engine::{EngineConfig, State};
+use crate::persist::device::Device;
+use crate::persist::journal::{self, Tail};
+use crate::persist::recovery::{
+    self, NoProgress, Replayed, Report, CHECKPOINT_PREV, JOURNAL_FILE, JOURNAL_PREV,
+};
+
+/// Whether the store has a backup checkpoint (with or without its journal).
+pub fn present(device: &dyn Device) -> bool {
+    device.len(CHECKPOINT_PREV).is_ok_and(|len| len.is_some())
+}
+
+/// The state the chain `checkpoint.prev`, `journal.prev`, `journal` rebuilds, with the
+/// recovery report of its replay (before the steps every recovery takes after it: volatile
+/// files, the `freed` note, the invariants). Err: why the chain cannot be used.
+pub fn replay_chain(
+    device: &dyn Device,
+    store_id: [u8; 16],
+    config: &EngineConfig,
+) -> Result<(State, Report), String> {
+    let read = |name: &str| match device.read(name) {
+        Ok(Some(bytes)) => Ok(bytes),
+        Ok(None) => Err(format!("{name} is missing")),
+        Err(e) => Err(format!("reading {name}: {e}")),
+    };
+    let (checkpoint, prev_journal) = (read(CHECKPOINT_PREV)?, read(JOURNAL_PREV)?);
+    let loaded = recovery::load_checkpoint(&checkpoint, store_id, config)
+        .map_err(|e| format!("{CHECKPOINT_PREV}: {e}"))?;
+    if let Some(p) = loaded.problems.first() {
+        return Err(format!("{CHECKPOINT_PREV} holds an inconsistency: {p}"));
+    }
+    drop(checkpoint);
+    let mut state = loaded.state;
+    let prev_seq = loaded.header.seq;
+    let mut report = Report::empty(Some(prev_seq), state.inodes().count() as u64);
+    // `journal.prev` was frozen after its last commit was synced: it must read whole.
+    let scan = journal::scan(&prev_journal).map_err(|e| format!("{JOURNAL_PREV}: {e}"))?;
+    recovery::journal_fits(&scan, store_id, prev_seq)
+        .map_err(|e| format!("{JOURNAL_PREV} does not go with {CHECKPOINT_PREV}: {e}"))?;
+    if scan.tail != Tail::Clean {
+        return Err(format!(
+            "{JOURNAL_PREV} does not end after a whole batch ({:?}): it is damaged",
+            scan.tail
+        ));
+    }
+    let mut replayed = Replayed::default();
+    recovery::replay(
+        &mut state,
+        &scan.batches,
+        prev_seq,
+        &NoProgress,
+        &mut replayed,
+    )
+    .map_err(|f| format!("{JOURNAL_PREV}: op {} does not apply ({f:?})", f.seq()))?;
+    // Every op before this is in the state now.
+    let chained_to = prev_seq.max(scan.next_seq());
+    drop(scan);
+    drop(prev_journal);
+    let journal = read(JOURNAL_FILE)?;
+    let head = journal::scan(&journal).map_err(|e| format!("{JOURNAL_FILE}: {e}"))?;
+    if head.header.base_seq > chained_to {
+        // A checkpoint that restarted persistence after an I/O error began its journal
+        // empty at its image's op: the ops between were only in that image.
+        return Err(format!(
+            "the journal starts at op {} but the backup reaches only op {chained_to}: the ops \
+             in between were only in the damaged checkpoint (a checkpoint restarted \
+             persistence after an I/O error)",
+            head.header.base_seq
+        ));
+    }
+    drop(head);
+    report.next_seq = chained_to;
+    recovery::replay_journal(&journal, &mut state, store_id, chained_to, &mut report)
+        .map_err(|e| format!("{JOURNAL_FILE}: {e}"))?;
+    report.batches_replayed += replayed.batches;
+    report.ops_replayed += replayed.ops_applied;
+    report.ops_skipped += replayed.ops_skipped;
+    Ok((state, report))
+}
