@@ -18,12 +18,13 @@ from test_persistence import (BATCH_HEADER_BYTES, HEADER_BYTES, assert_no_panic,
 
 pytestmark = pytest.mark.rampart_only("tests rampart fsck on rampart stores")
 
-REPORT_KEYS = {"store", "clean", "repaired", "superblock", "checkpoint", "journal", "replay", "invariants",
+REPORT_KEYS = {"store", "clean", "repaired", "superblock", "checkpoint", "journal", "backup", "warnings", "replay", "invariants",
                "data", "filesystem", "problems", "repairs", "unrepairable", "duration_ms"}
 SECTION_KEYS = {
     "superblock": {"ok", "format_version", "store_id", "error"},
     "checkpoint": {"present", "ok", "bytes", "seq", "error", "problems"},
     "journal": {"present", "ok", "bytes", "base_seq", "batches", "ops", "valid_bytes", "reserved_bytes", "next_seq", "tail", "error"},
+    "backup": {"present", "usable", "used", "error"},
     "replay": {"done", "batches", "ops_applied", "ops_skipped", "failed", "ops_not_replayed", "volatile_dropped"},
     "invariants": {"checked", "problems"},
     "data": {"checked", "files", "bytes", "orphans", "long", "missing", "short"},

@@ -98,9 +98,9 @@ impl From<&LatencyHistogram> for Latency {
 pub const STATUS_SCHEMA_VERSION: u32 = 1;
 
 /// Raised when fields are added (`categories`: 1, `writeback_cache`: 2, `held_files`: 3,
-/// `persistence.store_written_bytes`: 4); consumers of the same [`STATUS_SCHEMA_VERSION`]
-/// read any minor version.
-pub const STATUS_SCHEMA_MINOR_VERSION: u32 = 4;
+/// `persistence.store_written_bytes`: 4, `recovered_from_backup`: 5); consumers of the same
+/// [`STATUS_SCHEMA_VERSION`] read any minor version.
+pub const STATUS_SCHEMA_MINOR_VERSION: u32 = 5;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Status {
@@ -167,6 +167,10 @@ pub struct Status {
     /// The store's second copy (DA2), on a mirrored store (decision 0077).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mirror: Option<MirrorStatus>,
+    /// Why the mount's recovery could not use the checkpoint, when the backup pair rebuilt
+    /// the state instead (decision 0123).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovered_from_backup: Option<String>,
 }
 
 /// One category in `rampart status` (docs/CATEGORIES.md, "Watching the categories").
@@ -244,6 +248,8 @@ pub struct Sources {
     pub fuse_transport: &'static str,
     /// The kernel uses the writeback cache (what INIT settled, not what was asked).
     pub writeback_cache: bool,
+    /// Why the checkpoint could not be used, if recovery used the backup pair.
+    pub recovered_from_backup: Option<String>,
 }
 
 pub fn status_of(sources: &Sources) -> Status {
@@ -255,6 +261,7 @@ pub fn status_of(sources: &Sources) -> Status {
         mountpoint,
         fuse_transport,
         writeback_cache,
+        recovered_from_backup,
     } = sources;
     let s = engine.stats();
     let categories: BTreeMap<String, CategoryFigures> = engine
@@ -287,6 +294,7 @@ pub fn status_of(sources: &Sources) -> Status {
             },
         },
         data_path: engine.data_path().to_string(),
+        recovered_from_backup: recovered_from_backup.clone(),
         mirror: engine.mirror_health().map(|h| {
             let reason = h.degraded();
             MirrorStatus {

@@ -119,6 +119,7 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
         mountpoint: mountpoint.clone(),
         fuse_transport,
         writeback_cache: mounted.negotiated().writeback_cache(),
+        recovered_from_backup: rampart.recovery().backup_used.clone(),
     });
     let metrics = metrics_listeners.serve(sources.clone());
     let socket = crate::control::serve(sources).map_err(|e| {

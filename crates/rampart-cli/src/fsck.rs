@@ -279,6 +279,9 @@ pub fn render(r: &Report, repair: bool) -> String {
     if r.superblock.ok {
         lines.push(("checkpoint", checkpoint_text(r)));
         lines.push(("journal", journal_text(r)));
+        if r.backup.present {
+            lines.push(("backup", backup_text(r)));
+        }
         lines.push(("replay", replay_text(r)));
         lines.push(("invariants", invariants_text(r)));
         if r.data.checked {
@@ -316,7 +319,11 @@ pub fn render(r: &Report, repair: bool) -> String {
     for (label, text) in lines {
         let _ = writeln!(out, "  {label:<11} {text}");
     }
-    for (title, items) in [("problems", &r.problems), ("repairs", &r.repairs)] {
+    for (title, items) in [
+        ("problems", &r.problems),
+        ("warnings", &r.warnings),
+        ("repairs", &r.repairs),
+    ] {
         if !items.is_empty() {
             let _ = writeln!(out, "{title} ({}):", items.len());
             for p in items {
@@ -326,6 +333,18 @@ pub fn render(r: &Report, repair: bool) -> String {
     }
     let _ = writeln!(out, "{}", verdict(r, repair));
     out
+}
+
+/// The backup pair, `checkpoint.prev` and `journal.prev` (decision 0123).
+fn backup_text(r: &Report) -> String {
+    let b = &r.backup;
+    match (&b.error, b.used) {
+        (Some(e), _) => format!("UNUSABLE: {e}"),
+        (None, true) => "USED: the previous checkpoint and its journal stand in for the \
+                         checkpoint"
+            .into(),
+        (None, false) => "ok (the previous checkpoint and its journal)".into(),
+    }
 }
 
 fn superblock_text(r: &Report) -> String {

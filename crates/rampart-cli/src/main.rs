@@ -972,6 +972,12 @@ fn cmd_status(mountpoint: &Path, json: bool) -> Result<(), String> {
     );
     outln!("data_path: {}", status.data_path);
     out!("{}", watch::kernel_line(&status));
+    if let Some(why) = &status.recovered_from_backup {
+        outln!(
+            "recovered_from_backup: the checkpoint could not be used ({why}); the mount \
+             recovered from checkpoint.prev and journal.prev and wrote a new checkpoint"
+        );
+    }
     if let Some(m) = &status.mirror {
         match &m.reason {
             None => outln!("mirror: {} ({})", m.path, m.state),

@@ -52,13 +52,17 @@ fn run_seed(seed: u64, mode: CrashMode, large_writes: bool) -> usize {
         crash_images: Some(CrashImages {
             mode,
             at: None,
-            ops: &[SyncOp::Sync, SyncOp::Rename],
+            // The backup pair's removals and links are crash points too (decision 0123).
+            ops: &[SyncOp::Sync, SyncOp::Rename, SyncOp::Remove, SyncOp::Link],
         }),
         ..Faults::default()
     });
 
     // acknowledged[i]: the state every sync point from images_at[i] on must at least reach.
     let mut snapshots: Vec<(usize, Snapshot)> = vec![(0, snapshot(&engine))];
+    // The same for the backup pair, which holds what commits made durable: a checkpoint's
+    // image alone acknowledges nothing (only fsync does; decision 0123).
+    let mut synced = snapshots.clone();
     let mut rng = Rng(seed);
     let mut job = None;
     // The state the staged checkpoint's image holds, and whether a sync came after it.
@@ -72,6 +76,7 @@ fn run_seed(seed: u64, mode: CrashMode, large_writes: bool) -> usize {
             let images_before = device.crash_images_taken();
             engine.sync().unwrap();
             snapshots.push((images_before, snapshot(&engine)));
+            synced.push((images_before, snapshot(&engine)));
             if let Some((_, synced)) = at_begin.as_mut() {
                 *synced = true;
             }
@@ -112,17 +117,9 @@ fn run_seed(seed: u64, mode: CrashMode, large_writes: bool) -> usize {
         images.len()
     );
     let mut torn = 0;
+    let mut backups_used = 0;
     for (i, image) in images.iter().enumerate() {
-        // The last state acknowledged before this sync point, and the one it acknowledges.
-        let acked = snapshots
-            .iter()
-            .rposition(|(first, _)| *first <= i)
-            .unwrap_or(0);
-        let allowed: Vec<&Snapshot> = snapshots
-            [acked.saturating_sub(1)..=acked.min(snapshots.len() - 1)]
-            .iter()
-            .map(|(_, s)| s)
-            .collect();
+        let allowed = allowed_at(&snapshots, i);
         let (state, report) = recover(image, STORE_ID, &config)
             .unwrap_or_else(|e| panic!("seed {seed} image {i}: recovery failed: {e}"));
         if matches!(report.tail, Tail::Torn { .. }) {
@@ -138,8 +135,73 @@ fn run_seed(seed: u64, mode: CrashMode, large_writes: bool) -> usize {
              one nor the one being acknowledged; against the acknowledged one:{}",
             common::diff(allowed[0], &got)
         );
+        let by_commits = allowed_at(&synced, i);
+        backups_used += usize::from(backup_gives(image, &config, &by_commits, seed, i));
     }
+    assert!(
+        backups_used > 0,
+        "seed {seed}: no crash image had a backup pair"
+    );
     torn
+}
+
+/// The states a recovery from the crash image before sync point `i` may give: the last one
+/// acknowledged before it, and the one it acknowledges.
+fn allowed_at(snapshots: &[(usize, Snapshot)], i: usize) -> Vec<&Snapshot> {
+    let acked = snapshots
+        .iter()
+        .rposition(|(first, _)| *first <= i)
+        .unwrap_or(0);
+    snapshots[acked.saturating_sub(1)..=acked.min(snapshots.len() - 1)]
+        .iter()
+        .map(|(_, s)| s)
+        .collect()
+}
+
+/// With a byte of its checkpoint flipped, a crash image that holds the whole backup pair
+/// recovers from it one of the states `allowed` by commits (not always the intact image's:
+/// ops gathered before a checkpoint's image and not yet committed are only in that image,
+/// acknowledged by no fsync until a commit puts them in the new journal); one without the
+/// whole pair is refused. Returns whether the backup was used.
+fn backup_gives(
+    image: &SimDevice,
+    config: &EngineConfig,
+    allowed: &[&Snapshot],
+    seed: u64,
+    i: usize,
+) -> bool {
+    use rampart_core::persist::device::Device;
+    let Some(len) = image.len("checkpoint").unwrap() else {
+        return false;
+    };
+    let damaged = image.crash(CrashMode::LoseUnsynced);
+    damaged.flip_bit("checkpoint", len * 4).unwrap();
+    let pair = ["checkpoint.prev", "journal.prev"]
+        .iter()
+        .all(|name| damaged.len(name).unwrap().is_some());
+    match recover(&damaged, STORE_ID, config) {
+        Ok((state, report)) => {
+            assert!(
+                pair && report.backup_used.is_some(),
+                "seed {seed} image {i}: {report}"
+            );
+            let got = snapshot(&Engine::from_state(state));
+            assert!(
+                allowed.iter().any(|s| **s == got),
+                "seed {seed} image {i} ({report}): the backup gives neither the acknowledged \
+                 state nor the one being acknowledged:{}",
+                common::diff(allowed[0], &got)
+            );
+            true
+        }
+        Err(e) => {
+            assert!(
+                !pair,
+                "seed {seed} image {i}: the whole backup pair is there: {e}"
+            );
+            false
+        }
+    }
 }
 
 #[test]

@@ -51,6 +51,8 @@ fn assert_in_line(a: &Path, b: &Path) {
         "superblock",
         "journal",
         "checkpoint",
+        "journal.prev",
+        "checkpoint.prev",
         "reserve",
         "rampart.toml",
     ] {
@@ -221,6 +223,51 @@ fn recovery_uses_either_copy_when_the_other_is_damaged() {
             fs.close().unwrap();
             assert_in_line(good, bad);
         }
+    }
+}
+
+/// Both copies recover to the same commit, one only through its backup pair (its checkpoint
+/// is damaged, decision 0123): the copy with the sound checkpoint is used, and the damaged
+/// one brought in line from it, never the other way round.
+#[test]
+fn at_the_same_commit_the_copy_with_a_sound_checkpoint_wins() {
+    for damaged_is_store in [true, false] {
+        let c = mirrored();
+        for name in ["first", "second"] {
+            let fs = open(&c.store);
+            fs.write(name, b"kept").unwrap();
+            fs.close().unwrap();
+        }
+        let (bad, good) = if damaged_is_store {
+            (&c.store, &c.mirror)
+        } else {
+            (&c.mirror, &c.store)
+        };
+        assert!(bad.join("checkpoint.prev").exists() && bad.join("journal.prev").exists());
+        let sound = std::fs::read(good.join("checkpoint")).unwrap();
+        let p = bad.join("checkpoint");
+        let mut bytes = std::fs::read(&p).unwrap();
+        let at = bytes.len() / 2;
+        bytes[at] ^= 0x10;
+        std::fs::write(p, bytes).unwrap();
+        let fs = open(&c.store);
+        let label = format!("damaged_is_store={damaged_is_store}");
+        assert_eq!(fs.read("first").unwrap(), b"kept", "{label}");
+        assert_eq!(fs.read("second").unwrap(), b"kept", "{label}");
+        let notes = fs.store().unwrap().mirror().unwrap().notes.join("\n");
+        assert!(notes.contains("sound checkpoint"), "{label}: {notes}");
+        // Brought in line from the sound copy: its checkpoint on both, no backup used.
+        assert_eq!(
+            std::fs::read(bad.join("checkpoint")).unwrap(),
+            sound,
+            "{label}"
+        );
+        assert!(
+            fs.store().unwrap().recovery().backup_used.is_none(),
+            "{label}"
+        );
+        fs.close().unwrap();
+        assert_in_line(good, bad);
     }
 }
 

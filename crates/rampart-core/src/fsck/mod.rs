@@ -16,6 +16,7 @@
 //! way the daemon checkpoints. A checkpoint that cannot be decoded is the only copy of the
 //! file system: it is never rewritten.
 
+mod backup;
 mod damage;
 mod describe;
 mod phases;
@@ -125,6 +126,11 @@ fn run(path: &Path, repair: bool, progress: &dyn Progress) -> Result<Report, Fsc
         progress,
     };
     let mut base = phases::checkpoint(&mut r, &ctx)?;
+    let checkpoint_lost = base.is_none()
+        || (!r.checkpoint.present && crate::persist::backup::present(ctx.device.as_ref()));
+    if let Some((state, chain)) = backup::check(&mut r, &ctx, checkpoint_lost) {
+        return from_backup(r, &ctx, state, chain, repair, started);
+    }
     let from_seq = base.as_ref().map_or(0, |(_, seq)| *seq);
     let journal_bytes = ctx.read(crate::persist::recovery::JOURNAL_FILE)?;
     let journal = phases::journal(
@@ -159,10 +165,43 @@ fn run(path: &Path, repair: bool, progress: &dyn Progress) -> Result<Report, Fsc
         journal_repair: journal.repair,
         next_seq: journal.next_seq,
         journal_valid_len: journal.scan.as_ref().map_or(0, |scan| scan.valid_len),
+        keep_backup: false,
     };
     drop(journal.scan);
     write::repair(&mut r, &ctx, state, plan)?;
     drop(store);
+    Ok(finish(r, started))
+}
+
+/// The rest of a check whose checkpoint the backup pair stands in for: the chain's state is
+/// checked as a replayed one is, and `--repair` writes it as a new checkpoint, keeping the
+/// pair until that is in place (decision 0123).
+fn from_backup(
+    mut r: Report,
+    ctx: &Ctx<'_>,
+    mut state: crate::engine::State,
+    chain: crate::persist::recovery::Report,
+    repair: bool,
+    started: Instant,
+) -> Result<Report, FsckError> {
+    phases::invariants(&mut r, &mut state, ctx.device.as_ref(), ctx.progress);
+    phases::data_folder(&mut r, ctx, &state);
+    if !repair || r.unrepairable.is_some() {
+        r.filesystem = Some(counts(&Engine::from_state(state)));
+        return Ok(finish(r, started));
+    }
+    let plan = write::Plan {
+        journal_repair: Some(format!(
+            "rebuilt the state from the backup {} and {} and the journal",
+            ctx.file(crate::persist::recovery::CHECKPOINT_PREV)
+                .display(),
+            ctx.file(crate::persist::recovery::JOURNAL_PREV).display()
+        )),
+        next_seq: chain.next_seq,
+        journal_valid_len: chain.journal_valid_len,
+        keep_backup: true,
+    };
+    write::repair(&mut r, ctx, state, plan)?;
     Ok(finish(r, started))
 }
 

@@ -13,6 +13,8 @@ pub struct Report {
     pub superblock: SuperblockReport,
     pub checkpoint: CheckpointReport,
     pub journal: JournalReport,
+    /// The backup pair, `checkpoint.prev` and `journal.prev` (decision 0123).
+    pub backup: BackupReport,
     pub replay: ReplayReport,
     pub invariants: InvariantsReport,
     /// The data folder of the disk tier against the files that use it.
@@ -21,6 +23,8 @@ pub struct Report {
     pub filesystem: Option<FsCounts>,
     /// Everything found wrong, in the order of the phases.
     pub problems: Vec<String>,
+    /// What is worth knowing but leaves the store clean (a backup pair that cannot be used).
+    pub warnings: Vec<String>,
     /// What `--repair` did.
     pub repairs: Vec<String>,
     /// Why the problems cannot be repaired, if they cannot.
@@ -100,6 +104,18 @@ pub enum TailReport {
         dropped_batches: u64,
         dropped_ops: u64,
     },
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct BackupReport {
+    /// `checkpoint.prev` is there.
+    pub present: bool,
+    /// The chain `checkpoint.prev`, `journal.prev`, `journal` rebuilds the state.
+    pub usable: bool,
+    /// It stood in for the checkpoint, which is damaged or missing.
+    pub used: bool,
+    /// Why it cannot be used.
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Default, Serialize)]

@@ -9,7 +9,7 @@ use crate::contents::Tier;
 use crate::engine::{Engine, State};
 use crate::op::Op;
 use crate::persist::checkpoint;
-use crate::persist::persister::{PersistConfig, Persister};
+use crate::persist::persister::{Backup, PersistConfig, Persister};
 use crate::persist::recovery::{CHECKPOINT_FILE, JOURNAL_FILE};
 
 /// What the journal phases decided for the write.
@@ -21,6 +21,9 @@ pub(super) struct Plan {
     /// The journal's valid prefix when it is this store's and fits (0: none; a new journal
     /// is started).
     pub journal_valid_len: u64,
+    /// The backup pair stands in for a damaged checkpoint: kept until the new one is in
+    /// place (decision 0123).
+    pub keep_backup: bool,
 }
 
 /// Repairs `state` and, if nothing is left broken, writes it. The report says what was done.
@@ -94,12 +97,18 @@ fn write(ctx: &Ctx<'_>, engine: &Arc<Engine>, plan: &Plan) -> Result<u64, FsckEr
         store: ctx.path.to_path_buf(),
         error,
     };
-    let persister = Persister::start(
+    let backup = if plan.keep_backup {
+        Backup::KeepUntilReplaced
+    } else {
+        Backup::Rotate
+    };
+    let persister = Persister::start_with(
         ctx.device.clone(),
         ctx.store_id,
         plan.next_seq,
         plan.journal_valid_len,
         PersistConfig::default(),
+        backup,
     )
     .map_err(failed)?;
     persister.attach(engine);

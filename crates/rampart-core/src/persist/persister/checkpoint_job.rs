@@ -182,7 +182,11 @@ impl CheckpointJob<'_> {
         {
             // Still under the commit lock: the next commit counts from this length.
             let mut d = locked(&p.durable);
-            d.seq = d.seq.max(self.seq).max(restarted_seq);
+            // Only a restarting checkpoint's image acknowledges ops (its journal starts at
+            // `seq`); others' wait for a commit to the new journal (decision 0123).
+            if self.restarting {
+                d.seq = d.seq.max(self.seq).max(restarted_seq);
+            }
             d.journal_bytes = journal_bytes;
             d.journal_file_bytes = journal_file_bytes;
             d.checkpoints += 1;
@@ -204,9 +208,7 @@ impl CheckpointJob<'_> {
         drop(_writing);
         // The old checkpoint and journal are freed here, with commits running again.
         p.device.release_replaced();
-        if keep_backup {
-            p.drop_backup_after_repair();
-        }
+        p.drop_backup_if_replaced(keep_backup);
         p.remove_note_after_checkpoint(); // under the claim: no name noted after the image
         tracing::info!(
             "checkpoint of {} bytes at op {}; writers paused {:.1} ms, commits {:.1} ms; \
@@ -283,11 +285,15 @@ impl Persister {
     /// `checkpoint.prev` (a link: no byte copied; `checkpoint` is not written until its
     /// rename). False if there is none (the store's first checkpoint: nothing to keep).
     fn link_checkpoint_backup(&self) -> Result<bool, PersistError> {
-        match self.device.link(CHECKPOINT_FILE, CHECKPOINT_PREV) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(self.checkpoint_failed(PersistStep::WriteCheckpoint, &e)),
-        }
+        // Asked first: a mirror takes a failed link on its copy for a failing disk.
+        let linked = self.device.len(CHECKPOINT_FILE).and_then(|len| match len {
+            Some(_) => self
+                .device
+                .link(CHECKPOINT_FILE, CHECKPOINT_PREV)
+                .map(|()| true),
+            None => Ok(false),
+        });
+        linked.map_err(|e| self.checkpoint_failed(PersistStep::WriteCheckpoint, &e))
     }
 
     /// Step 4, under the commit lock, before the renames: the journal becomes
@@ -297,10 +303,13 @@ impl Persister {
         self.device.link(JOURNAL_FILE, JOURNAL_PREV)
     }
 
-    /// After the checkpoint that replaced a damaged one: the backup pair that stood in for
-    /// it no longer chains to the new journal (decision 0123); removed, and the next
-    /// checkpoints keep one again.
-    fn drop_backup_after_repair(&self) {
+    /// After the checkpoint that replaced a damaged one (`kept`: the pair was kept for it):
+    /// the backup pair that stood in for it no longer chains to the new journal (decision
+    /// 0123); removed, and the next checkpoints keep one again.
+    fn drop_backup_if_replaced(&self, kept: bool) {
+        if !kept {
+            return;
+        }
         tracing::warn!(
             "a new checkpoint replaced the damaged one; the previous checkpoint and journal              that recovered the state are removed (the next checkpoint keeps a backup again)"
         );

@@ -1,0 +1,215 @@
+//! The backup pair (decision 0123): a checkpoint keeps the one it replaces as
+//! `checkpoint.prev` and its journal as `journal.prev`; when `checkpoint` is damaged,
+//! truncated or deleted, recovery rebuilds exactly the state a clean recovery gives from the
+//! chain `checkpoint.prev`, `journal.prev`, `journal`, and refuses it when the chain has a
+//! gap (a checkpoint that restarted persistence after an I/O error).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rampart_core::persist::device::{Device, FailSyncs, Faults, Files, SimDevice, SyncOp};
+use rampart_core::persist::recovery::{recover, RecoveryError};
+use rampart_core::{Engine, EngineConfig};
+
+use common::{engine_on_sim_device, random_op, snapshot, Rng, Snapshot, STORE_ID};
+
+/// A store after two checkpoints (background style, with commits between them) and more
+/// commits: its device, and the snapshot of the acknowledged state.
+fn store_with_backup(seed: u64) -> (Arc<SimDevice>, Arc<Engine>, Snapshot) {
+    let (device, engine, persister) = engine_on_sim_device(seed, Duration::from_secs(3600), None);
+    let mut rng = Rng(seed);
+    let mut ops = |n: usize| {
+        for i in 0..n {
+            random_op(&engine, &mut rng);
+            if i % 7 == 6 {
+                engine.sync().unwrap();
+            }
+        }
+        engine.sync().unwrap();
+    };
+    ops(60);
+    persister.checkpoint(&engine).unwrap();
+    ops(60);
+    // In its steps, with commits between them, as the background thread runs it.
+    let mut job = persister.checkpoint_begin(&engine).unwrap();
+    ops(10);
+    job.write_image().unwrap();
+    ops(10);
+    job.copy_tail().unwrap();
+    ops(10);
+    job.finish().unwrap();
+    ops(60);
+    assert!(device.read("checkpoint.prev").unwrap().is_some());
+    assert!(device.read("journal.prev").unwrap().is_some());
+    let acknowledged = snapshot(&engine);
+    (device, engine, acknowledged)
+}
+
+/// Recovers a crash image of `device` after `damage`, and checks it gives `expected`, from
+/// the backup.
+fn recovers_from_backup(device: &SimDevice, damage: impl Fn(&SimDevice), expected: &Snapshot) {
+    let image = device.crash(rampart_core::persist::device::CrashMode::LoseUnsynced);
+    // Without damage: the clean recovery, which the backup must equal.
+    let (clean, report) = recover(&image, STORE_ID, &EngineConfig::default()).unwrap();
+    assert!(report.backup_used.is_none());
+    assert_eq!(&snapshot(&Engine::from_state(clean)), expected);
+    damage(&image);
+    let (state, report) = recover(&image, STORE_ID, &EngineConfig::default())
+        .unwrap_or_else(|e| panic!("recovery refused: {e}"));
+    assert!(report.backup_used.is_some(), "{report}");
+    assert!(report.to_string().contains("checkpoint.prev"), "{report}");
+    let recovered = Engine::from_state(state);
+    assert!(recovered.check().is_empty(), "{:?}", recovered.check());
+    let got = snapshot(&recovered);
+    assert!(
+        &got == expected,
+        "{report}: {}",
+        common::diff(expected, &got)
+    );
+}
+
+#[test]
+fn a_flipped_byte_in_the_checkpoint_recovers_from_the_backup() {
+    for seed in 0..4 {
+        let (device, _engine, acknowledged) = store_with_backup(seed);
+        let len = device.len("checkpoint").unwrap().unwrap();
+        recovers_from_backup(
+            &device,
+            |d| d.flip_bit("checkpoint", len * 8 / 2 + seed).unwrap(),
+            &acknowledged,
+        );
+        // The header too.
+        recovers_from_backup(
+            &device,
+            |d| d.flip_bit("checkpoint", 8 * 20).unwrap(),
+            &acknowledged,
+        );
+    }
+}
+
+#[test]
+fn a_truncated_or_deleted_checkpoint_recovers_from_the_backup() {
+    let (device, _engine, acknowledged) = store_with_backup(11);
+    let len = device.len("checkpoint").unwrap().unwrap();
+    recovers_from_backup(
+        &device,
+        |d| d.truncate("checkpoint", len / 2).unwrap(),
+        &acknowledged,
+    );
+    recovers_from_backup(
+        &device,
+        |d| d.truncate("checkpoint", 0).unwrap(),
+        &acknowledged,
+    );
+    recovers_from_backup(&device, |d| d.remove("checkpoint").unwrap(), &acknowledged);
+}
+
+#[test]
+fn a_damaged_backup_or_a_missing_journal_refuses_with_both_reasons() {
+    let (device, _engine, _) = store_with_backup(5);
+    let len = device.len("checkpoint").unwrap().unwrap();
+    for (file, why) in [
+        ("checkpoint.prev", "checkpoint.prev"),
+        ("journal.prev", "journal.prev"),
+    ] {
+        let image = device.crash(rampart_core::persist::device::CrashMode::LoseUnsynced);
+        image.flip_bit("checkpoint", len * 4).unwrap();
+        let prev_len = image.len(file).unwrap().unwrap();
+        image.flip_bit(file, prev_len * 4).unwrap();
+        let err = recover(&image, STORE_ID, &EngineConfig::default()).unwrap_err();
+        assert!(matches!(err, RecoveryError::NoBackup { .. }), "{err}");
+        let message = err.to_string();
+        assert!(
+            message.contains("checksum") || message.contains("CRC"),
+            "{message}"
+        );
+        assert!(message.contains(why), "{message}");
+    }
+    // A damaged checkpoint.prev alone is no problem: the checkpoint is used.
+    let image = device.crash(rampart_core::persist::device::CrashMode::LoseUnsynced);
+    let prev_len = image.len("checkpoint.prev").unwrap().unwrap();
+    image.flip_bit("checkpoint.prev", prev_len * 4).unwrap();
+    let (_, report) = recover(&image, STORE_ID, &EngineConfig::default()).unwrap();
+    assert!(report.backup_used.is_none());
+}
+
+/// A checkpoint that restarts persistence after an I/O error starts its journal empty at its
+/// image's op; the ops the failed commit held are only in that image. The chain through the
+/// backup has a gap there, and must be refused, not replayed without them.
+#[test]
+fn a_checkpoint_that_restarted_persistence_leaves_a_gap_and_the_backup_is_refused() {
+    let (device, engine, persister) = engine_on_sim_device(21, Duration::from_secs(3600), None);
+    let mut rng = Rng(21);
+    for _ in 0..40 {
+        random_op(&engine, &mut rng);
+    }
+    engine.sync().unwrap();
+    persister.checkpoint(&engine).unwrap();
+    for _ in 0..40 {
+        random_op(&engine, &mut rng);
+    }
+    device.set_faults(Faults {
+        fail_syncs: Some(FailSyncs {
+            after: device.sync_count(),
+            count: Some(1),
+            ops: &[SyncOp::Sync],
+            files: Files::Prefix("journal".into()),
+        }),
+        ..Faults::default()
+    });
+    assert!(engine.sync().is_err(), "the journal's sync was to fail");
+    device.clear_faults();
+    for _ in 0..10 {
+        random_op(&engine, &mut rng);
+    }
+    // Restarts persistence: its journal starts empty at its image's op.
+    persister.checkpoint(&engine).unwrap();
+    engine.sync().unwrap();
+    let acknowledged = snapshot(&engine);
+    let image = device.crash(rampart_core::persist::device::CrashMode::LoseUnsynced);
+    let (state, _) = recover(&image, STORE_ID, &EngineConfig::default()).unwrap();
+    assert_eq!(snapshot(&Engine::from_state(state)), acknowledged);
+    assert!(image.len("checkpoint.prev").unwrap().is_some());
+    let len = image.len("checkpoint").unwrap().unwrap();
+    image.flip_bit("checkpoint", len * 4).unwrap();
+    let err = recover(&image, STORE_ID, &EngineConfig::default()).unwrap_err();
+    assert!(matches!(err, RecoveryError::NoBackup { .. }), "{err}");
+    assert!(
+        err.to_string().contains("only in the damaged checkpoint"),
+        "{err}"
+    );
+}
+
+/// The store's first checkpoint has nothing to keep; the second keeps the first.
+#[test]
+fn the_first_checkpoint_keeps_no_backup_and_the_next_one_does() {
+    let (device, engine, persister) = engine_on_sim_device(3, Duration::from_secs(3600), None);
+    let mut rng = Rng(3);
+    for _ in 0..20 {
+        random_op(&engine, &mut rng);
+    }
+    engine.sync().unwrap();
+    persister.checkpoint(&engine).unwrap();
+    assert!(device.read("checkpoint.prev").unwrap().is_none());
+    assert!(device.read("journal.prev").unwrap().is_none());
+    let first = device.read("checkpoint").unwrap();
+    random_op(&engine, &mut rng);
+    engine.sync().unwrap();
+    let first_journal_end = device.read("journal").unwrap();
+    persister.checkpoint(&engine).unwrap();
+    assert_eq!(device.read("checkpoint.prev").unwrap(), first);
+    // The journal as it was at the switch: every commit made to it.
+    let prev_journal = device.read("journal.prev").unwrap();
+    assert!(
+        prev_journal == first_journal_end,
+        "journal.prev is not the old journal"
+    );
+    // The next checkpoint replaces the pair.
+    random_op(&engine, &mut rng);
+    engine.sync().unwrap();
+    let second = device.read("checkpoint").unwrap();
+    persister.checkpoint(&engine).unwrap();
+    assert_eq!(device.read("checkpoint.prev").unwrap(), second);
+}
