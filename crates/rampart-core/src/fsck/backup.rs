@@ -9,15 +9,17 @@ use crate::engine::State;
 use crate::persist::backup;
 use crate::persist::recovery::{self, CHECKPOINT_FILE, CHECKPOINT_PREV, JOURNAL_PREV};
 
-/// Checks the backup pair. `checkpoint_lost`: the checkpoint phase found no usable
-/// checkpoint (damaged, or missing while `checkpoint.prev` is there). Returns the chain's
-/// state and recovery report when it stands in for the checkpoint.
-pub(super) fn check(
-    r: &mut Report,
-    ctx: &Ctx<'_>,
-    checkpoint_lost: bool,
-) -> Option<(State, recovery::Report)> {
+/// Checks the backup pair, after the checkpoint phase. Returns the chain's state and recovery
+/// report when it stands in for the checkpoint: damaged, or missing while `checkpoint.prev` is
+/// there (not another store's or a newer rampart's: no damage, never replaced on a guess, as
+/// at mount).
+pub(super) fn check(r: &mut Report, ctx: &Ctx<'_>) -> Option<(State, recovery::Report)> {
     r.backup.present = backup::present(ctx.device.as_ref());
+    let checkpoint_lost = if r.checkpoint.present {
+        r.checkpoint.damaged
+    } else {
+        r.backup.present
+    };
     if !r.backup.present {
         return None;
     }

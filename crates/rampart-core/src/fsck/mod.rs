@@ -126,9 +126,7 @@ fn run(path: &Path, repair: bool, progress: &dyn Progress) -> Result<Report, Fsc
         progress,
     };
     let mut base = phases::checkpoint(&mut r, &ctx)?;
-    let checkpoint_lost = base.is_none()
-        || (!r.checkpoint.present && crate::persist::backup::present(ctx.device.as_ref()));
-    if let Some((state, chain)) = backup::check(&mut r, &ctx, checkpoint_lost) {
+    if let Some((state, chain)) = backup::check(&mut r, &ctx) {
         return from_backup(r, &ctx, state, chain, repair, started);
     }
     let from_seq = base.as_ref().map_or(0, |(_, seq)| *seq);

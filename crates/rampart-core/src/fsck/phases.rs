@@ -50,6 +50,7 @@ pub(super) fn checkpoint(
         Ok(loaded) => {
             r.checkpoint.seq = Some(loaded.header.seq);
             r.checkpoint.ok = loaded.problems.is_empty();
+            r.checkpoint.damaged = !r.checkpoint.ok;
             r.problems.extend(
                 loaded
                     .problems
@@ -79,6 +80,7 @@ pub(super) fn checkpoint(
         Err(other) => CheckpointError::Format(other.to_string()),
     };
     r.checkpoint.error = Some(e.to_string());
+    r.checkpoint.damaged = !matches!(e, CheckpointError::Version(_));
     r.problems.push(format!("{checkpoint_path}: {e}"));
     r.unrepairable = Some(match &e {
         CheckpointError::Version(_) => {

@@ -52,6 +52,10 @@ pub struct CheckpointReport {
     pub error: Option<String>,
     /// Broken invariants of the state it holds.
     pub problems: Vec<String>,
+    /// It does not decode or breaks invariants (not: another store's, a newer rampart's):
+    /// the backup pair may stand in for it.
+    #[serde(skip)]
+    pub damaged: bool,
 }
 
 #[derive(Debug, Default, Serialize)]

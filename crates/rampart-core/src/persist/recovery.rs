@@ -446,7 +446,7 @@ pub fn recover(
     let started = Instant::now();
     let (mut state, mut report) = match from_checkpoint(device, store_id, config) {
         Ok(recovered) => recovered,
-        Err(Failed::Journal(e)) => return Err(e),
+        Err(Failed::Other(e)) => return Err(e),
         Err(Failed::Checkpoint(e)) => {
             match crate::persist::backup::replay_chain(device, store_id, config) {
                 Ok((state, mut report)) => {
@@ -494,11 +494,23 @@ pub fn recover(
     Ok((state, report))
 }
 
-/// Why `from_checkpoint` failed: the checkpoint (the backup may stand in for it), or the
-/// journal (it cannot).
+/// Why `from_checkpoint` failed: the checkpoint is damaged or missing (the backup may stand
+/// in for it), or anything else (it cannot: the journal, or a checkpoint of another store or
+/// of a newer rampart, which is not damage and is never replaced on a guess).
 enum Failed {
     Checkpoint(RecoveryError),
-    Journal(RecoveryError),
+    Other(RecoveryError),
+}
+
+impl Failed {
+    /// A checkpoint that cannot be loaded.
+    fn loading(e: RecoveryError) -> Failed {
+        match e {
+            RecoveryError::WrongStore { .. }
+            | RecoveryError::Checkpoint(CheckpointError::Version(_)) => Failed::Other(e),
+            e => Failed::Checkpoint(e),
+        }
+    }
 }
 
 /// The state of `checkpoint` with the journal replayed onto it.
@@ -512,7 +524,7 @@ fn from_checkpoint(
         .map_err(|e| Failed::Checkpoint(RecoveryError::Io(e)))?;
     let (mut state, checkpoint_seq) = match checkpoint {
         Some(bytes) => {
-            let loaded = load_checkpoint(&bytes, store_id, config).map_err(Failed::Checkpoint)?;
+            let loaded = load_checkpoint(&bytes, store_id, config).map_err(Failed::loading)?;
             if !loaded.problems.is_empty() {
                 return Err(Failed::Checkpoint(RecoveryError::Checkpoint(
                     CheckpointError::Inconsistent(loaded.problems),
@@ -529,21 +541,21 @@ fn from_checkpoint(
     let from_seq = checkpoint_seq.unwrap_or(0);
     let journal = device
         .read(JOURNAL_FILE)
-        .map_err(|e| Failed::Journal(RecoveryError::Io(e)))?;
+        .map_err(|e| Failed::Other(RecoveryError::Io(e)))?;
     match journal {
         None if checkpoint_seq.is_some() => {
-            return Err(Failed::Journal(RecoveryError::JournalMissing {
+            return Err(Failed::Other(RecoveryError::JournalMissing {
                 checkpoint: true,
             }))
         }
-        None if was_mounted(device).map_err(Failed::Journal)? => {
-            return Err(Failed::Journal(RecoveryError::JournalMissing {
+        None if was_mounted(device).map_err(Failed::Other)? => {
+            return Err(Failed::Other(RecoveryError::JournalMissing {
                 checkpoint: false,
             }))
         }
         None => {}
         Some(bytes) => replay_journal(&bytes, &mut state, store_id, from_seq, &mut report)
-            .map_err(Failed::Journal)?,
+            .map_err(Failed::Other)?,
     }
     Ok((state, report))
 }
