@@ -881,6 +881,10 @@ impl Persister {
                 let _ = checkpointer.join();
             }
         }
+        // A committer that stopped between two commits left ops uncommitted: committed now,
+        // the old journal holds every op and the backup pair chains (decision 0123). On an
+        // I/O error the checkpoint below restarts persistence instead (no backup chain).
+        let _ = self.commit_locked_now();
         let result = match self.checkpoint(engine) {
             // On a full disk, say: the journal then still holds every change, and the next
             // mount replays it. Only changes that never reached the journal make this an error.

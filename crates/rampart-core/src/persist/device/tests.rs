@@ -116,6 +116,74 @@ fn contract(dev: &dyn Device) {
     assert_eq!(dev.read("j").unwrap().as_deref(), Some(&b"hello!"[..]));
 }
 
+/// `link` (the backup pair, decision 0123): a second name for a file, which keeps its content
+/// when the first name is replaced by a rename; EEXIST over an existing name, ENOENT from a
+/// missing one.
+fn link_contract(dev: &dyn Device) {
+    dev.write("checkpoint", b"old image").unwrap();
+    dev.sync("checkpoint").unwrap();
+    dev.link("checkpoint", "checkpoint.prev").unwrap();
+    assert_eq!(
+        dev.read("checkpoint.prev").unwrap().as_deref(),
+        Some(&b"old image"[..])
+    );
+    dev.write("checkpoint.tmp", b"new image").unwrap();
+    dev.sync("checkpoint.tmp").unwrap();
+    dev.rename("checkpoint.tmp", "checkpoint").unwrap();
+    assert_eq!(
+        dev.read("checkpoint").unwrap().as_deref(),
+        Some(&b"new image"[..])
+    );
+    assert_eq!(
+        dev.read("checkpoint.prev").unwrap().as_deref(),
+        Some(&b"old image"[..])
+    );
+    let e = dev.link("checkpoint", "checkpoint.prev").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
+    let e = dev.link("absent", "other").unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    assert_eq!(dev.read("other").unwrap(), None);
+    dev.remove("checkpoint.prev").unwrap();
+    assert_eq!(dev.read("checkpoint.prev").unwrap(), None);
+    assert_eq!(
+        dev.read("checkpoint").unwrap().as_deref(),
+        Some(&b"new image"[..])
+    );
+}
+
+#[test]
+fn dir_device_links() {
+    let (_dir, dev) = dir_device();
+    link_contract(&dev);
+}
+
+#[test]
+fn sim_device_links_survive_a_crash_as_renames_do() {
+    let dev = SimDevice::new(4);
+    link_contract(&dev);
+    dev.link("checkpoint", "checkpoint.prev").unwrap();
+    for mode in [CrashMode::LoseUnsynced, CrashMode::TornTail] {
+        let after = dev.crash(mode);
+        assert_eq!(
+            after.read("checkpoint.prev").unwrap().as_deref(),
+            Some(&b"new image"[..])
+        );
+    }
+    // A link is a sync point, which can fail (and then makes nothing).
+    let before = dev.sync_count();
+    dev.remove("checkpoint.prev").unwrap();
+    dev.set_faults(Faults {
+        fail_syncs: Some(FailSyncs {
+            ops: &[SyncOp::Link],
+            ..FailSyncs::after(0)
+        }),
+        ..Faults::default()
+    });
+    assert!(dev.link("checkpoint", "checkpoint.prev").is_err());
+    assert_eq!(dev.read("checkpoint.prev").unwrap(), None);
+    assert_eq!(dev.sync_count(), before + 1);
+}
+
 #[test]
 fn dir_device_contract() {
     let (_dir, dev) = dir_device();

@@ -10,12 +10,15 @@ use std::time::Instant;
 use super::{lock, locked, Persister};
 
 impl Persister {
+    /// Commits what is gathered, under the commit lock.
+    pub(super) fn commit_locked_now(&self) -> Result<(), crate::error::PersistError> {
+        let _writing = locked(&self.writing);
+        self.commit_locked()
+    }
+
     /// The committer is stopping: whoever still waits is answered after one last commit.
     fn answer_waiters_at_stop(&self) {
-        {
-            let _writing = locked(&self.writing);
-            let _ = self.commit_locked();
-        }
+        let _ = self.commit_locked_now();
         self.remove_ready();
         self.answer_waiters();
     }
