@@ -401,6 +401,51 @@ fn a_host_file_that_cannot_be_synced_fails_the_fsync_and_loses_nothing_else() {
     assert_eq!(read_all(e, big).len(), 20_000);
 }
 
+/// fsyncgate: a host-file sync that fails in a commit no fsync waited for (the committer's
+/// timed commit) is told to the file's next fsync, once; the kernel would tell a later sync
+/// of the host file nothing, so without this the program's fsync would succeed on lost data.
+#[test]
+fn a_host_sync_that_failed_with_no_one_waiting_is_told_to_the_files_next_fsync() {
+    use rampart_core::persist::device::{FailSyncs, Faults, Files, SimDevice, SyncOp};
+    use std::sync::Arc;
+    let device = Arc::new(SimDevice::new(10));
+    let mut opts = options();
+    opts.persist.commit_interval = std::time::Duration::from_millis(20);
+    let fs = Rampart::open_device(device.clone(), [5; 16], &opts).unwrap();
+    let e = fs.engine();
+    let big = e.mknod(&c(), ROOT_INO, b"big", FILE, 0).unwrap().ino;
+    let other = e.mknod(&c(), ROOT_INO, b"other", FILE, 0).unwrap().ino;
+    e.write(&c(), big, 0, &pattern(20_000, 1), false).unwrap();
+    e.write(&c(), other, 0, &pattern(20_000, 2), false).unwrap();
+    e.sync().unwrap();
+    device.set_faults(Faults {
+        fail_syncs: Some(FailSyncs {
+            after: 0,
+            count: Some(1),
+            ops: &[SyncOp::Sync],
+            files: Files::Prefix("data/".into()),
+        }),
+        ..Faults::default()
+    });
+    e.write(&c(), big, 100, b"lost?", false).unwrap();
+    // The committer's own commit meets the failure; no fsync is waiting.
+    let failures = fs.persister().host_sync_failures();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while fs.persister().host_sync_failures() == failures {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no commit synced the host file"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // Syncs work again: the journal commits, and the host file syncs without an error.
+    e.sync().unwrap();
+    // The other file's fsync has nothing to hear; the file's own fsync hears it once.
+    assert_eq!(e.take_host_sync_error(other), Ok(()));
+    assert_eq!(e.take_host_sync_error(big), Err(rampart_core::Errno::EIO));
+    assert_eq!(e.take_host_sync_error(big), Ok(()));
+}
+
 #[test]
 fn a_journal_of_version_1_is_replaced_by_one_of_version_2_before_anything_is_appended() {
     use rampart_core::persist::device::{Device, SimDevice};

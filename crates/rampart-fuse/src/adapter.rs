@@ -684,7 +684,14 @@ impl Filesystem for RampartFs {
                 // (decision 0090).
                 Ok(_) => match self.engine.archive_for_sync(ino.0) {
                     Err(e) => reply.error(errno(e)),
-                    Ok(()) => self.reply_synced(req.pid(), reply, timer.hand_off()),
+                    // A sync of its host file that failed with no fsync waiting (fsyncgate).
+                    Ok(()) => match self.engine.take_host_sync_error(ino.0) {
+                        Err(e) => {
+                            drop(self.engine.sync());
+                            reply.error(errno(e))
+                        }
+                        Ok(()) => self.reply_synced(req.pid(), reply, timer.hand_off()),
+                    },
                 },
             }
         });

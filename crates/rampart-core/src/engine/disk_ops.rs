@@ -872,11 +872,40 @@ impl Engine {
             // Written in place without growing, the file's mtime may not have moved within
             // the clock's tick: sync its data anyway.
             if let Err(e) = disk.device.sync(&name) {
-                tracing::error!("syncing the disk-tier file {name}: {e}");
+                tracing::error!(
+                    "syncing the disk-tier file {name}: {e}; its latest data may be lost"
+                );
+                // No fsync waits on this pass: the file's next fsync must hear of it.
+                self.levels().host_sync_failed(&name);
                 failed += 1;
             }
         }
         failed
+    }
+
+    /// EIO if a sync of `ino`'s host file failed since its last fsync was told (in a commit
+    /// no fsync of it waited for: the committer's timed commit, its pass over passthrough
+    /// files, a checkpoint). Each failure is told once, as the kernel tells a writeback
+    /// error once per open file; asked by every fsync of a regular file, after its sync.
+    pub fn take_host_sync_error(&self, ino: Ino) -> FsResult<()> {
+        if self.disk().is_none() {
+            return Ok(());
+        }
+        let name = {
+            let state = self.read_state();
+            match state.regular_file(ino) {
+                Ok(inode) => host_file_name(ino, inode.generation),
+                Err(_) => return Ok(()),
+            }
+        };
+        if self.levels().take_host_sync_error(&name) {
+            tracing::error!(
+                "inode {ino}: an earlier sync of its disk-tier file {name} failed: this fsync \
+                 answers EIO (its latest data may be lost)"
+            );
+            return Err(Errno::EIO);
+        }
+        Ok(())
     }
 }
 

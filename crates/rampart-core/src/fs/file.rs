@@ -351,6 +351,11 @@ impl File {
         // A file held out of the store (decision 0090) is made present first.
         self.fs.engine().archive_for_sync(self.ino).map_err(errno)?;
         self.fs.engine().sync()?;
+        // A sync of its host file that failed with no fsync waiting (fsyncgate).
+        self.fs
+            .engine()
+            .take_host_sync_error(self.ino)
+            .map_err(errno)?;
         // A ROBUST or PARANOID file on a store whose mirror is degraded (decision 0077).
         self.fs
             .engine()

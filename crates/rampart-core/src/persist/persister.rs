@@ -286,6 +286,9 @@ pub struct Persister {
     pending_bytes: AtomicUsize,
     /// Host-file syncs that failed (`sync_host_files`).
     host_sync_failures: std::sync::atomic::AtomicU64,
+    /// The host files whose sync failed, until their file's next fsync is told
+    /// (`take_host_sync_error`). Held alone.
+    host_sync_errors: Mutex<host_files::SyncErrors>,
     /// Whether the committer said that the `freed` note cannot be read (once, not per round).
     note_unreadable_logged: std::sync::atomic::AtomicBool,
     /// `host_sync_failures` when waiters were last answered (`answer_waiters`).
@@ -467,6 +470,7 @@ impl Persister {
             failed: AtomicBool::new(false),
             pending_bytes: AtomicUsize::new(0),
             host_sync_failures: std::sync::atomic::AtomicU64::new(0),
+            host_sync_errors: Mutex::new(host_files::SyncErrors::default()),
             note_unreadable_logged: std::sync::atomic::AtomicBool::new(false),
             host_failures_answered: std::sync::atomic::AtomicU64::new(0),
             ready_removals: Mutex::new(Vec::new()),
@@ -956,6 +960,14 @@ impl OpSink for Persister {
         if !p.host_files.contains(name) {
             p.host_files.insert(name.to_owned());
         }
+    }
+
+    fn host_sync_failed(&self, name: &str) {
+        self.note_host_sync_failure(name);
+    }
+
+    fn take_host_sync_error(&self, name: &str) -> bool {
+        self.take_host_sync_failure(name)
     }
 
     fn remove_after_commit(&self, name: &str) -> bool {
