@@ -42,6 +42,12 @@ pub(super) fn repair(
             r.replay.ops_not_replayed.saturating_sub(1)
         ));
     }
+    // Ops are dropped (a journal lost, cut or damaged): a host file no file uses may hold a
+    // file created after the checkpoint, durable in the data folder though its inode is gone.
+    let ops_lost = plan.journal_repair.is_some() || r.replay.failed.is_some();
+    if ops_lost {
+        adopt_orphans(r, ctx, &mut state)?;
+    }
     repair_data_folder(r, ctx, &mut state)?;
     r.repairs.extend(state.repair());
     let left = state.check();
@@ -115,6 +121,50 @@ fn write(ctx: &Ctx<'_>, engine: &Arc<Engine>, plan: &Plan) -> Result<u64, FsckEr
         return Err(failed(error));
     }
     Ok(persister.stats().checkpoint_image_bytes)
+}
+
+/// Host files no file uses, when the repair drops ops: each becomes a file of
+/// `/lost+found` (`#host-INO-GENERATION`, root's, 0600) holding its bytes, instead of being
+/// removed as a mount removes what a crash leaves (e2fsck links unattached inodes likewise).
+/// The host file is renamed to its new inode's name (a synced rename) before the repaired
+/// state is written: a crash in between leaves it an orphan again, for the next repair.
+fn adopt_orphans(r: &mut Report, ctx: &Ctx<'_>, state: &mut State) -> Result<(), FsckError> {
+    let io_failed = |error: std::io::Error| FsckError::Write {
+        store: ctx.path.to_path_buf(),
+        error: crate::error::PersistError::new(crate::error::PersistStep::WriteCheckpoint, &error),
+    };
+    let device = ctx.device.as_ref();
+    let scan = crate::disk::scan_host_files(device, state).map_err(io_failed)?;
+    for old in scan.orphans {
+        let Some((old_ino, old_generation)) =
+            crate::contents::host_file::parse_host_file_name(&old)
+        else {
+            continue; // not a name rampart makes: left to the tidy-up's message
+        };
+        let Some(len) = device.len(&old).map_err(io_failed)? else {
+            continue;
+        };
+        let name = format!("#host-{old_ino}-{old_generation}");
+        let (ino, generation) = match state.adopt_host_file(name.as_bytes(), len) {
+            Ok(new) => new,
+            Err(e) => {
+                r.problems.push(format!(
+                    "the host file {} could not be linked into /lost+found ({e:?}); it is \
+                     removed with the other unused ones",
+                    ctx.file(&old).display()
+                ));
+                continue;
+            }
+        };
+        let new = crate::contents::host_file::host_file_name(ino, generation);
+        device.rename(&old, &new).map_err(io_failed)?;
+        r.repairs.push(format!(
+            "linked {} ({len} bytes), a host file whose file was lost with the journal's \
+             changes, as /lost+found/{name}",
+            ctx.file(&old).display()
+        ));
+    }
+    Ok(())
 }
 
 /// The data folder: trims a crash cut off are redone, host files no file uses are removed,
