@@ -27,7 +27,7 @@ SECTION_KEYS = {
     "journal": {"present", "ok", "bytes", "base_seq", "batches", "ops", "valid_bytes", "reserved_bytes", "next_seq", "tail", "error"},
     "replay": {"done", "batches", "ops_applied", "ops_skipped", "failed", "ops_not_replayed", "volatile_dropped"},
     "invariants": {"checked", "problems"},
-    "data": {"checked", "files", "bytes", "orphans", "long", "missing", "short"},
+    "data": {"checked", "files", "bytes", "orphans", "foreign", "long", "missing", "short"},
     "filesystem": {"inodes", "files", "directories", "symlinks", "other", "data_bytes"},
 }
 

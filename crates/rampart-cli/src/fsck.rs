@@ -293,6 +293,10 @@ pub fn render(r: &Report, repair: bool) -> String {
                      them into /lost+found)",
                 ),
                 (d.long.len(), "too long (trimmed at the next mount)"),
+                (
+                    d.foreign.len(),
+                    "with names rampart does not make (left alone: move them out)",
+                ),
             ] {
                 if n > 0 {
                     text.push_str(&format!("; {n} host files {what}"));

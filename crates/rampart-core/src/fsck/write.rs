@@ -141,6 +141,10 @@ fn adopt_orphans(r: &mut Report, ctx: &Ctx<'_>, state: &mut State) -> Result<(),
         else {
             continue; // not a name rampart makes: left to the tidy-up's message
         };
+        // Only a regular file can hold a file's bytes (a folder with such a name is left).
+        if !std::fs::symlink_metadata(ctx.file(&old)).is_ok_and(|m| m.file_type().is_file()) {
+            continue;
+        }
         let Some(len) = device.len(&old).map_err(io_failed)? else {
             continue;
         };
