@@ -289,6 +289,8 @@ fn host_files_missing_or_short_are_problems_and_a_repair_truncates_and_says_what
         .unwrap()
         .set_len(20_000)
         .unwrap();
+    std::fs::write(path.join("data/00000000deadbeef-00000001"), b"x").unwrap();
+    // Not a name rampart makes: someone else's, left alone (and reported).
     std::fs::write(path.join("data/stranger"), b"x").unwrap();
 
     let before = files_of(&path);
@@ -299,7 +301,11 @@ fn host_files_missing_or_short_are_problems_and_a_repair_truncates_and_says_what
         (r.data.files, r.data.missing.len(), r.data.short.len()),
         (3, 1, 1)
     );
-    assert_eq!(r.data.orphans, vec!["data/stranger".to_string()]);
+    assert_eq!(
+        r.data.orphans,
+        vec!["data/00000000deadbeef-00000001".to_string()]
+    );
+    assert_eq!(r.data.foreign, vec!["data/stranger".to_string()]);
     assert!(
         r.problems
             .iter()
@@ -322,6 +328,10 @@ fn host_files_missing_or_short_are_problems_and_a_repair_truncates_and_says_what
     assert!(said.contains("from 50000 to 20000 bytes"), "{said}");
     assert!(said.contains("its 50000 bytes are lost"), "{said}");
     assert!(said.contains("removed 1 host files"), "{said}");
+    assert!(
+        path.join("data/stranger").exists(),
+        "a repair removed someone else's file"
+    );
     assert!(fsck::check(&path, &NoProgress).unwrap().clean);
 
     let fs = Rampart::open(&path, &options).unwrap();
