@@ -141,7 +141,12 @@ impl DiskTier {
     /// A checkpoint's image holds the trims of `snapshot`: those still pending (their
     /// threads still hold the host locks, so no write raced them) are punched and synced now,
     /// under the registry's lock, before the image is written. Punching twice is harmless.
-    pub(crate) fn finish_trims(&self, snapshot: &[(String, (u64, u64))]) -> std::io::Result<()> {
+    /// `sync_failed` hears of a host file whose sync failed (decision 0126).
+    pub(crate) fn finish_trims(
+        &self,
+        snapshot: &[(String, (u64, u64))],
+        sync_failed: &dyn Fn(&str),
+    ) -> std::io::Result<()> {
         if snapshot.is_empty() {
             return Ok(());
         }
@@ -158,7 +163,7 @@ impl DiskTier {
                         .punch_hole(name, *offset, (*len).min(host_len - offset))?;
                 }
                 if synced.insert(name.clone()) {
-                    self.device.sync(name)?;
+                    self.device.sync(name).inspect_err(|_| sync_failed(name))?;
                 }
             }
         }

@@ -42,6 +42,8 @@ pub(super) fn repair(
             r.replay.ops_not_replayed.saturating_sub(1)
         ));
     }
+    // The invariants first: an inode whose link count the repair fixes uses its host file.
+    r.repairs.extend(state.repair());
     // Ops are dropped (a journal lost, cut or damaged): a host file no file uses may hold a
     // file created after the checkpoint, durable in the data folder though its inode is gone.
     let ops_lost = plan.journal_repair.is_some() || r.replay.failed.is_some();
@@ -49,7 +51,6 @@ pub(super) fn repair(
         adopt_orphans(r, ctx, &mut state)?;
     }
     repair_data_folder(r, ctx, &mut state)?;
-    r.repairs.extend(state.repair());
     let left = state.check();
     if !left.is_empty() {
         r.unrepairable = Some(format!(
@@ -135,12 +136,18 @@ fn adopt_orphans(r: &mut Report, ctx: &Ctx<'_>, state: &mut State) -> Result<(),
     };
     let device = ctx.device.as_ref();
     let scan = crate::disk::scan_host_files(device, state).map_err(io_failed)?;
-    for old in scan.orphans {
-        let Some((old_ino, old_generation)) =
-            crate::contents::host_file::parse_host_file_name(&old)
-        else {
-            continue; // not a name rampart makes: left to the tidy-up's message
-        };
+    let named: Vec<(String, (u64, u32))> = scan
+        .orphans
+        .into_iter()
+        .filter_map(|old| {
+            let parsed = crate::contents::host_file::parse_host_file_name(&old)?;
+            Some((old, parsed))
+        })
+        .collect();
+    // The lost journal handed out these generations: new inodes get larger ones, so no
+    // adopted file is renamed onto an orphan not yet adopted.
+    let generation_floor = named.iter().map(|(_, (_, g))| *g).max().unwrap_or(0);
+    for (old, (old_ino, old_generation)) in named {
         // Only a regular file can hold a file's bytes (a folder with such a name is left).
         if !std::fs::symlink_metadata(ctx.file(&old)).is_ok_and(|m| m.file_type().is_file()) {
             continue;
@@ -149,7 +156,8 @@ fn adopt_orphans(r: &mut Report, ctx: &Ctx<'_>, state: &mut State) -> Result<(),
             continue;
         };
         let name = format!("#host-{old_ino}-{old_generation}");
-        let (ino, generation) = match state.adopt_host_file(name.as_bytes(), len) {
+        let (ino, generation) = match state.adopt_host_file(name.as_bytes(), len, generation_floor)
+        {
             Ok(new) => new,
             Err(e) => {
                 r.problems.push(format!(
@@ -161,7 +169,17 @@ fn adopt_orphans(r: &mut Report, ctx: &Ctx<'_>, state: &mut State) -> Result<(),
             }
         };
         let new = crate::contents::host_file::host_file_name(ino, generation);
+        if device.len(&new).map_err(io_failed)?.is_some() {
+            // Cannot happen (the generation is above every orphan's); never replace a file.
+            return Err(io_failed(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("adopting {old}: {new} exists"),
+            )));
+        }
         device.rename(&old, &new).map_err(io_failed)?;
+        // Its bytes may still be in the page cache only (the daemon was killed): durable
+        // before the checkpoint that sizes the file by them.
+        device.sync(&new).map_err(io_failed)?;
         r.repairs.push(format!(
             "linked {} ({len} bytes), a host file whose file was lost with the journal's \
              changes, as /lost+found/{name}",

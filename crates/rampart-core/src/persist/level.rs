@@ -136,8 +136,9 @@ pub trait Level: Send + Sync {
     fn host_sync_failed(&self, _name: &str) {}
 
     /// Whether a sync of the host file `name` failed since the last time this was asked
-    /// (each failure is answered once, to the file's next fsync; fsyncgate).
-    fn take_host_sync_error(&self, _name: &str) -> bool {
+    /// (each failure is answered once, to the file's next fsync; fsyncgate). `on_disk`: the
+    /// file is on the disk tier now.
+    fn take_host_sync_error(&self, _name: &str, _on_disk: bool) -> bool {
         false
     }
 
@@ -295,10 +296,10 @@ impl Levels {
 
     /// Whether any level saw a sync of the host file `name` fail since it was last asked
     /// ([`Level::take_host_sync_error`]); every level forgets it.
-    pub fn take_host_sync_error(&self, name: &str) -> bool {
+    pub fn take_host_sync_error(&self, name: &str, on_disk: bool) -> bool {
         let mut failed = false;
         for level in &self.chain {
-            failed |= level.take_host_sync_error(name);
+            failed |= level.take_host_sync_error(name, on_disk);
         }
         failed
     }

@@ -966,11 +966,13 @@ impl OpSink for Persister {
         self.note_host_sync_failure(name);
     }
 
-    fn take_host_sync_error(&self, name: &str) -> bool {
-        self.take_host_sync_failure(name)
+    fn take_host_sync_error(&self, name: &str, on_disk: bool) -> bool {
+        self.take_host_sync_failure(name, on_disk)
     }
 
     fn remove_after_commit(&self, name: &str) -> bool {
+        // The file is freed or back in memory: no fsync will ask about its host file now.
+        self.forget_host_sync_failure(name);
         let mut p = locked(&self.pending);
         p.removals.push(name.to_owned());
         if p.removals.len() >= crate::limits::HOST_REMOVALS_PENDING_MAX {

@@ -117,8 +117,16 @@ impl State {
     /// `len_bytes`: for a host file whose inode was lost with the journal (`fsck --repair`
     /// adopts it, as e2fsck links unattached inodes). Returns its inode and generation; the
     /// caller renames the host file to that inode's name before the state is written.
-    pub(crate) fn adopt_host_file(&mut self, name: &[u8], len_bytes: u64) -> FsResult<(Ino, u32)> {
+    /// `generation_floor`: the largest generation of the host files being adopted; the new
+    /// inode's is above it, so its host file name is none of theirs.
+    pub(crate) fn adopt_host_file(
+        &mut self,
+        name: &[u8],
+        len_bytes: u64,
+        generation_floor: u32,
+    ) -> FsResult<(Ino, u32)> {
         let found = self.lost_and_found();
+        self.table.raise_next_generation_above(generation_floor);
         let (ino, generation) = self.table.next_allocation()?;
         let time_ns = self.clock.file_time_ns();
         for op in [

@@ -70,9 +70,15 @@ impl Persister {
         lock(&self.host_sync_errors).insert(name);
     }
 
-    /// Whether a sync of the host file `name` failed since its file's last fsync was told.
-    pub(super) fn take_host_sync_failure(&self, name: &str) -> bool {
-        lock(&self.host_sync_errors).take(name)
+    /// Whether a sync of the host file `name` failed since its file's last fsync was told
+    /// (`on_disk`: the file is on the disk tier now).
+    pub(super) fn take_host_sync_failure(&self, name: &str, on_disk: bool) -> bool {
+        lock(&self.host_sync_errors).take(name, on_disk)
+    }
+
+    /// The host file `name` is no longer needed: a failure of it has no fsync left to tell.
+    pub(super) fn forget_host_sync_failure(&self, name: &str) {
+        lock(&self.host_sync_errors).names.remove(name);
     }
 
     /// Host-file syncs that failed so far (their data may be lost).
@@ -83,7 +89,8 @@ impl Persister {
 
 /// The host files whose sync failed and whose file's next fsync has not been told yet.
 /// Bounded: past `HOST_SYNC_ERRORS_MAX` names (a disk failing everywhere) every later
-/// question is answered "failed", which errs towards EIO, never towards a silent loss.
+/// question about a file on the disk tier is answered "failed", which errs towards EIO,
+/// never towards a silent loss. A name leaves when its file is told, freed or moved back.
 #[derive(Debug, Default)]
 pub(crate) struct SyncErrors {
     names: std::collections::HashSet<String>,
@@ -106,8 +113,8 @@ impl SyncErrors {
         self.names.insert(name.to_owned());
     }
 
-    fn take(&mut self, name: &str) -> bool {
-        self.names.remove(name) || self.overflowed
+    fn take(&mut self, name: &str, on_disk: bool) -> bool {
+        self.names.remove(name) || (self.overflowed && on_disk)
     }
 }
 
@@ -116,20 +123,24 @@ mod tests {
     use super::SyncErrors;
 
     #[test]
-    fn a_failure_is_told_once_and_an_overflow_always() {
+    fn a_failure_is_told_once_and_an_overflow_to_every_disk_file() {
         let mut errors = SyncErrors::default();
         errors.insert("data/5-1");
-        assert!(!errors.take("data/6-1"));
-        assert!(errors.take("data/5-1"));
-        assert!(!errors.take("data/5-1"));
+        assert!(!errors.take("data/6-1", true));
+        assert!(
+            errors.take("data/5-1", false),
+            "told even once moved back to memory"
+        );
+        assert!(!errors.take("data/5-1", true));
         for i in 0..=crate::limits::HOST_SYNC_ERRORS_MAX {
             errors.insert(&format!("data/{i}-1"));
         }
         assert_eq!(errors.names.len(), crate::limits::HOST_SYNC_ERRORS_MAX);
-        assert!(errors.take("data/0-1"));
+        assert!(errors.take("data/0-1", true));
         assert!(
-            errors.take("data/0-1"),
-            "after an overflow every file is told"
+            errors.take("data/0-1", true),
+            "after an overflow every disk file is told"
         );
+        assert!(!errors.take("data/0-1", false), "but not a memory file");
     }
 }
