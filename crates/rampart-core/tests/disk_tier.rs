@@ -358,6 +358,68 @@ fn memory_pressure_moves_the_coldest_large_files_to_disk_before_enospc() {
     assert!(st.blocks_free * bs > stats.memory_cap_bytes - stats.memory_used_bytes);
 }
 
+/// Found by fsx under `--memory-cap` (decision 0125): copy_file_range between memory files
+/// answered ENOSPC where a write of the same bytes moves the coldest large files to disk.
+#[test]
+fn memory_pressure_moves_files_to_disk_before_a_copy_gets_enospc() {
+    let (_dir, path) = store();
+    let options = Options {
+        engine: EngineConfig {
+            memory_cap_bytes: 4 << 20,
+            large_file_threshold_bytes: Some(u64::MAX - 1), // only pressure moves files
+            evict_min_size_bytes: 64 << 10,
+            ..EngineConfig::default()
+        },
+        ..Options::default()
+    };
+    let fs = Rampart::open(&path, &options).unwrap();
+    let e = fs.engine();
+    let mut files = Vec::new();
+    // 14 files of 256 KiB: 3.5 MiB of the cap of 4 MiB.
+    for i in 0..14u8 {
+        let name = format!("f{i}");
+        let f = e
+            .mknod(&c(), ROOT_INO, name.as_bytes(), FILE, 0)
+            .unwrap()
+            .ino;
+        e.write(&c(), f, 0, &pattern(256 << 10, i), false).unwrap();
+        files.push(f);
+    }
+    assert!(files.iter().all(|&f| e.tier(f).unwrap() == Tier::Memory));
+    // 1 MiB more by copies of the last file: past the cap unless files move out.
+    let dst = e.mknod(&c(), ROOT_INO, b"copy", FILE, 0).unwrap().ino;
+    let source = *files.last().unwrap();
+    for k in 0..4u64 {
+        let mut done = 0;
+        while done < 256 << 10 {
+            let n = e
+                .copy_file_range(
+                    &c(),
+                    source,
+                    done,
+                    dst,
+                    (k << 18) + done,
+                    (256 << 10) - done,
+                    false,
+                    rampart_core::WriteTimes::Stamp,
+                )
+                .unwrap_or_else(|err| panic!("copy {k} at {done}: {err:?}"));
+            assert!(n > 0, "copy {k} at {done} copied nothing");
+            done += n;
+        }
+    }
+    assert_eq!(
+        e.tier(files[0]).unwrap(),
+        Tier::Disk,
+        "the coldest file moved"
+    );
+    assert_eq!(read_all(e, dst), pattern(256 << 10, 13).repeat(4));
+    for (i, &f) in files.iter().enumerate() {
+        assert_eq!(read_all(e, f), pattern(256 << 10, i as u8), "file {i}");
+    }
+    assert!(e.stats().memory_used_bytes <= 4 << 20);
+}
+
 #[test]
 fn a_host_file_that_cannot_be_synced_fails_the_fsync_and_loses_nothing_else() {
     use rampart_core::persist::device::{FailSyncs, Faults, Files, SimDevice, SyncOp};
