@@ -22,7 +22,8 @@ import pytest
 from disk_tier_helpers import (GiB, KiB, MiB, Twin, assert_no_orphan_host_files, data_dir, du_allocated, du_apparent,
                                host_files, host_path, on_disk, pwrite_all, wait_host_file_gone, wait_tier)
 from e2e_helpers import (FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE, REPO, RAMPART_BIN,
-                         RENAME_EXCHANGE, Mount, expect_errno, fallocate, in_mount_table, read_file, renameat2, run,
+                         RENAME_EXCHANGE, Mount, assert_no_panic, expect_errno, fallocate, in_mount_table, read_file,
+                         renameat2, run,
                          wait_until, write_file)
 from test_full_disk import small_ext4  # noqa: F401 (a fixture)
 from test_persistence import (assert_fsck_clean_after_crash, crash, fsck, fsck_json, fsync_path, journal_len, remount,
@@ -836,6 +837,34 @@ def test_a_host_file_without_an_inode_is_removed_and_one_too_long_is_trimmed(mou
     r = fsck(m, "--repair")
     assert r.returncode == 0 and not stray.exists(), f"fsck --repair left the stray host file:\n{r.stdout}"
     assert fsck(m).returncode == 0
+
+
+def test_entries_of_the_data_folder_that_are_not_rampart_s_are_left_alone(mount_factory):
+    """A file or folder someone put into the store's data folder is not deleted by the mount's
+    recovery, and a folder named like a host file does not refuse the mount: both are left
+    alone and reported by fsck."""
+    m, files, ino, host = _damaged_store(mount_factory, "foreign")
+    notes = data_dir(m) / "notes.txt"
+    notes.write_bytes(b"someone else's")
+    folder = data_dir(m) / "subdir"
+    folder.mkdir()
+    (folder / "inside").write_bytes(b"x")
+    lookalike = data_dir(m) / f"{0xdead_beef:016x}-00000002"
+    lookalike.mkdir()
+    remount(m)
+    _bystanders_intact(m, files)
+    assert notes.read_bytes() == b"someone else's", "the mount deleted a file rampart did not make"
+    assert (folder / "inside").exists() and lookalike.is_dir()
+    log = (m.store / "rampart.log").read_text(errors="replace")
+    assert "leaving data/notes.txt alone" in log, log[-2000:]
+    unmount(m)
+    r = fsck(m)
+    assert r.returncode == 0 and "2 host files with names rampart does not make" in r.stdout, r.stdout
+    r, report = fsck_json(m)
+    assert report["data"]["foreign"] == ["data/notes.txt", "data/subdir"], report["data"]
+    r = fsck(m, "--repair")
+    assert r.returncode == 0 and notes.exists() and folder.exists(), r.stdout
+    assert_no_panic(m)
 
 
 def test_an_immutable_data_folder_gives_a_clear_error_and_the_daemon_lives(mount_factory):

@@ -12,7 +12,8 @@ import threading
 import pytest
 
 from e2e_helpers import RAMPART_BIN, in_mount_table, read_file, write_file
-from test_persistence import (BATCH_HEADER_BYTES, HEADER_BYTES, assert_no_panic, batch_ending_at, cli, crash,
+from test_persistence import (BATCH_HEADER_BYTES, HEADER_BYTES, _clean_store_with_files, assert_no_panic,
+                              batch_ending_at, cli, crash,
                               crc32c, files_by_batch, fsck, fsck_json, journal_batches, new_mount, remount,
                               store_bytes, unmount, write_synced, ZEROS_AHEAD_BYTES)
 
@@ -27,7 +28,7 @@ SECTION_KEYS = {
     "backup": {"present", "usable", "used", "error"},
     "replay": {"done", "batches", "ops_applied", "ops_skipped", "failed", "ops_not_replayed", "volatile_dropped"},
     "invariants": {"checked", "problems"},
-    "data": {"checked", "files", "bytes", "orphans", "long", "missing", "short"},
+    "data": {"checked", "files", "bytes", "orphans", "foreign", "long", "missing", "short"},
     "filesystem": {"inodes", "files", "directories", "symlinks", "other", "data_bytes"},
 }
 
@@ -580,3 +581,35 @@ def test_fsck_checks_a_read_only_store_and_writes_nothing(test_base, rampart_env
         assert cli("fsck", copy, env=rampart_env).returncode == 0
     finally:
         os.chmod(copy, 0o700)
+
+
+def test_fsck_repair_of_a_lost_journal_links_disk_tier_files_into_lost_and_found(test_base, rampart_env,
+                                                                                 cleanup_mounts):
+    """A large file written and fsync'd after the last checkpoint has its bytes in its host file,
+    not in the journal: when the journal is lost, --repair keeps them in /lost+found (decision
+    0127) instead of removing the host file as a crash's leftover."""
+    m = _clean_store_with_files(test_base, rampart_env, cleanup_mounts, "lostjournal")
+    remount(m)
+    big = os.urandom(3 * 1024 * 1024 + 123)  # past the 1 MiB threshold: on the disk tier
+    write_synced(os.path.join(m.path, "big"), big)
+    crash(m)
+    hosts = os.listdir(m.store / "data")
+    assert len(hosts) == 1, hosts
+    os.remove(m.store / "journal")
+    r = fsck(m)
+    assert r.returncode == 1, r.stdout + r.stderr
+    r = fsck(m, "--repair")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "as /lost+found/#host-" in r.stdout and hosts[0] in r.stdout, r.stdout
+    assert fsck(m).returncode == 0
+    remount(m)
+    found = os.listdir(os.path.join(m.path, "lost+found"))
+    assert len(found) == 1 and found[0].startswith("#host-"), found
+    adopted = os.path.join(m.path, "lost+found", found[0])
+    assert read_file(adopted) == big, "the adopted file does not hold the bytes written"
+    st = os.stat(adopted)
+    assert st.st_uid == 0 and (st.st_mode & 0o777) == 0o600, oct(st.st_mode)
+    assert read_file(os.path.join(m.path, "f00")), "the checkpoint's files were lost"
+    unmount(m)
+    assert fsck(m).returncode == 0
+    assert_no_panic(m)

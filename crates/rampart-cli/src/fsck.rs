@@ -290,8 +290,16 @@ pub fn render(r: &Report, repair: bool) -> String {
             for (n, what) in [
                 (d.missing.len(), "missing"),
                 (d.short.len(), "short"),
-                (d.orphans.len(), "unused (removed at the next mount)"),
+                (
+                    d.orphans.len(),
+                    "unused (a mount removes them; a repair that drops journal changes links \
+                     them into /lost+found)",
+                ),
                 (d.long.len(), "too long (trimmed at the next mount)"),
+                (
+                    d.foreign.len(),
+                    "with names rampart does not make (left alone: move them out)",
+                ),
             ] {
                 if n > 0 {
                     text.push_str(&format!("; {n} host files {what}"));

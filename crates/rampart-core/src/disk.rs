@@ -141,7 +141,12 @@ impl DiskTier {
     /// A checkpoint's image holds the trims of `snapshot`: those still pending (their
     /// threads still hold the host locks, so no write raced them) are punched and synced now,
     /// under the registry's lock, before the image is written. Punching twice is harmless.
-    pub(crate) fn finish_trims(&self, snapshot: &[(String, (u64, u64))]) -> std::io::Result<()> {
+    /// `sync_failed` hears of a host file whose sync failed (decision 0126).
+    pub(crate) fn finish_trims(
+        &self,
+        snapshot: &[(String, (u64, u64))],
+        sync_failed: &dyn Fn(&str),
+    ) -> std::io::Result<()> {
         if snapshot.is_empty() {
             return Ok(());
         }
@@ -158,7 +163,7 @@ impl DiskTier {
                         .punch_hole(name, *offset, (*len).min(host_len - offset))?;
                 }
                 if synced.insert(name.clone()) {
-                    self.device.sync(name)?;
+                    self.device.sync(name).inspect_err(|_| sync_failed(name))?;
                 }
             }
         }
@@ -279,6 +284,8 @@ pub struct HostFilesScan {
     pub bytes: u64,
     /// Host files no live disk-tier inode names.
     pub orphans: Vec<String>,
+    /// Entries whose names rampart does not make (someone else's): left alone.
+    pub foreign: Vec<String>,
     /// Host files longer than their file: (name, host length, size).
     pub long: Vec<(String, u64, u64)>,
     /// Disk-tier files whose host file is missing (None) or shorter than the size:
@@ -297,6 +304,7 @@ pub fn scan_host_files(device: &dyn Device, state: &State) -> std::io::Result<Ho
     let mut present = HashSet::new();
     for name in device.list_data()? {
         match live.get(&name) {
+            None if parse_host_file_name(&name).is_none() => scan.foreign.push(name),
             None => scan.orphans.push(name),
             Some(&(ino, size)) => {
                 present.insert(name.clone());
@@ -315,6 +323,7 @@ pub fn scan_host_files(device: &dyn Device, state: &State) -> std::io::Result<Ho
         }
     }
     scan.orphans.sort_unstable();
+    scan.foreign.sort_unstable();
     scan.long.sort_unstable();
     scan.damaged.sort_unstable();
     Ok(scan)
@@ -347,18 +356,23 @@ pub fn recover_host_files(
         trims_redone,
         ..HostFilesReport::default()
     };
-    for name in &scan.orphans {
-        let known = parse_host_file_name(name).is_some();
-        tracing::info!(
-            "recovery: removing {name}{}: no live file of the disk tier uses it",
-            if known {
-                ""
-            } else {
-                " (not a name rampart makes)"
-            }
+    for name in &scan.foreign {
+        // Not ours to delete: a file (or folder) someone put in the store's data folder.
+        tracing::warn!(
+            "recovery: leaving {name} alone: not a name rampart makes (move it out of the \
+             store's data folder)"
         );
-        device.remove(name)?;
-        report.orphans_removed += 1;
+    }
+    for name in &scan.orphans {
+        tracing::info!("recovery: removing {name}: no live file of the disk tier uses it");
+        match device.remove(name) {
+            Ok(()) => report.orphans_removed += 1,
+            // A folder with a host file's name: not ours, and no reason to refuse the mount.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EISDIR | libc::ENOTEMPTY)) => {
+                tracing::warn!("recovery: leaving {name} alone: {e}");
+            }
+            Err(e) => return Err(e),
+        }
     }
     for (name, _, size) in &scan.long {
         device.set_len(name, *size)?;

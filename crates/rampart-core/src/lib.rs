@@ -39,8 +39,8 @@ mod xattr;
 pub use attr::{Attr, Durability, FileKind, Ino, SetAttr, SetTime, StatFs, Stats, ROOT_INO};
 pub use contents::Tier;
 pub use engine::{
-    CategoryInfo, CategoryStatus, Ctx, Engine, EngineConfig, FileAtRisk, HeldFile, Invalidation,
-    KernelRequests, Observer, ReadBuf, State, WriteTimes,
+    CategoryInfo, CategoryStatus, Ctx, Engine, EngineConfig, FileAtRisk, HeldFile, HostSyncName,
+    Invalidation, KernelRequests, Observer, ReadBuf, State, WriteTimes,
 };
 pub use error::{Broken, Errno, FsResult};
 pub use memory::budget::{default_cap_bytes, physical_memory_bytes};

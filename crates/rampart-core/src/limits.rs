@@ -59,6 +59,10 @@ pub const LIBRARY_DIR_CACHE_ENTRIES_MAX: usize = 1024;
 /// Longest attribute name, in bytes, including the namespace prefix (XATTR_NAME_MAX).
 pub const XATTR_NAME_BYTES_MAX: usize = 255;
 
+/// Most host files whose failed sync waits for its file's next fsync (persister
+/// `SyncErrors`); past it every disk-tier fsync answers EIO.
+pub const HOST_SYNC_ERRORS_MAX: usize = 4096;
+
 /// Largest attribute value, in bytes (XATTR_SIZE_MAX).
 pub const XATTR_VALUE_BYTES_MAX: usize = 64 * 1024;
 

@@ -358,6 +358,68 @@ fn memory_pressure_moves_the_coldest_large_files_to_disk_before_enospc() {
     assert!(st.blocks_free * bs > stats.memory_cap_bytes - stats.memory_used_bytes);
 }
 
+/// Found by fsx under `--memory-cap` (decision 0125): copy_file_range between memory files
+/// answered ENOSPC where a write of the same bytes moves the coldest large files to disk.
+#[test]
+fn memory_pressure_moves_files_to_disk_before_a_copy_gets_enospc() {
+    let (_dir, path) = store();
+    let options = Options {
+        engine: EngineConfig {
+            memory_cap_bytes: 4 << 20,
+            large_file_threshold_bytes: Some(u64::MAX - 1), // only pressure moves files
+            evict_min_size_bytes: 64 << 10,
+            ..EngineConfig::default()
+        },
+        ..Options::default()
+    };
+    let fs = Rampart::open(&path, &options).unwrap();
+    let e = fs.engine();
+    let mut files = Vec::new();
+    // 14 files of 256 KiB: 3.5 MiB of the cap of 4 MiB.
+    for i in 0..14u8 {
+        let name = format!("f{i}");
+        let f = e
+            .mknod(&c(), ROOT_INO, name.as_bytes(), FILE, 0)
+            .unwrap()
+            .ino;
+        e.write(&c(), f, 0, &pattern(256 << 10, i), false).unwrap();
+        files.push(f);
+    }
+    assert!(files.iter().all(|&f| e.tier(f).unwrap() == Tier::Memory));
+    // 1 MiB more by copies of the last file: past the cap unless files move out.
+    let dst = e.mknod(&c(), ROOT_INO, b"copy", FILE, 0).unwrap().ino;
+    let source = *files.last().unwrap();
+    for k in 0..4u64 {
+        let mut done = 0;
+        while done < 256 << 10 {
+            let n = e
+                .copy_file_range(
+                    &c(),
+                    source,
+                    done,
+                    dst,
+                    (k << 18) + done,
+                    (256 << 10) - done,
+                    false,
+                    rampart_core::WriteTimes::Stamp,
+                )
+                .unwrap_or_else(|err| panic!("copy {k} at {done}: {err:?}"));
+            assert!(n > 0, "copy {k} at {done} copied nothing");
+            done += n;
+        }
+    }
+    assert_eq!(
+        e.tier(files[0]).unwrap(),
+        Tier::Disk,
+        "the coldest file moved"
+    );
+    assert_eq!(read_all(e, dst), pattern(256 << 10, 13).repeat(4));
+    for (i, &f) in files.iter().enumerate() {
+        assert_eq!(read_all(e, f), pattern(256 << 10, i as u8), "file {i}");
+    }
+    assert!(e.stats().memory_used_bytes <= 4 << 20);
+}
+
 #[test]
 fn a_host_file_that_cannot_be_synced_fails_the_fsync_and_loses_nothing_else() {
     use rampart_core::persist::device::{FailSyncs, Faults, Files, SimDevice, SyncOp};
@@ -399,6 +461,55 @@ fn a_host_file_that_cannot_be_synced_fails_the_fsync_and_loses_nothing_else() {
     assert_eq!(read_all(e, small), b"kept");
     let big = e.lookup_path(b"/big").unwrap().ino;
     assert_eq!(read_all(e, big).len(), 20_000);
+}
+
+/// fsyncgate: a host-file sync that fails in a commit no fsync waited for (the committer's
+/// timed commit) is told to the file's next fsync, once; the kernel would tell a later sync
+/// of the host file nothing, so without this the program's fsync would succeed on lost data.
+#[test]
+fn a_host_sync_that_failed_with_no_one_waiting_is_told_to_the_files_next_fsync() {
+    use rampart_core::persist::device::{FailSyncs, Faults, Files, SimDevice, SyncOp};
+    use std::sync::Arc;
+    let device = Arc::new(SimDevice::new(10));
+    let mut opts = options();
+    opts.persist.commit_interval = std::time::Duration::from_millis(20);
+    let fs = Rampart::open_device(device.clone(), [5; 16], &opts).unwrap();
+    let e = fs.engine();
+    let big = e.mknod(&c(), ROOT_INO, b"big", FILE, 0).unwrap().ino;
+    let other = e.mknod(&c(), ROOT_INO, b"other", FILE, 0).unwrap().ino;
+    e.write(&c(), big, 0, &pattern(20_000, 1), false).unwrap();
+    e.write(&c(), other, 0, &pattern(20_000, 2), false).unwrap();
+    e.sync().unwrap();
+    device.set_faults(Faults {
+        fail_syncs: Some(FailSyncs {
+            after: 0,
+            count: Some(1),
+            ops: &[SyncOp::Sync],
+            files: Files::Prefix("data/".into()),
+        }),
+        ..Faults::default()
+    });
+    e.write(&c(), big, 100, b"lost?", false).unwrap();
+    // The committer's own commit meets the failure; no fsync is waiting.
+    let failures = fs.persister().host_sync_failures();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while fs.persister().host_sync_failures() == failures {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no commit synced the host file"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // Syncs work again: the journal commits, and the host file syncs without an error.
+    e.sync().unwrap();
+    // The other file's fsync has nothing to hear; the file's own fsync hears it once.
+    let (big, other) = (
+        e.host_sync_name(big).unwrap(),
+        e.host_sync_name(other).unwrap(),
+    );
+    assert!(!e.take_host_sync_error(&other));
+    assert!(e.take_host_sync_error(&big));
+    assert!(!e.take_host_sync_error(&big));
 }
 
 #[test]
@@ -449,6 +560,10 @@ fn a_read_from_the_host_cache_only_gives_the_bytes_or_says_it_would_wait() {
     let bytes = pattern(1 << 20, 9);
     e.write(&c(), f, 0, &bytes, false).unwrap();
     e.sync().unwrap(); // clean pages: DONTNEED below can drop them
+                       // A blocking read first: the host file's large folios reach past its end and so are not
+                       // all up to date after the writes alone, and a RWF_NOWAIT read of such a folio says it
+                       // would wait (this failed 2 to 5 runs in 10 under load, on an old binary too).
+    assert_eq!(read_all(e, f), bytes);
     let mut out = Vec::new();
     assert!(e.read_if_cached(f, 4096, 65536, &mut out).unwrap());
     assert_eq!(out, bytes[4096..4096 + 65536]);

@@ -289,6 +289,8 @@ fn host_files_missing_or_short_are_problems_and_a_repair_truncates_and_says_what
         .unwrap()
         .set_len(20_000)
         .unwrap();
+    std::fs::write(path.join("data/00000000deadbeef-00000001"), b"x").unwrap();
+    // Not a name rampart makes: someone else's, left alone (and reported).
     std::fs::write(path.join("data/stranger"), b"x").unwrap();
 
     let before = files_of(&path);
@@ -299,7 +301,11 @@ fn host_files_missing_or_short_are_problems_and_a_repair_truncates_and_says_what
         (r.data.files, r.data.missing.len(), r.data.short.len()),
         (3, 1, 1)
     );
-    assert_eq!(r.data.orphans, vec!["data/stranger".to_string()]);
+    assert_eq!(
+        r.data.orphans,
+        vec!["data/00000000deadbeef-00000001".to_string()]
+    );
+    assert_eq!(r.data.foreign, vec!["data/stranger".to_string()]);
     assert!(
         r.problems
             .iter()
@@ -322,6 +328,10 @@ fn host_files_missing_or_short_are_problems_and_a_repair_truncates_and_says_what
     assert!(said.contains("from 50000 to 20000 bytes"), "{said}");
     assert!(said.contains("its 50000 bytes are lost"), "{said}");
     assert!(said.contains("removed 1 host files"), "{said}");
+    assert!(
+        path.join("data/stranger").exists(),
+        "a repair removed someone else's file"
+    );
     assert!(fsck::check(&path, &NoProgress).unwrap().clean);
 
     let fs = Rampart::open(&path, &options).unwrap();
@@ -388,4 +398,85 @@ fn a_damaged_freed_note_is_a_problem_and_a_repair_removes_it() {
     assert!(r.clean && r.repaired, "{:?}", r.problems);
     assert!(!note.exists(), "the repair left the damaged note");
     assert!(fsck::check(&path, &NoProgress).unwrap().clean);
+}
+
+/// Decision 0127: with the journal lost, every disk-tier file created after the checkpoint is
+/// linked into /lost+found with its own bytes. The new inodes' generations start where the
+/// checkpoint left them, which the lost journal had handed out too: without the floor, the
+/// first adopted file was renamed onto the second's host file (found by a review).
+#[test]
+fn a_repair_that_loses_the_journal_adopts_every_orphan_with_its_own_bytes() {
+    let (_dir, path) = temp_store();
+    let options = Options {
+        engine: rampart_core::EngineConfig {
+            large_file_threshold_bytes: Some(8 << 10),
+            ..rampart_core::EngineConfig::default()
+        },
+        ..Options::default()
+    };
+    Rampart::open(&path, &options).unwrap().close().unwrap(); // a checkpoint
+    let fs = Rampart::open(&path, &options).unwrap();
+    let c = Ctx::library(0, 0);
+    let contents: Vec<Vec<u8>> = (0..3u8)
+        .map(|i| vec![i + 1; 50_000 + usize::from(i)])
+        .collect();
+    for (i, data) in contents.iter().enumerate() {
+        let f = fs
+            .engine()
+            .mknod(
+                &c,
+                ROOT_INO,
+                format!("f{i}").as_bytes(),
+                libc::S_IFREG | 0o644,
+                0,
+            )
+            .unwrap()
+            .ino;
+        fs.engine().write(&c, f, 0, data, false).unwrap();
+    }
+    fs.persister().sync().unwrap();
+    fs.engine().set_sink(None);
+    std::mem::forget(fs); // a crash
+    std::fs::remove_file(path.join(rampart_core::store::LOCK_FILE)).unwrap();
+    std::fs::remove_file(path.join("journal")).unwrap();
+
+    let r = fsck::repair(&path, &NoProgress).unwrap();
+    assert!(r.clean && r.repaired, "{:?}", r.problems);
+    assert_eq!(
+        r.repairs
+            .iter()
+            .filter(|l| l.contains("as /lost+found/#host-"))
+            .count(),
+        3,
+        "{:?}",
+        r.repairs
+    );
+    assert!(fsck::check(&path, &NoProgress).unwrap().clean);
+    let fs = Rampart::open(&path, &options).unwrap();
+    let e = fs.engine();
+    let found = e.lookup_path(b"/lost+found").unwrap().ino;
+    let mut adopted = Vec::new();
+    e.readdir(found, 0, |ino, _, _, name| {
+        if name.starts_with(b"#host-") {
+            adopted.push(ino);
+        }
+        true // go on
+    })
+    .unwrap();
+    let mut held: Vec<Vec<u8>> = adopted
+        .iter()
+        .map(|&ino| {
+            let mut out = Vec::new();
+            e.read(ino, 0, 1 << 20, &mut out).unwrap();
+            out
+        })
+        .collect();
+    held.sort();
+    // (Compared without printing 150 KB on failure.)
+    assert!(
+        held == contents,
+        "an adopted file lost its bytes or holds another's: lengths {:?}, first bytes {:?}",
+        held.iter().map(Vec::len).collect::<Vec<_>>(),
+        held.iter().map(|h| h.first().copied()).collect::<Vec<_>>()
+    );
 }

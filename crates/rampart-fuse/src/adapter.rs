@@ -193,11 +193,28 @@ impl RampartFs {
     /// it is not held: the persister answers after the disk sync that covers it, and every
     /// fsync that arrives meanwhile shares that sync.
     fn reply_synced(&self, asker: u32, reply: ReplyEmpty, request: PendingRequest) {
+        self.reply_synced_file(asker, None, reply, request);
+    }
+
+    /// As `reply_synced`, and EIO if a sync of `host` failed with no fsync waiting, asked
+    /// once this sync answered, whatever it answered (decision 0126).
+    fn reply_synced_file(
+        &self,
+        asker: u32,
+        host: Option<rampart_core::HostSyncName>,
+        reply: ReplyEmpty,
+        request: PendingRequest,
+    ) {
         let counters = self.counters.clone();
+        let engine = self.engine.clone();
         self.engine.sync_async_by(
             u64::from(asker),
             Box::new(move |result| {
-                match result {
+                let told = host.is_some_and(|h| engine.take_host_sync_error(&h));
+                match result.and_then(|()| match told {
+                    true => Err(std::io::Error::from_raw_os_error(libc::EIO)),
+                    false => Ok(()),
+                }) {
                     Ok(()) => reply.ok(),
                     Err(e) => {
                         tracing::error!("sync failed: {e}");
@@ -647,7 +664,8 @@ impl Filesystem for RampartFs {
                 self.catch_up_with_host(ino.0);
             }
             if self.engine.durable_at_close(ino.0) {
-                self.reply_synced(req.pid(), reply, timer.hand_off());
+                let host = self.engine.host_sync_name(ino.0); // decision 0126
+                self.reply_synced_file(req.pid(), host, reply, timer.hand_off());
             } else {
                 reply.ok();
             }
@@ -684,7 +702,10 @@ impl Filesystem for RampartFs {
                 // (decision 0090).
                 Ok(_) => match self.engine.archive_for_sync(ino.0) {
                     Err(e) => reply.error(errno(e)),
-                    Ok(()) => self.reply_synced(req.pid(), reply, timer.hand_off()),
+                    Ok(()) => {
+                        let host = self.engine.host_sync_name(ino.0); // decision 0126
+                        self.reply_synced_file(req.pid(), host, reply, timer.hand_off())
+                    }
                 },
             }
         });

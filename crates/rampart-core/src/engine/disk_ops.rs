@@ -503,10 +503,14 @@ impl Engine {
             // Synced at once: a checkpoint taken since holds the trim, and recovery would not
             // redo it from the journal (`DiskTier::trim_pending`).
             Ok(()) => {
-                if let Err(e) = trim(disk.device.as_ref()).and_then(|()| disk.device.sync(name)) {
+                if let Err(e) = trim(disk.device.as_ref()) {
                     tracing::error!(
                         "trimming the disk-tier file {name}: {e}; the next mount does it"
                     );
+                } else if let Err(e) = disk.device.sync(name) {
+                    tracing::error!("syncing the disk-tier file {name} after a trim: {e}");
+                    // The file's next fsync must hear of it (decision 0126).
+                    self.levels().host_sync_failed(name);
                 }
             }
         }
@@ -723,7 +727,7 @@ impl Engine {
     /// Does the trims of `snapshot` still pending, and syncs their host files.
     pub fn finish_trims(&self, snapshot: &[(String, (u64, u64))]) -> std::io::Result<()> {
         match self.disk() {
-            Some(disk) => disk.finish_trims(snapshot),
+            Some(disk) => disk.finish_trims(snapshot, &|name| self.levels().host_sync_failed(name)),
             None => Ok(()),
         }
     }
@@ -872,11 +876,48 @@ impl Engine {
             // Written in place without growing, the file's mtime may not have moved within
             // the clock's tick: sync its data anyway.
             if let Err(e) = disk.device.sync(&name) {
-                tracing::error!("syncing the disk-tier file {name}: {e}");
+                tracing::error!(
+                    "syncing the disk-tier file {name}: {e}; its latest data may be lost"
+                );
+                // No fsync waits on this pass: the file's next fsync must hear of it.
+                self.levels().host_sync_failed(&name);
                 failed += 1;
             }
         }
         failed
+    }
+
+    /// The host file a failed sync of `ino` would be recorded under (decision 0126), asked
+    /// before an fsync's commit; None for a store without a disk tier or a non-regular file.
+    /// Its data may be on the disk tier or have been there (moved back since).
+    pub fn host_sync_name(&self, ino: Ino) -> Option<HostSyncName> {
+        self.disk()?;
+        let state = self.read_state();
+        let inode = state.regular_file(ino).ok()?;
+        Some(HostSyncName {
+            ino,
+            name: host_file_name(ino, inode.generation),
+            on_disk: inode.file().map(Contents::tier) == Some(Tier::Disk),
+        })
+    }
+
+    /// Whether a sync of `host`'s file failed since that file's last fsync was told (in a
+    /// commit no fsync of it waited for: the committer's timed commit, its pass over
+    /// passthrough files, a checkpoint, a trim). Each failure is told once: asked by every
+    /// fsync (and close of a file durable at close) once its own sync has answered, whether
+    /// that succeeded or not, so a failure the sync itself reported is not told again. Takes
+    /// no engine lock (it runs in sync answers).
+    pub fn take_host_sync_error(&self, host: &HostSyncName) -> bool {
+        if !self.levels().take_host_sync_error(&host.name, host.on_disk) {
+            return false;
+        }
+        tracing::error!(
+            "inode {}: an earlier sync of its disk-tier file {} failed: this fsync answers \
+             EIO (its latest data may be lost)",
+            host.ino,
+            host.name
+        );
+        true
     }
 }
 
@@ -924,3 +965,12 @@ fn apply_write_extent(
 
 /// The most bytes a migration copies per device call.
 const _: () = assert!(MIGRATION_PIECE_BYTES >= CHUNK_BYTES);
+
+/// The host file of a regular file, as a failed sync of it is recorded
+/// ([`Engine::host_sync_name`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostSyncName {
+    ino: Ino,
+    name: String,
+    on_disk: bool,
+}

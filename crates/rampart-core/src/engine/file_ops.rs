@@ -246,6 +246,38 @@ impl Engine {
         kill_suidgid: bool,
         times: WriteTimes,
     ) -> FsResult<u64> {
+        let want = len.min(COPY_LEN_MAX);
+        let out_end = offset_out.saturating_add(want);
+        // Memory is full: the coldest large files move to disk, then a new try, as for a
+        // write (ENOSPC only once nothing more can move; found by fsx, decision 0125).
+        for _ in 0..4 {
+            match self.copy_file_range_once(
+                ctx,
+                (ino_in, offset_in),
+                (ino_out, offset_out),
+                len,
+                kill_suidgid,
+                times,
+            ) {
+                Err(Errno::ENOSPC)
+                    if self.evict_for(want + crate::limits::EVICT_SLACK_BYTES)
+                        || self.evict_file(ino_out, out_end) => {}
+                other => return other,
+            }
+        }
+        Err(Errno::ENOSPC)
+    }
+
+    /// One try of [`Engine::copy_file_range`]: ENOSPC when memory is full.
+    fn copy_file_range_once(
+        &self,
+        ctx: &Ctx,
+        (ino_in, offset_in): (Ino, u64),
+        (ino_out, offset_out): (Ino, u64),
+        len: u64,
+        kill_suidgid: bool,
+        times: WriteTimes,
+    ) -> FsResult<u64> {
         if let Some(disk) = self.disk() {
             let on_disk = |ino| self.tier(ino).map(|t| t == Tier::Disk);
             let out_end = offset_out.saturating_add(len.min(COPY_LEN_MAX));

@@ -18,6 +18,7 @@ mod category_status;
 pub use category_ops::{CategoryInfo, KernelRequests};
 pub use category_status::{CategoryStatus, FileAtRisk};
 mod disk_ops;
+pub use disk_ops::HostSyncName;
 mod file_ops;
 pub use file_ops::ReadBuf;
 mod info;

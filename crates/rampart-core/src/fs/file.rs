@@ -350,7 +350,15 @@ impl File {
     pub fn sync_all(&self) -> io::Result<()> {
         // A file held out of the store (decision 0090) is made present first.
         self.fs.engine().archive_for_sync(self.ino).map_err(errno)?;
-        self.fs.engine().sync()?;
+        let host = self.fs.engine().host_sync_name(self.ino);
+        let synced = self.fs.engine().sync();
+        // A sync of its host file that failed with no fsync waiting (fsyncgate, decision
+        // 0126); asked after the sync, and whatever it answered, so it is told once.
+        let told = host.is_some_and(|h| self.fs.engine().take_host_sync_error(&h));
+        synced?;
+        if told {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
         // A ROBUST or PARANOID file on a store whose mirror is degraded (decision 0077).
         self.fs
             .engine()

@@ -474,6 +474,7 @@ pub(super) fn data_folder(r: &mut Report, ctx: &Ctx<'_>, state: &State) {
     d.files = scan.files;
     d.bytes = scan.bytes;
     d.orphans = scan.orphans;
+    d.foreign = scan.foreign;
     d.long = scan.long.iter().map(|(name, _, _)| name.clone()).collect();
     let paths = state.paths_of(&scan.damaged.iter().map(|(ino, ..)| *ino).collect());
     for (ino, name, size, len) in &scan.damaged {

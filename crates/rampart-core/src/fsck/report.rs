@@ -161,9 +161,13 @@ pub struct DataFolderReport {
     /// Disk-tier files, and the bytes their sizes cover.
     pub files: u64,
     pub bytes: u64,
-    /// Host files no file uses (left by a crash between an unlink and the removal, or put
-    /// there by someone else): the next mount removes them, as `--repair` does. Benign.
+    /// Host files no file uses (left by a crash between an unlink and the removal): the next
+    /// mount removes them, as `--repair` does (which links them into /lost+found instead
+    /// when it drops journal changes). Benign.
     pub orphans: Vec<String>,
+    /// Entries of the data folder whose names rampart does not make: left alone (and
+    /// reported), never removed.
+    pub foreign: Vec<String>,
     /// Host files longer than their file (a write whose op never committed): the next mount
     /// trims them, as `--repair` does. Benign.
     pub long: Vec<String>,

@@ -45,8 +45,15 @@ pub(super) fn repair(
             r.replay.ops_not_replayed.saturating_sub(1)
         ));
     }
-    repair_data_folder(r, ctx, &mut state)?;
+    // The invariants first: an inode whose link count the repair fixes uses its host file.
     r.repairs.extend(state.repair());
+    // Ops are dropped (a journal lost, cut or damaged): a host file no file uses may hold a
+    // file created after the checkpoint, durable in the data folder though its inode is gone.
+    let ops_lost = plan.journal_repair.is_some() || r.replay.failed.is_some();
+    if ops_lost {
+        adopt_orphans(r, ctx, &mut state)?;
+    }
+    repair_data_folder(r, ctx, &mut state)?;
     let left = state.check();
     if !left.is_empty() {
         r.unrepairable = Some(format!(
@@ -124,6 +131,71 @@ fn write(ctx: &Ctx<'_>, engine: &Arc<Engine>, plan: &Plan) -> Result<u64, FsckEr
         return Err(failed(error));
     }
     Ok(persister.stats().checkpoint_image_bytes)
+}
+
+/// Host files no file uses, when the repair drops ops: each becomes a file of
+/// `/lost+found` (`#host-INO-GENERATION`, root's, 0600) holding its bytes, instead of being
+/// removed as a mount removes what a crash leaves (e2fsck links unattached inodes likewise).
+/// The host file is renamed to its new inode's name (a synced rename) before the repaired
+/// state is written: a crash in between leaves it an orphan again, for the next repair.
+fn adopt_orphans(r: &mut Report, ctx: &Ctx<'_>, state: &mut State) -> Result<(), FsckError> {
+    let io_failed = |error: std::io::Error| FsckError::Write {
+        store: ctx.path.to_path_buf(),
+        error: crate::error::PersistError::new(crate::error::PersistStep::WriteCheckpoint, &error),
+    };
+    let device = ctx.device.as_ref();
+    let scan = crate::disk::scan_host_files(device, state).map_err(io_failed)?;
+    let named: Vec<(String, (u64, u32))> = scan
+        .orphans
+        .into_iter()
+        .filter_map(|old| {
+            let parsed = crate::contents::host_file::parse_host_file_name(&old)?;
+            Some((old, parsed))
+        })
+        .collect();
+    // The lost journal handed out these generations: new inodes get larger ones, so no
+    // adopted file is renamed onto an orphan not yet adopted.
+    let generation_floor = named.iter().map(|(_, (_, g))| *g).max().unwrap_or(0);
+    for (old, (old_ino, old_generation)) in named {
+        // Only a regular file can hold a file's bytes (a folder with such a name is left).
+        if !std::fs::symlink_metadata(ctx.file(&old)).is_ok_and(|m| m.file_type().is_file()) {
+            continue;
+        }
+        let Some(len) = device.len(&old).map_err(io_failed)? else {
+            continue;
+        };
+        let name = format!("#host-{old_ino}-{old_generation}");
+        let (ino, generation) = match state.adopt_host_file(name.as_bytes(), len, generation_floor)
+        {
+            Ok(new) => new,
+            Err(e) => {
+                r.problems.push(format!(
+                    "the host file {} could not be linked into /lost+found ({e:?}); it is \
+                     removed with the other unused ones",
+                    ctx.file(&old).display()
+                ));
+                continue;
+            }
+        };
+        let new = crate::contents::host_file::host_file_name(ino, generation);
+        if device.len(&new).map_err(io_failed)?.is_some() {
+            // Cannot happen (the generation is above every orphan's); never replace a file.
+            return Err(io_failed(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("adopting {old}: {new} exists"),
+            )));
+        }
+        device.rename(&old, &new).map_err(io_failed)?;
+        // Its bytes may still be in the page cache only (the daemon was killed): durable
+        // before the checkpoint that sizes the file by them.
+        device.sync(&new).map_err(io_failed)?;
+        r.repairs.push(format!(
+            "linked {} ({len} bytes), a host file whose file was lost with the journal's \
+             changes, as /lost+found/{name}",
+            ctx.file(&old).display()
+        ));
+    }
+    Ok(())
 }
 
 /// The data folder: trims a crash cut off are redone, host files no file uses are removed,

@@ -76,6 +76,12 @@ impl InodeTable {
         Ok((ino, self.next_generation))
     }
 
+    /// Makes every later allocation's generation greater than `generation` (fsck's
+    /// adoption of host files named by generations a lost journal handed out).
+    pub fn raise_next_generation_above(&mut self, generation: u32) {
+        self.next_generation = self.next_generation.max(generation.saturating_add(1));
+    }
+
     /// Puts `inode` at number `ino`, which must be free (chosen by `next_allocation`, or
     /// recorded in a journal).
     pub fn insert(&mut self, ino: Ino, inode: Inode) {

@@ -130,6 +130,18 @@ pub trait Level: Send + Sync {
         false
     }
 
+    /// A sync of the host file `name` failed where no fsync was waiting for it (the
+    /// committer's own pass over passthrough files): the level keeps it for the file's next
+    /// fsync ([`Level::take_host_sync_error`]).
+    fn host_sync_failed(&self, _name: &str) {}
+
+    /// Whether a sync of the host file `name` failed since the last time this was asked
+    /// (each failure is answered once, to the file's next fsync; fsyncgate). `on_disk`: the
+    /// file is on the disk tier now.
+    fn take_host_sync_error(&self, _name: &str, _on_disk: bool) -> bool {
+        false
+    }
+
     /// The ops handed over from `open` true to `open` false are one op's records (a volatile
     /// file made durable: its durability, then its content and attributes): a commit takes
     /// all of them or none, so that a crash never recovers a half of them. Under the engine's
@@ -272,6 +284,24 @@ impl Levels {
             taken |= level.remove_after_commit(name);
         }
         taken
+    }
+
+    /// Notes on every level that a sync of the host file `name` failed
+    /// ([`Level::host_sync_failed`]).
+    pub fn host_sync_failed(&self, name: &str) {
+        for level in &self.chain {
+            level.host_sync_failed(name);
+        }
+    }
+
+    /// Whether any level saw a sync of the host file `name` fail since it was last asked
+    /// ([`Level::take_host_sync_error`]); every level forgets it.
+    pub fn take_host_sync_error(&self, name: &str, on_disk: bool) -> bool {
+        let mut failed = false;
+        for level in &self.chain {
+            failed |= level.take_host_sync_error(name, on_disk);
+        }
+        failed
     }
 
     /// Opens (`open`) or closes a group of records every level commits whole

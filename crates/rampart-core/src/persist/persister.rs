@@ -287,6 +287,9 @@ pub struct Persister {
     pending_bytes: AtomicUsize,
     /// Host-file syncs that failed (`sync_host_files`).
     host_sync_failures: std::sync::atomic::AtomicU64,
+    /// The host files whose sync failed, until their file's next fsync is told
+    /// (`take_host_sync_error`). Held alone.
+    host_sync_errors: Mutex<host_files::SyncErrors>,
     /// Whether the committer said that the `freed` note cannot be read (once, not per round).
     note_unreadable_logged: std::sync::atomic::AtomicBool,
     /// `host_sync_failures` when waiters were last answered (`answer_waiters`).
@@ -484,6 +487,7 @@ impl Persister {
             failed: AtomicBool::new(false),
             pending_bytes: AtomicUsize::new(0),
             host_sync_failures: std::sync::atomic::AtomicU64::new(0),
+            host_sync_errors: Mutex::new(host_files::SyncErrors::default()),
             note_unreadable_logged: std::sync::atomic::AtomicBool::new(false),
             host_failures_answered: std::sync::atomic::AtomicU64::new(0),
             ready_removals: Mutex::new(Vec::new()),
@@ -980,7 +984,17 @@ impl OpSink for Persister {
         }
     }
 
+    fn host_sync_failed(&self, name: &str) {
+        self.note_host_sync_failure(name);
+    }
+
+    fn take_host_sync_error(&self, name: &str, on_disk: bool) -> bool {
+        self.take_host_sync_failure(name, on_disk)
+    }
+
     fn remove_after_commit(&self, name: &str) -> bool {
+        // The file is freed or back in memory: no fsync will ask about its host file now.
+        self.forget_host_sync_failure(name);
         let mut p = locked(&self.pending);
         p.removals.push(name.to_owned());
         if p.removals.len() >= crate::limits::HOST_REMOVALS_PENDING_MAX {

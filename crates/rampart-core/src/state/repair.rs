@@ -4,6 +4,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::{entry_cost, inode_charge, Counts, State};
 use crate::attr::{Durability, FileKind, Ino, ROOT_INO};
+use crate::error::FsResult;
 use crate::namespace::inode::Inode;
 use crate::op::Op;
 
@@ -110,6 +111,53 @@ impl State {
                 ino
             }
         }
+    }
+
+    /// A new disk-tier file in /lost+found named `name`, root's and private (0600), of
+    /// `len_bytes`: for a host file whose inode was lost with the journal (`fsck --repair`
+    /// adopts it, as e2fsck links unattached inodes). Returns its inode and generation; the
+    /// caller renames the host file to that inode's name before the state is written.
+    /// `generation_floor`: the largest generation of the host files being adopted; the new
+    /// inode's is above it, so its host file name is none of theirs.
+    pub(crate) fn adopt_host_file(
+        &mut self,
+        name: &[u8],
+        len_bytes: u64,
+        generation_floor: u32,
+    ) -> FsResult<(Ino, u32)> {
+        let found = self.lost_and_found();
+        self.table.raise_next_generation_above(generation_floor);
+        let (ino, generation) = self.table.next_allocation()?;
+        let time_ns = self.clock.file_time_ns();
+        for op in [
+            Op::Create {
+                parent: found,
+                name,
+                ino,
+                generation,
+                mode: libc::S_IFREG | 0o600,
+                uid: 0,
+                gid: 0,
+                rdev: 0,
+                target: b"",
+                time_ns,
+            },
+            Op::Migrate {
+                ino,
+                tier: crate::contents::Tier::Disk,
+                time_ns,
+            },
+            Op::WriteExtent {
+                ino,
+                offset: 0,
+                len: len_bytes,
+                time_ns,
+                kill_suidgid: false,
+            },
+        ] {
+            self.apply(&op)?;
+        }
+        Ok((ino, generation))
     }
 
     /// Inodes reachable from `start` through directory entries (including `start`).

@@ -278,9 +278,18 @@ pub fn bring_in_line(from: &Path, to: &Path, full: bool) -> Result<u64, StoreErr
             .create(&to_data)
             .map_err(io_err(&to_data))?;
     }
+    // Only rampart's host files, and only regular ones: anything else someone put into a
+    // data folder is theirs (left alone, as recovery leaves it).
     let names = |dir: &Path| -> Result<Vec<std::ffi::OsString>, StoreError> {
+        let ours = |e: &fs::DirEntry| {
+            e.file_type().is_ok_and(|t| t.is_file())
+                && e.file_name()
+                    .to_str()
+                    .is_some_and(|n| crate::contents::host_file::parse_host_file_name(n).is_some())
+        };
         match fs::read_dir(dir) {
             Ok(entries) => entries
+                .filter(|e| e.as_ref().map_or(true, ours))
                 .map(|e| e.map(|e| e.file_name()).map_err(io_err(dir)))
                 .collect(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),

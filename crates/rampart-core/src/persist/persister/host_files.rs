@@ -18,10 +18,10 @@ impl Persister {
                 // Removed meanwhile (its inode freed): nothing to keep.
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => {
-                    self.host_sync_failures.fetch_add(1, Ordering::AcqRel);
                     tracing::error!(
                         "syncing the disk-tier file {name}: {e}; its latest data may be lost"
                     );
+                    self.note_host_sync_failure(name);
                 }
             }
         }
@@ -60,8 +60,87 @@ impl Persister {
         }
     }
 
+    /// A sync of the host file `name` failed: counted (the fsyncs answered with the next
+    /// commit get EIO, `answer_waiters`) and kept for the file's own next fsync, which may
+    /// come after those answers (a failure in the committer's timed commit has no waiter):
+    /// the kernel reports a writeback error once per open file, so a later sync of the
+    /// host file would succeed and the program would never hear of the loss (fsyncgate).
+    pub(super) fn note_host_sync_failure(&self, name: &str) {
+        self.host_sync_failures.fetch_add(1, Ordering::AcqRel);
+        lock(&self.host_sync_errors).insert(name);
+    }
+
+    /// Whether a sync of the host file `name` failed since its file's last fsync was told
+    /// (`on_disk`: the file is on the disk tier now).
+    pub(super) fn take_host_sync_failure(&self, name: &str, on_disk: bool) -> bool {
+        lock(&self.host_sync_errors).take(name, on_disk)
+    }
+
+    /// The host file `name` is no longer needed: a failure of it has no fsync left to tell.
+    pub(super) fn forget_host_sync_failure(&self, name: &str) {
+        lock(&self.host_sync_errors).names.remove(name);
+    }
+
     /// Host-file syncs that failed so far (their data may be lost).
     pub fn host_sync_failures(&self) -> u64 {
         self.host_sync_failures.load(Ordering::Acquire)
+    }
+}
+
+/// The host files whose sync failed and whose file's next fsync has not been told yet.
+/// Bounded: past `HOST_SYNC_ERRORS_MAX` names (a disk failing everywhere) every later
+/// question about a file on the disk tier is answered "failed", which errs towards EIO,
+/// never towards a silent loss. A name leaves when its file is told, freed or moved back.
+#[derive(Debug, Default)]
+pub(crate) struct SyncErrors {
+    names: std::collections::HashSet<String>,
+    overflowed: bool,
+}
+
+impl SyncErrors {
+    fn insert(&mut self, name: &str) {
+        if self.names.len() >= crate::limits::HOST_SYNC_ERRORS_MAX {
+            if !self.overflowed {
+                tracing::error!(
+                    "more than {} disk-tier files failed to sync: every fsync of a disk-tier \
+                     file now answers EIO until the next mount",
+                    crate::limits::HOST_SYNC_ERRORS_MAX
+                );
+            }
+            self.overflowed = true;
+            return;
+        }
+        self.names.insert(name.to_owned());
+    }
+
+    fn take(&mut self, name: &str, on_disk: bool) -> bool {
+        self.names.remove(name) || (self.overflowed && on_disk)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SyncErrors;
+
+    #[test]
+    fn a_failure_is_told_once_and_an_overflow_to_every_disk_file() {
+        let mut errors = SyncErrors::default();
+        errors.insert("data/5-1");
+        assert!(!errors.take("data/6-1", true));
+        assert!(
+            errors.take("data/5-1", false),
+            "told even once moved back to memory"
+        );
+        assert!(!errors.take("data/5-1", true));
+        for i in 0..=crate::limits::HOST_SYNC_ERRORS_MAX {
+            errors.insert(&format!("data/{i}-1"));
+        }
+        assert_eq!(errors.names.len(), crate::limits::HOST_SYNC_ERRORS_MAX);
+        assert!(errors.take("data/0-1", true));
+        assert!(
+            errors.take("data/0-1", true),
+            "after an overflow every disk file is told"
+        );
+        assert!(!errors.take("data/0-1", false), "but not a memory file");
     }
 }
