@@ -137,9 +137,10 @@ fn a_damaged_backup_or_a_missing_journal_refuses_with_both_reasons() {
 
 /// A checkpoint that restarts persistence after an I/O error starts its journal empty at its
 /// image's op; the ops the failed commit held are only in that image. The chain through the
-/// backup has a gap there, and must be refused, not replayed without them.
+/// old pair would have a gap there: it makes none, and a pair with such a gap (the old
+/// checkpoint and the journal that failed) is refused, not replayed without them.
 #[test]
-fn a_checkpoint_that_restarted_persistence_leaves_a_gap_and_the_backup_is_refused() {
+fn a_checkpoint_that_restarted_persistence_makes_no_backup_and_a_gap_is_refused() {
     let (device, engine, persister) = engine_on_sim_device(21, Duration::from_secs(3600), None);
     let mut rng = Rng(21);
     for _ in 0..40 {
@@ -161,6 +162,8 @@ fn a_checkpoint_that_restarted_persistence_leaves_a_gap_and_the_backup_is_refuse
     });
     assert!(engine.sync().is_err(), "the journal's sync was to fail");
     device.clear_faults();
+    let old_checkpoint = device.read("checkpoint").unwrap().unwrap();
+    let old_journal = device.read("journal").unwrap().unwrap();
     for _ in 0..10 {
         random_op(&engine, &mut rng);
     }
@@ -171,7 +174,17 @@ fn a_checkpoint_that_restarted_persistence_leaves_a_gap_and_the_backup_is_refuse
     let image = device.crash(rampart_core::persist::device::CrashMode::LoseUnsynced);
     let (state, _) = recover(&image, STORE_ID, &EngineConfig::default()).unwrap();
     assert_eq!(snapshot(&Engine::from_state(state)), acknowledged);
-    assert!(image.len("checkpoint.prev").unwrap().is_some());
+    // It makes no pair (one would not chain to its journal), so fsck has none to warn of.
+    assert!(image.len("checkpoint.prev").unwrap().is_none());
+    assert!(image.len("journal.prev").unwrap().is_none());
+    // A pair that has the gap (as an older rampart left it) is refused.
+    for (name, bytes) in [
+        ("checkpoint.prev", &old_checkpoint),
+        ("journal.prev", &old_journal),
+    ] {
+        image.write(name, bytes).unwrap();
+        image.sync(name).unwrap();
+    }
     let len = image.len("checkpoint").unwrap().unwrap();
     image.flip_bit("checkpoint", len * 4).unwrap();
     let err = recover(&image, STORE_ID, &EngineConfig::default()).unwrap_err();
@@ -180,6 +193,12 @@ fn a_checkpoint_that_restarted_persistence_leaves_a_gap_and_the_backup_is_refuse
         err.to_string().contains("only in the damaged checkpoint"),
         "{err}"
     );
+    // The next checkpoint keeps a backup again.
+    random_op(&engine, &mut rng);
+    engine.sync().unwrap();
+    persister.checkpoint(&engine).unwrap();
+    assert!(device.len("checkpoint.prev").unwrap().is_some());
+    assert!(device.len("journal.prev").unwrap().is_some());
 }
 
 /// The store's first checkpoint has nothing to keep; the second keeps the first.
@@ -242,4 +261,69 @@ fn the_final_checkpoint_of_a_clean_shutdown_leaves_a_usable_backup() {
             &expected,
         );
     }
+}
+
+/// Checkpoints, their backup made or not, and a recovery from the backup if one is there;
+/// `fail_link_of`: the link of that file fails (EIO from the simulated device, as EPERM from
+/// a file system without hard links).
+fn checkpoint_with_failing_link(fail_link_of: &str) {
+    let (device, engine, persister) = engine_on_sim_device(41, Duration::from_secs(3600), None);
+    let mut rng = Rng(41);
+    let mut ops = |n: usize| {
+        for _ in 0..n {
+            random_op(&engine, &mut rng);
+        }
+        engine.sync().unwrap();
+    };
+    ops(30);
+    persister.checkpoint(&engine).unwrap();
+    ops(30);
+    persister.checkpoint(&engine).unwrap();
+    assert!(device.len("checkpoint.prev").unwrap().is_some());
+    ops(30);
+    device.set_faults(Faults {
+        fail_syncs: Some(FailSyncs {
+            after: 0,
+            count: None,
+            ops: &[SyncOp::Link],
+            files: Files::Named(fail_link_of.into()),
+        }),
+        ..Faults::default()
+    });
+    // No backup this time, and no half pair; the checkpoint itself succeeds.
+    persister.checkpoint(&engine).unwrap();
+    assert!(persister.checkpoint_error().is_none());
+    assert!(device.len("checkpoint.prev").unwrap().is_none());
+    assert!(device.len("journal.prev").unwrap().is_none());
+    ops(30);
+    persister.checkpoint(&engine).unwrap();
+    ops(10);
+    let acknowledged = snapshot(&engine);
+    let image = device.crash(rampart_core::persist::device::CrashMode::LoseUnsynced);
+    let (state, report) = recover(&image, STORE_ID, &EngineConfig::default()).unwrap();
+    assert!(report.backup_used.is_none());
+    assert_eq!(snapshot(&Engine::from_state(state)), acknowledged);
+    // Links work again: so does the backup.
+    device.clear_faults();
+    persister.checkpoint(&engine).unwrap();
+    ops(10);
+    let acknowledged = snapshot(&engine);
+    recovers_from_backup(
+        &device,
+        |d| {
+            let len = d.len("checkpoint").unwrap().unwrap();
+            d.flip_bit("checkpoint", len * 4).unwrap();
+        },
+        &acknowledged,
+    );
+}
+
+#[test]
+fn a_failed_link_of_the_checkpoint_makes_no_backup_and_the_checkpoint_succeeds() {
+    checkpoint_with_failing_link("checkpoint");
+}
+
+#[test]
+fn a_failed_link_of_the_journal_removes_the_half_pair_and_the_checkpoint_succeeds() {
+    checkpoint_with_failing_link("journal");
 }

@@ -46,8 +46,9 @@ pub(super) fn check(r: &mut Report, ctx: &Ctx<'_>) -> Option<(State, recovery::R
                 r.problems.push(what);
             } else {
                 r.warnings.push(format!(
-                    "{what}; the store does not need it (its checkpoint is sound), and the \
-                     next checkpoint makes a new one"
+                    "{what}; the store does not need it while its checkpoint is sound (a \
+                     damaged journal is reported on its own), and the next checkpoint makes a \
+                     new one"
                 ));
             }
             return None;

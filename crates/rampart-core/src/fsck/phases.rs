@@ -36,10 +36,24 @@ pub(super) fn checkpoint(
     r: &mut Report,
     ctx: &Ctx<'_>,
 ) -> Result<Option<(State, u64)>, super::FsckError> {
-    let Some(bytes) = ctx.read(CHECKPOINT_FILE)? else {
-        return Ok(Some((State::new(&ctx.config), 0)));
-    };
     let checkpoint_path = ctx.file(CHECKPOINT_FILE).display().to_string();
+    let bytes = match ctx.device.read(CHECKPOINT_FILE) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Ok(Some((State::new(&ctx.config), 0))),
+        Err(e) => {
+            // Damage, as the mount takes it: the backup check (next) may stand in for it.
+            let e = format!("{checkpoint_path} cannot be read: {e}");
+            r.checkpoint.present = true;
+            r.checkpoint.damaged = true;
+            r.checkpoint.error = Some(e.clone());
+            r.problems.push(e);
+            r.unrepairable = Some(format!(
+                "{checkpoint_path} cannot be read and is the only copy of the file system's \
+                 state. Nothing was changed; restore the store from a backup"
+            ));
+            return Ok(None);
+        }
+    };
     r.checkpoint.present = true;
     r.checkpoint.bytes = bytes.len() as u64;
     ctx.progress

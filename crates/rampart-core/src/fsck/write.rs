@@ -104,10 +104,12 @@ fn write(ctx: &Ctx<'_>, engine: &Arc<Engine>, plan: &Plan) -> Result<u64, FsckEr
         store: ctx.path.to_path_buf(),
         error,
     };
+    // The repaired state holds changes no journal has (dropped ops, adopted files): the old
+    // pair would not chain to the new journal, so none is kept (decision 0123).
     let backup = if plan.keep_backup {
         Backup::KeepUntilReplaced
     } else {
-        Backup::Rotate
+        Backup::Drop
     };
     let persister = Persister::start_with(
         ctx.device.clone(),

@@ -52,10 +52,19 @@ pub fn open(
     };
     engine.set_disk_tier(crate::disk::DiskTier::new(device.clone(), disk));
     let note_device = Arc::clone(&device);
+    // A journal of an older version is replaced by the checkpoint's new one (this version)
+    // before anything is appended to it: a version 1 journal has no disk-tier ops, and a
+    // version 2 reader takes `GROUP_CONTINUES` for part of a count (decision 0103).
+    let old_journal = journal_version.is_some_and(|v| v < journal::VERSION);
+    let checkpoint_now = report.volatile_dropped > 0 || old_journal || report.backup_used.is_some();
     // After a recovery from the backup pair, the first checkpoint keeps the pair until it has
-    // replaced the damaged checkpoint (decision 0123).
+    // replaced the damaged checkpoint. Any other checkpoint made here holds changes no
+    // journal has (dropped volatile files and `freed` inodes): it makes no pair (decision
+    // 0123).
     let backup = if report.backup_used.is_some() {
         persister::Backup::KeepUntilReplaced
+    } else if checkpoint_now {
+        persister::Backup::Drop
     } else {
         persister::Backup::Rotate
     };
@@ -70,11 +79,7 @@ pub fn open(
     .map_err(StartError::Journal)?;
     persister.attach(&engine);
     engine.set_sink(Some(persister.clone()));
-    // A journal of an older version is replaced by the checkpoint's new one (this version)
-    // before anything is appended to it: a version 1 journal has no disk-tier ops, and a
-    // version 2 reader takes `GROUP_CONTINUES` for part of a count (decision 0103).
-    let old_journal = journal_version.is_some_and(|v| v < journal::VERSION);
-    if report.volatile_dropped > 0 || old_journal || report.backup_used.is_some() {
+    if checkpoint_now {
         // Its image holds the state without the files of the `freed` note, and removes it.
         persister
             .checkpoint(&engine)

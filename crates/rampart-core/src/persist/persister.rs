@@ -49,7 +49,6 @@ use crate::attr::Durability;
 use crate::engine::Engine;
 use crate::error::{PersistError, PersistStep};
 use crate::latency::LatencyHistogram;
-use crate::limits::STORE_RESERVE_BYTES_MAX;
 use crate::lock_order::{self, Rank};
 use crate::op::{Op, OpSink, SyncDone};
 use crate::persist::device::{self, Device};
@@ -65,6 +64,7 @@ mod free_early;
 mod host_files;
 mod journal_tail;
 mod leader;
+mod reserve;
 
 pub use answers::set_answer_batch;
 use at_risk::{AtRisk, Lags};
@@ -304,6 +304,11 @@ pub struct Persister {
     last_asker: std::sync::atomic::AtomicU64,
     /// [`Backup::KeepUntilReplaced`] until a checkpoint has replaced the damaged one.
     keep_backup: AtomicBool,
+    /// [`Backup::Drop`] until a checkpoint has succeeded.
+    drop_backup: AtomicBool,
+    /// Whether a failed link (no backup made) has been logged: once per run, not per
+    /// checkpoint.
+    link_failure_logged: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -494,6 +499,8 @@ impl Persister {
             last_commit_answered: AtomicUsize::new(0),
             last_asker: std::sync::atomic::AtomicU64::new(u64::MAX),
             keep_backup: AtomicBool::new(backup == Backup::KeepUntilReplaced),
+            drop_backup: AtomicBool::new(backup == Backup::Drop),
+            link_failure_logged: AtomicBool::new(false),
         });
         persister.grow_reserve(persister.reserve_target_bytes());
         let worker = Arc::downgrade(&persister);
@@ -744,73 +751,6 @@ impl Persister {
             .map(|(e, _)| e.clone())
     }
 
-    /// Makes the `reserve` file at least `target` bytes long (zeros, synced), as far as the
-    /// disk has room: space kept for a checkpoint when the disk fills up (decision 0036).
-    fn grow_reserve(&self, target: u64) {
-        let _reserve = lock(&self.reserve_file);
-        let have = locked(&self.durable).reserve_bytes;
-        if have >= target {
-            return;
-        }
-        let result = (|| {
-            if self.device.len(RESERVE_FILE)?.is_none() {
-                self.device.write(RESERVE_FILE, &[])?;
-            }
-            let len = self.device.len(RESERVE_FILE)?.unwrap_or(0);
-            let mut at = len;
-            while at < target {
-                // Allocated, not written, where the file system can (decision 0093): room is
-                // what it is for, and zeros cost as many bytes of writing as the image.
-                let n = (target - at).min(RESERVE_ZEROS.len() as u64);
-                let grown =
-                    device::allocate_or_write_zeros(self.device.as_ref(), RESERVE_FILE, at, n);
-                if let Err(e) = grown {
-                    // Keep what was taken: it still holds that much room.
-                    let _ = self.device.sync(RESERVE_FILE);
-                    locked(&self.durable).reserve_bytes = at;
-                    return Err(e);
-                }
-                at += n;
-            }
-            self.device.sync(RESERVE_FILE)?;
-            locked(&self.durable).reserve_bytes = at;
-            Ok(())
-        })();
-        if let Err(e) = result {
-            tracing::warn!(
-                "could not keep {target} bytes of room for a checkpoint in the store's \
-                 {RESERVE_FILE} file: {e}; if the disk fills up, deleting files may not be \
-                 enough to let the mount write a checkpoint"
-            );
-        }
-    }
-
-    /// Gives up the `reserve` file's room, for the checkpoint that follows.
-    fn release_reserve(&self) {
-        let _reserve = lock(&self.reserve_file);
-        if locked(&self.durable).reserve_bytes == 0 {
-            return;
-        }
-        match self.device.remove(RESERVE_FILE) {
-            Ok(()) => {
-                locked(&self.durable).reserve_bytes = 0;
-                tracing::info!("gave up the room reserved for a checkpoint, to write one");
-            }
-            Err(e) => tracing::warn!("could not remove the store's {RESERVE_FILE} file: {e}"),
-        }
-    }
-
-    /// How much room the `reserve` file keeps: as much as the last checkpoint, within limits.
-    fn reserve_target_bytes(&self) -> u64 {
-        let image_bytes = locked(&self.durable).image_bytes;
-        if self.config.reserve_bytes_min == 0 {
-            return 0;
-        }
-        image_bytes
-            .max(self.config.reserve_bytes_min)
-            .min(STORE_RESERVE_BYTES_MAX)
-    }
-
     /// Makes every op applied so far durable (fsync). Concurrent callers share the work: a
     /// caller whose ops went out in another's batch returns without a sync of its own.
     pub fn sync(&self) -> std::io::Result<()> {
@@ -831,9 +771,11 @@ impl Persister {
     /// after one, its success clears that error and persistence resumes.
     pub fn checkpoint(&self, engine: &Engine) -> Result<(), PersistError> {
         let started = Instant::now();
-        if self.disk_full() {
+        if self.disk_full() || self.keep_backup.load(Ordering::Acquire) {
             // The room kept for this moment: without it, the journal holding the disk would
-            // leave no room for the checkpoint that frees it (decision 0036).
+            // leave no room for the checkpoint that frees it (decision 0036). The checkpoint
+            // replacing a damaged one keeps the pair while it writes its own: on a nearly
+            // full disk it needs that room too (decision 0123).
             self.release_reserve();
         }
         let mut job = self.checkpoint_begin(engine)?;

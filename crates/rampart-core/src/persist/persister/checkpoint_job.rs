@@ -28,6 +28,11 @@ pub enum Backup {
     /// next checkpoint has replaced the damaged one, then removed (it no longer chains to
     /// the new journal).
     KeepUntilReplaced,
+    /// The first checkpoint's image holds changes no journal has (files dropped at mount, a
+    /// repair): the old pair plus the new journal would replay to another state (a reused
+    /// inode number fails its create). It removes the pair and makes none; the next
+    /// checkpoints keep one again.
+    Drop,
 }
 
 impl CheckpointJob<'_> {
@@ -125,7 +130,11 @@ impl CheckpointJob<'_> {
     pub fn finish(mut self) -> Result<(), PersistError> {
         let p = self.persister;
         let keep_backup = p.keep_backup.load(Ordering::Acquire);
-        let backup_linked = !keep_backup && p.link_checkpoint_backup()?;
+        // A restarting checkpoint's journal starts at its image's op: the old pair would not
+        // chain to it (the ops between are in the image only), so it makes none.
+        let make_backup =
+            !keep_backup && !self.restarting && !p.drop_backup.load(Ordering::Acquire);
+        let mut backup_linked = make_backup && p.link_checkpoint_backup();
         let _writing = locked(&p.writing);
         let switching = Instant::now();
         let mut restarted_seq = self.seq;
@@ -144,7 +153,7 @@ impl CheckpointJob<'_> {
             )?;
             p.device.sync(JOURNAL_TMP)?;
             if backup_linked {
-                p.link_journal_backup()?;
+                backup_linked = p.link_journal_backup();
             }
             p.device.rename(CHECKPOINT_TMP, CHECKPOINT_FILE)
         })();
@@ -152,6 +161,11 @@ impl CheckpointJob<'_> {
             // The old checkpoint (or, after its rename, the new one) and the old journal
             // hold every commit: commits go on.
             let e = p.checkpoint_failed(PersistStep::WriteCheckpoint, &e);
+            if backup_linked {
+                // The pair is the checkpoint and journal in force (the same files: commits
+                // go on appending to it), no backup: removed, as a failed link's is.
+                p.remove_backup_pair("after a failed checkpoint");
+            }
             drop(_writing);
             p.device.release_replaced();
             return Err(e);
@@ -179,6 +193,35 @@ impl CheckpointJob<'_> {
         );
         self.finished = true;
         let switch = switching.elapsed();
+        self.record_switch(journal_bytes, journal_file_bytes, restarted_seq, switch);
+        drop(_writing);
+        // The old checkpoint and journal are freed here, with commits running again.
+        p.device.release_replaced();
+        p.drop_backup_if_replaced(keep_backup);
+        p.drop_backup.store(false, Ordering::Release);
+        p.remove_note_after_checkpoint(); // under the claim: no name noted after the image
+        tracing::info!(
+            "checkpoint of {} bytes at op {}; writers paused {:.1} ms, commits {:.1} ms; \
+             the new journal holds {} bytes",
+            self.image_bytes,
+            self.seq,
+            self.pause.as_secs_f64() * 1e3,
+            switch.as_secs_f64() * 1e3,
+            journal_bytes
+        );
+        Ok(())
+    }
+
+    /// Step 4, under the commit lock, once the new journal is in place: the durable state
+    /// counts from it.
+    fn record_switch(
+        &self,
+        journal_bytes: u64,
+        journal_file_bytes: u64,
+        restarted_seq: u64,
+        switch: Duration,
+    ) {
+        let p = self.persister;
         {
             // Still under the commit lock: the next commit counts from this length.
             let mut d = locked(&p.durable);
@@ -205,21 +248,6 @@ impl CheckpointJob<'_> {
             d.last_checkpoint_pause = self.pause;
             d.last_checkpoint_switch = switch;
         }
-        drop(_writing);
-        // The old checkpoint and journal are freed here, with commits running again.
-        p.device.release_replaced();
-        p.drop_backup_if_replaced(keep_backup);
-        p.remove_note_after_checkpoint(); // under the claim: no name noted after the image
-        tracing::info!(
-            "checkpoint of {} bytes at op {}; writers paused {:.1} ms, commits {:.1} ms; \
-             the new journal holds {} bytes",
-            self.image_bytes,
-            self.seq,
-            self.pause.as_secs_f64() * 1e3,
-            switch.as_secs_f64() * 1e3,
-            journal_bytes
-        );
-        Ok(())
     }
 }
 
@@ -283,8 +311,9 @@ impl Persister {
 
     /// Step 4, before the commit lock: the checkpoint being replaced becomes
     /// `checkpoint.prev` (a link: no byte copied; `checkpoint` is not written until its
-    /// rename). False if there is none (the store's first checkpoint: nothing to keep).
-    fn link_checkpoint_backup(&self) -> Result<bool, PersistError> {
+    /// rename). False if there is none (the store's first checkpoint: nothing to keep) or
+    /// the link failed (`no_backup_this_time`).
+    fn link_checkpoint_backup(&self) -> bool {
         // Asked first: a mirror takes a failed link on its copy for a failing disk.
         let linked = self.device.len(CHECKPOINT_FILE).and_then(|len| match len {
             Some(_) => self
@@ -293,14 +322,48 @@ impl Persister {
                 .map(|()| true),
             None => Ok(false),
         });
-        linked.map_err(|e| self.checkpoint_failed(PersistStep::WriteCheckpoint, &e))
+        linked.unwrap_or_else(|e| {
+            self.no_backup_this_time(CHECKPOINT_FILE, &e);
+            false
+        })
     }
 
     /// Step 4, under the commit lock, before the renames: the journal becomes
     /// `journal.prev`. Nothing is appended to `journal` from here until it is replaced, so
-    /// `journal.prev` is frozen holding every commit made to it, all synced.
-    fn link_journal_backup(&self) -> std::io::Result<()> {
-        self.device.link(JOURNAL_FILE, JOURNAL_PREV)
+    /// `journal.prev` is frozen holding every commit made to it, all synced. False if the
+    /// link failed (`no_backup_this_time`).
+    fn link_journal_backup(&self) -> bool {
+        match self.device.link(JOURNAL_FILE, JOURNAL_PREV) {
+            Ok(()) => true,
+            Err(e) => {
+                self.no_backup_this_time(JOURNAL_FILE, &e);
+                false
+            }
+        }
+    }
+
+    /// A link failed: a file system without hard links (vfat, exFAT, some FUSE and SMB
+    /// mounts: EPERM, EOPNOTSUPP), EMLINK, a full disk. The backup is a spare, not a
+    /// checkpoint's duty: this checkpoint goes on without one (decision 0123), the half
+    /// pair removed so that no stale one stays. Logged once per run.
+    fn no_backup_this_time(&self, name: &str, e: &std::io::Error) {
+        self.remove_backup_pair("after a failed link");
+        if !self.link_failure_logged.swap(true, Ordering::AcqRel) {
+            tracing::warn!(
+                "could not link {name} as the checkpoint's backup: {e}; checkpoints go on \
+                 without a backup pair ({CHECKPOINT_PREV}, {JOURNAL_PREV}) while links fail \
+                 (said once)"
+            );
+        }
+    }
+
+    /// Removes `checkpoint.prev` and `journal.prev` (`when`: for the log).
+    fn remove_backup_pair(&self, when: &str) {
+        for name in [CHECKPOINT_PREV, JOURNAL_PREV] {
+            if let Err(e) = self.device.remove(name) {
+                tracing::warn!("removing {name} {when}: {e}; the next checkpoint removes it");
+            }
+        }
     }
 
     /// After the checkpoint that replaced a damaged one (`kept`: the pair was kept for it):
@@ -311,13 +374,10 @@ impl Persister {
             return;
         }
         tracing::warn!(
-            "a new checkpoint replaced the damaged one; the previous checkpoint and journal              that recovered the state are removed (the next checkpoint keeps a backup again)"
+            "a new checkpoint replaced the damaged one; the previous checkpoint and journal \
+             that recovered the state are removed (the next checkpoint keeps a backup again)"
         );
-        for name in [CHECKPOINT_PREV, JOURNAL_PREV] {
-            if let Err(e) = self.device.remove(name) {
-                tracing::warn!("removing {name}: {e}; the next checkpoint removes it");
-            }
-        }
+        self.remove_backup_pair("after replacing the damaged checkpoint");
         self.keep_backup.store(false, Ordering::Release);
     }
 
@@ -356,6 +416,15 @@ impl Persister {
         // its ops, durable, would be lost with the switch.
         let journal_bytes = locked(&self.durable).journal_bytes;
         job.pause = paused.elapsed();
+        if !cut.trims_in_image.is_empty() && !cut.restarting {
+            // A trim is punched below, and synced, before the image is durable: its op must
+            // be in the old journal first (and so in `journal.prev`), or a power cut in
+            // between leaves the old checkpoint and journal without the truncate and the
+            // file's bytes zeros. Committed after `journal_bytes` was read: `copy_tail` copies
+            // this batch (from `base_seq`) into the new journal too. (A restarting checkpoint
+            // has no journal to commit to: decision 0123.)
+            self.commit_locked()?;
+        }
         drop(_writing);
         checkpoint::seal(&mut image, self.store_id, cut.seq, created_ns);
         job.image_bytes = image.len() as u64;
