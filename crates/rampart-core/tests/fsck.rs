@@ -480,3 +480,48 @@ fn a_repair_that_loses_the_journal_adopts_every_orphan_with_its_own_bytes() {
         held.iter().map(|h| h.first().copied()).collect::<Vec<_>>()
     );
 }
+
+/// An unreadable `checkpoint` (here a symbolic link to itself: ELOOP, as EIO would be) is
+/// damage the backup pair stands in for, as at mount: a problem `--repair` mends, not a hard
+/// error of fsck.
+#[test]
+fn an_unreadable_checkpoint_is_damage_the_backup_repairs() {
+    let (_dir, path) = temp_store();
+    written(&path, &FILES[..1], true);
+    written(&path, &FILES[1..], true);
+    assert!(path.join("checkpoint.prev").exists());
+    let file = path.join(CHECKPOINT_FILE);
+    std::fs::remove_file(&file).unwrap();
+    std::os::unix::fs::symlink(CHECKPOINT_FILE, &file).unwrap();
+    let r = fsck::check(&path, &NoProgress).unwrap();
+    assert!(!r.clean && r.unrepairable.is_none(), "{r:?}");
+    assert!(r.checkpoint.damaged && r.backup.used, "{r:?}");
+    assert!(
+        r.problems.iter().any(|p| p.contains("cannot be read")),
+        "{r:?}"
+    );
+    let r = fsck::repair(&path, &NoProgress).unwrap();
+    assert!(r.repaired, "{r:?}");
+    assert!(std::fs::symlink_metadata(&file).unwrap().is_file());
+    let fs = Rampart::open(&path, &Options::default()).unwrap();
+    assert!(fs.engine().lookup_path(b"c").is_ok());
+}
+
+/// A repair's checkpoint holds changes no journal has (here: the lost journal's): the old pair
+/// would not chain to the new journal, so it is removed and none is made (decision 0123).
+#[test]
+fn a_repair_keeps_no_backup_pair() {
+    let (_dir, path) = temp_store();
+    written(&path, &FILES[..1], true);
+    written(&path, &FILES[1..], true);
+    assert!(path.join("checkpoint.prev").exists());
+    std::fs::remove_file(path.join(JOURNAL_FILE)).unwrap();
+    let r = fsck::repair(&path, &NoProgress).unwrap();
+    assert!(r.repaired, "{r:?}");
+    assert!(!path.join("checkpoint.prev").exists());
+    assert!(!path.join("journal.prev").exists());
+    // The next checkpoint keeps one again.
+    written(&path, &FILES[..0], true);
+    assert!(path.join("checkpoint.prev").exists());
+    assert!(path.join("journal.prev").exists());
+}

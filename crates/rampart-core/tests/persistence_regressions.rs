@@ -565,3 +565,36 @@ fn a_final_checkpoint_that_fails_is_an_error_only_if_changes_were_lost() {
         "a change was lost, yet the shutdown succeeded"
     );
 }
+
+/// The mount's checkpoint after dropping a volatile file holds a change no journal has: it
+/// keeps no backup pair (the old pair and the new journal would bring the file back, and a
+/// new file reusing its inode number would not replay: decision 0123); the next checkpoint
+/// keeps one again.
+#[test]
+fn the_mount_checkpoint_after_dropping_files_keeps_no_backup_pair() {
+    let device = Arc::new(SimDevice::new(4));
+    let ec = EngineConfig::default();
+    let (e, p) = mount(device.clone(), &ec).unwrap();
+    let c = Ctx::library(0, 0);
+    e.mknod(&c, ROOT_INO, b"a", FILE, 0).unwrap();
+    e.sync().unwrap();
+    p.checkpoint(&e).unwrap();
+    let v = e.mknod(&c, ROOT_INO, b"v", FILE, 0).unwrap().ino;
+    e.set_durability(&c, v, Durability::Volatile).unwrap();
+    e.sync().unwrap();
+    p.checkpoint(&e).unwrap();
+    assert!(device.len("checkpoint.prev").unwrap().is_some());
+    let image = Arc::new(device.crash(CrashMode::LoseUnsynced));
+    let (e2, p2) = mount(image.clone(), &ec).unwrap();
+    assert!(
+        e2.lookup_path(b"/v").is_err(),
+        "the volatile file came back"
+    );
+    assert!(image.len("checkpoint.prev").unwrap().is_none());
+    assert!(image.len("journal.prev").unwrap().is_none());
+    e2.mknod(&c, ROOT_INO, b"other", FILE, 0).unwrap();
+    e2.sync().unwrap();
+    p2.checkpoint(&e2).unwrap();
+    assert!(image.len("checkpoint.prev").unwrap().is_some());
+    assert!(image.len("journal.prev").unwrap().is_some());
+}

@@ -444,7 +444,9 @@ impl Persister {
                 .map_err(opening)?;
             (journal_valid_len, file_bytes.max(zeros_to))
         };
-        let image_bytes = device.len(CHECKPOINT_FILE).map_err(opening)?.unwrap_or(0);
+        // Only the reserve's measure: a damaged checkpoint that cannot even be looked at
+        // (recovered from the backup pair) is replaced by the first checkpoint.
+        let image_bytes = device.len(CHECKPOINT_FILE).ok().flatten().unwrap_or(0);
         let reserve_bytes = device.len(RESERVE_FILE).map_err(opening)?.unwrap_or(0);
         let persister = Arc::new(Persister {
             device,
