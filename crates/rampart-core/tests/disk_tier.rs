@@ -312,32 +312,42 @@ fn the_threshold_comes_from_the_superblock_unless_the_mount_says() {
     .is_err());
 }
 
-#[test]
-fn memory_pressure_moves_the_coldest_large_files_to_disk_before_enospc() {
-    let (_dir, path) = store();
-    let options = Options {
+/// A 4 MiB memory cap where only memory pressure moves files to disk (files of 64 KiB up).
+fn pressure_options() -> Options {
+    Options {
         engine: EngineConfig {
             memory_cap_bytes: 4 << 20,
-            large_file_threshold_bytes: Some(u64::MAX - 1), // only pressure moves files
+            large_file_threshold_bytes: Some(u64::MAX - 1),
             evict_min_size_bytes: 64 << 10,
             ..EngineConfig::default()
         },
         ..Options::default()
-    };
-    let fs = Rampart::open(&path, &options).unwrap();
-    let e = fs.engine();
-    let mut files = Vec::new();
-    // 20 files of 256 KiB: 5 MiB, more than the cap of 4 MiB allows.
-    for i in 0..20u8 {
-        let name = format!("f{i}");
-        let f = e
-            .mknod(&c(), ROOT_INO, name.as_bytes(), FILE, 0)
-            .unwrap()
-            .ino;
-        e.write(&c(), f, 0, &pattern(256 << 10, i), false)
-            .unwrap_or_else(|err| panic!("file {i}: {err:?}"));
-        files.push(f);
     }
+}
+
+/// `n` files `f0`, `f1`, ... of 256 KiB each in the root, written in that order.
+fn files_of_256_kib(e: &Engine, n: u8) -> Vec<Ino> {
+    (0..n)
+        .map(|i| {
+            let name = format!("f{i}");
+            let f = e
+                .mknod(&c(), ROOT_INO, name.as_bytes(), FILE, 0)
+                .unwrap()
+                .ino;
+            e.write(&c(), f, 0, &pattern(256 << 10, i), false)
+                .unwrap_or_else(|err| panic!("file {i}: {err:?}"));
+            f
+        })
+        .collect()
+}
+
+#[test]
+fn memory_pressure_moves_the_coldest_large_files_to_disk_before_enospc() {
+    let (_dir, path) = store();
+    let fs = Rampart::open(&path, &pressure_options()).unwrap();
+    let e = fs.engine();
+    // 20 files of 256 KiB: 5 MiB, more than the cap of 4 MiB allows.
+    let files = files_of_256_kib(e, 20);
     let tiers: Vec<Tier> = files.iter().map(|&f| e.tier(f).unwrap()).collect();
     // The first written (coldest) went to disk; the last stay in memory.
     assert_eq!(tiers[0], Tier::Disk, "{tiers:?}");
@@ -363,28 +373,10 @@ fn memory_pressure_moves_the_coldest_large_files_to_disk_before_enospc() {
 #[test]
 fn memory_pressure_moves_files_to_disk_before_a_copy_gets_enospc() {
     let (_dir, path) = store();
-    let options = Options {
-        engine: EngineConfig {
-            memory_cap_bytes: 4 << 20,
-            large_file_threshold_bytes: Some(u64::MAX - 1), // only pressure moves files
-            evict_min_size_bytes: 64 << 10,
-            ..EngineConfig::default()
-        },
-        ..Options::default()
-    };
-    let fs = Rampart::open(&path, &options).unwrap();
+    let fs = Rampart::open(&path, &pressure_options()).unwrap();
     let e = fs.engine();
-    let mut files = Vec::new();
     // 14 files of 256 KiB: 3.5 MiB of the cap of 4 MiB.
-    for i in 0..14u8 {
-        let name = format!("f{i}");
-        let f = e
-            .mknod(&c(), ROOT_INO, name.as_bytes(), FILE, 0)
-            .unwrap()
-            .ino;
-        e.write(&c(), f, 0, &pattern(256 << 10, i), false).unwrap();
-        files.push(f);
-    }
+    let files = files_of_256_kib(e, 14);
     assert!(files.iter().all(|&f| e.tier(f).unwrap() == Tier::Memory));
     // 1 MiB more by copies of the last file: past the cap unless files move out.
     let dst = e.mknod(&c(), ROOT_INO, b"copy", FILE, 0).unwrap().ino;

@@ -253,16 +253,21 @@ fn a_missing_journal_without_a_checkpoint_is_refused_and_accepted_by_a_repair() 
         .unwrap();
 }
 
-#[test]
-fn host_files_missing_or_short_are_problems_and_a_repair_truncates_and_says_what_was_lost() {
-    let (_dir, path) = temp_store();
-    let options = Options {
+/// Files over 8 KiB on the disk tier.
+fn disk_tier_at_8_kib() -> Options {
+    Options {
         engine: rampart_core::EngineConfig {
             large_file_threshold_bytes: Some(8 << 10),
             ..rampart_core::EngineConfig::default()
         },
         ..Options::default()
-    };
+    }
+}
+
+#[test]
+fn host_files_missing_or_short_are_problems_and_a_repair_truncates_and_says_what_was_lost() {
+    let (_dir, path) = temp_store();
+    let options = disk_tier_at_8_kib();
     let fs = Rampart::open(&path, &options).unwrap();
     let c = Ctx::library(0, 0);
     let mut inos = Vec::new();
@@ -407,13 +412,7 @@ fn a_damaged_freed_note_is_a_problem_and_a_repair_removes_it() {
 #[test]
 fn a_repair_that_loses_the_journal_adopts_every_orphan_with_its_own_bytes() {
     let (_dir, path) = temp_store();
-    let options = Options {
-        engine: rampart_core::EngineConfig {
-            large_file_threshold_bytes: Some(8 << 10),
-            ..rampart_core::EngineConfig::default()
-        },
-        ..Options::default()
-    };
+    let options = disk_tier_at_8_kib();
     Rampart::open(&path, &options).unwrap().close().unwrap(); // a checkpoint
     let fs = Rampart::open(&path, &options).unwrap();
     let c = Ctx::library(0, 0);
