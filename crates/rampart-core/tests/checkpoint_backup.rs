@@ -327,3 +327,47 @@ fn a_failed_link_of_the_checkpoint_makes_no_backup_and_the_checkpoint_succeeds()
 fn a_failed_link_of_the_journal_removes_the_half_pair_and_the_checkpoint_succeeds() {
     checkpoint_with_failing_link("journal");
 }
+
+/// A checkpoint that fails after its links (here its first rename): the pair would name the
+/// checkpoint and journal still in force (commits go on appending to `journal`; the simulated
+/// device's link is even a copy, which would go stale). Both are removed; the next checkpoint
+/// makes a usable pair again.
+#[test]
+fn a_checkpoint_failing_after_its_links_leaves_no_pair() {
+    let (device, engine, persister) = engine_on_sim_device(43, Duration::from_secs(3600), None);
+    let mut rng = Rng(43);
+    let mut ops = |n: usize| {
+        for _ in 0..n {
+            random_op(&engine, &mut rng);
+        }
+        engine.sync().unwrap();
+    };
+    ops(30);
+    persister.checkpoint(&engine).unwrap();
+    ops(30);
+    device.set_faults(Faults {
+        fail_syncs: Some(FailSyncs {
+            after: 0,
+            count: None,
+            ops: &[SyncOp::Rename],
+            files: Files::Named("checkpoint.tmp".into()),
+        }),
+        ..Faults::default()
+    });
+    assert!(persister.checkpoint(&engine).is_err());
+    device.clear_faults();
+    assert!(device.len("checkpoint.prev").unwrap().is_none());
+    assert!(device.len("journal.prev").unwrap().is_none());
+    ops(30);
+    persister.checkpoint(&engine).unwrap();
+    ops(10);
+    let acknowledged = snapshot(&engine);
+    recovers_from_backup(
+        &device,
+        |d| {
+            let len = d.len("checkpoint").unwrap().unwrap();
+            d.flip_bit("checkpoint", len * 4).unwrap();
+        },
+        &acknowledged,
+    );
+}

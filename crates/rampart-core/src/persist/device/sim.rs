@@ -724,7 +724,10 @@ impl Device for SimDevice {
         }
         state.sync_point(SyncOp::Link, from)?;
         // A copy: the caller writes neither name again (see `Device::link`). Like a renamed
-        // file, the new name is durable and carries what a crash leaves of `from`.
+        // file, the new name is durable and carries what a crash leaves of `from`. Where a
+        // real link would share later writes (a checkpoint that fails after linking
+        // `journal.prev`, commits going on to `journal`), the copy would go stale: the
+        // checkpoint removes both names on that path, so neither device keeps such a pair.
         let file = state.files.get(from).expect("checked above").clone();
         let linked = SimFile {
             durable: Some(file.durable.clone().unwrap_or_default()),
