@@ -371,3 +371,54 @@ fn a_checkpoint_failing_after_its_links_leaves_no_pair() {
         &acknowledged,
     );
 }
+
+/// The mount's checkpoint replacing a damaged one keeps the pair (and the damaged file) while
+/// it writes its own: on a disk with no room left but the `reserve` file's, it gives that up,
+/// as the checkpoint after a full disk does, instead of refusing the mount with ENOSPC.
+#[test]
+fn replacing_a_damaged_checkpoint_on_a_full_disk_uses_the_reserve() {
+    use rampart_core::persist::persister::PersistConfig;
+    let config = PersistConfig {
+        commit_interval: Duration::from_secs(3600),
+        checkpoint_journal_bytes: u64::MAX,
+        reserve_bytes_min: 256 << 10,
+        ..PersistConfig::default()
+    };
+    let device = Arc::new(SimDevice::new(47));
+    let ec = EngineConfig::default();
+    let (engine, persister, _) =
+        rampart_core::persist::open(device.clone(), STORE_ID, &ec, config.clone()).unwrap();
+    let mut rng = Rng(47);
+    let mut ops = |n: usize| {
+        for _ in 0..n {
+            random_op(&engine, &mut rng);
+        }
+        engine.sync().unwrap();
+    };
+    ops(40);
+    persister.checkpoint(&engine).unwrap();
+    ops(40);
+    persister.checkpoint(&engine).unwrap();
+    ops(20);
+    let acknowledged = snapshot(&engine);
+    let image = Arc::new(device.crash(rampart_core::persist::device::CrashMode::LoseUnsynced));
+    assert!(image.len("reserve").unwrap().unwrap() >= 256 << 10);
+    let len = image.len("checkpoint").unwrap().unwrap();
+    image.flip_bit("checkpoint", len * 4).unwrap();
+    // Full: every byte in use.
+    let used: u64 = image
+        .names()
+        .iter()
+        .map(|n| image.len(n).unwrap().unwrap_or(0))
+        .sum();
+    image.set_faults(Faults {
+        capacity_bytes: Some(used),
+        ..Faults::default()
+    });
+    let (engine, _persister, report) =
+        rampart_core::persist::open(image.clone(), STORE_ID, &ec, config)
+            .unwrap_or_else(|e| panic!("the mount was refused: {e}"));
+    assert!(report.backup_used.is_some(), "{report}");
+    assert_eq!(snapshot(&engine), acknowledged);
+    assert!(image.len("checkpoint.prev").unwrap().is_none());
+}
