@@ -15,6 +15,14 @@ use rampart_core::{Engine, EngineConfig};
 
 use common::{engine_on_sim_device, random_op, snapshot, Rng, Snapshot, STORE_ID};
 
+/// `n` random ops on `engine`, then a sync.
+fn synced_random_ops(engine: &Engine, rng: &mut Rng, n: usize) {
+    for _ in 0..n {
+        random_op(engine, rng);
+    }
+    engine.sync().unwrap();
+}
+
 /// A store after two checkpoints (background style, with commits between them) and more
 /// commits: its device, and the snapshot of the acknowledged state.
 fn store_with_backup(seed: u64) -> (Arc<SimDevice>, Arc<Engine>, Snapshot) {
@@ -45,6 +53,12 @@ fn store_with_backup(seed: u64) -> (Arc<SimDevice>, Arc<Engine>, Snapshot) {
     assert!(device.read("journal.prev").unwrap().is_some());
     let acknowledged = snapshot(&engine);
     (device, engine, acknowledged)
+}
+
+/// Damage: a bit flipped in the middle of `checkpoint`.
+fn flip_checkpoint(d: &SimDevice) {
+    let len = d.len("checkpoint").unwrap().unwrap();
+    d.flip_bit("checkpoint", len * 4).unwrap();
 }
 
 /// Recovers a crash image of `device` after `damage`, and checks it gives `expected`, from
@@ -269,12 +283,7 @@ fn the_final_checkpoint_of_a_clean_shutdown_leaves_a_usable_backup() {
 fn checkpoint_with_failing_link(fail_link_of: &str) {
     let (device, engine, persister) = engine_on_sim_device(41, Duration::from_secs(3600), None);
     let mut rng = Rng(41);
-    let mut ops = |n: usize| {
-        for _ in 0..n {
-            random_op(&engine, &mut rng);
-        }
-        engine.sync().unwrap();
-    };
+    let mut ops = |n: usize| synced_random_ops(&engine, &mut rng, n);
     ops(30);
     persister.checkpoint(&engine).unwrap();
     ops(30);
@@ -308,14 +317,7 @@ fn checkpoint_with_failing_link(fail_link_of: &str) {
     persister.checkpoint(&engine).unwrap();
     ops(10);
     let acknowledged = snapshot(&engine);
-    recovers_from_backup(
-        &device,
-        |d| {
-            let len = d.len("checkpoint").unwrap().unwrap();
-            d.flip_bit("checkpoint", len * 4).unwrap();
-        },
-        &acknowledged,
-    );
+    recovers_from_backup(&device, flip_checkpoint, &acknowledged);
 }
 
 #[test]
@@ -336,12 +338,7 @@ fn a_failed_link_of_the_journal_removes_the_half_pair_and_the_checkpoint_succeed
 fn a_checkpoint_failing_after_its_links_leaves_no_pair() {
     let (device, engine, persister) = engine_on_sim_device(43, Duration::from_secs(3600), None);
     let mut rng = Rng(43);
-    let mut ops = |n: usize| {
-        for _ in 0..n {
-            random_op(&engine, &mut rng);
-        }
-        engine.sync().unwrap();
-    };
+    let mut ops = |n: usize| synced_random_ops(&engine, &mut rng, n);
     ops(30);
     persister.checkpoint(&engine).unwrap();
     ops(30);
@@ -362,14 +359,7 @@ fn a_checkpoint_failing_after_its_links_leaves_no_pair() {
     persister.checkpoint(&engine).unwrap();
     ops(10);
     let acknowledged = snapshot(&engine);
-    recovers_from_backup(
-        &device,
-        |d| {
-            let len = d.len("checkpoint").unwrap().unwrap();
-            d.flip_bit("checkpoint", len * 4).unwrap();
-        },
-        &acknowledged,
-    );
+    recovers_from_backup(&device, flip_checkpoint, &acknowledged);
 }
 
 /// The mount's checkpoint replacing a damaged one keeps the pair (and the damaged file) while
@@ -389,12 +379,7 @@ fn replacing_a_damaged_checkpoint_on_a_full_disk_uses_the_reserve() {
     let (engine, persister, _) =
         rampart_core::persist::open(device.clone(), STORE_ID, &ec, config.clone()).unwrap();
     let mut rng = Rng(47);
-    let mut ops = |n: usize| {
-        for _ in 0..n {
-            random_op(&engine, &mut rng);
-        }
-        engine.sync().unwrap();
-    };
+    let mut ops = |n: usize| synced_random_ops(&engine, &mut rng, n);
     ops(40);
     persister.checkpoint(&engine).unwrap();
     ops(40);
