@@ -62,7 +62,7 @@ def test_bytes_per_category_in_status_metrics_and_stat(test_base, rampart_env, c
 
     st = m.status()
     jsonschema.validate(st, SCHEMA, cls=jsonschema.Draft202012Validator)
-    assert st["schema_minor_version"] == 5
+    assert st["schema_minor_version"] == 6
     cats = st["categories"]
 
     def figures(name):

@@ -37,7 +37,7 @@ def test_status_json_matches_its_schema(mnt):
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
     jsonschema.validate(st, SCHEMA, cls=jsonschema.Draft202012Validator)
     assert st["schema_version"] == 1
-    assert st["schema_minor_version"] == 5
+    assert st["schema_minor_version"] == 6
     assert "SOON" in st["categories"], st["categories"]
     # The latencies are there for what the workload did, and add up.
     assert st["fuse_latency"]["create"]["count"] >= 1, st["fuse_latency"]

@@ -74,6 +74,10 @@ pub struct Persistence {
     /// version 4.
     #[serde(default)]
     pub store_written_bytes: u64,
+    /// Syncs of disk-tier host files that failed since the mount: their latest data may be
+    /// lost; each file's next fsync answers EIO (decision 0126). Minor version 6.
+    #[serde(default)]
+    pub host_sync_failures: u64,
 }
 
 /// A latency summary: how many were measured and their total (mean = sum / count). The
@@ -98,9 +102,10 @@ impl From<&LatencyHistogram> for Latency {
 pub const STATUS_SCHEMA_VERSION: u32 = 1;
 
 /// Raised when fields are added (`categories`: 1, `writeback_cache`: 2, `held_files`: 3,
-/// `persistence.store_written_bytes`: 4, `recovered_from_backup`: 5); consumers of the same
-/// [`STATUS_SCHEMA_VERSION`] read any minor version.
-pub const STATUS_SCHEMA_MINOR_VERSION: u32 = 5;
+/// `persistence.store_written_bytes`: 4, `recovered_from_backup`: 5,
+/// `persistence.host_sync_failures`: 6); consumers of the same [`STATUS_SCHEMA_VERSION`] read
+/// any minor version.
+pub const STATUS_SCHEMA_MINOR_VERSION: u32 = 6;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Status {
@@ -354,6 +359,7 @@ fn persistence_of(persister: &Persister) -> Persistence {
         checkpoint_latency: Latency::from(&p.checkpoint_latency),
         checkpoint_error: p.checkpoint_error,
         store_written_bytes: rampart_core::persist::device::store_written_bytes(),
+        host_sync_failures: persister.host_sync_failures(),
     }
 }
 

@@ -1005,6 +1005,12 @@ fn cmd_status(mountpoint: &Path, json: bool) -> Result<(), String> {
     if let Some(e) = &p.checkpoint_error {
         outln!("checkpoint failing (commits go on): {e}");
     }
+    if p.host_sync_failures > 0 {
+        outln!(
+            "host file syncs failed: {} (disk-tier data may be lost; the log names the files)",
+            p.host_sync_failures
+        );
+    }
     outln!("fuse_transport: {}", status.fuse_transport);
     outln!(
         "held_files: {} (out of the store until their deadline)",
