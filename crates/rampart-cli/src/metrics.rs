@@ -481,6 +481,14 @@ fn render_persistence(out: &mut String, sources: &Sources) {
     );
     single(
         out,
+        "rampart_host_sync_failures_total",
+        "counter",
+        "Syncs of disk-tier host files that failed since the mount: their latest data may be \
+         lost; each file's next fsync answers EIO.",
+        sources.persister.host_sync_failures(),
+    );
+    single(
+        out,
         "rampart_persist_checkpoints_total",
         "counter",
         "Checkpoints written since the mount.",
