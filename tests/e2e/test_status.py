@@ -240,6 +240,7 @@ def test_metrics_over_a_unix_socket_count_a_known_workload(mount_factory, test_b
     assert m[("rampart_persist_stopped", "")] == 0
     # The daemon's own count of what it wrote to the store: the fsync committed a batch.
     assert m[("rampart_store_written_bytes_total", "")] > 0
+    assert m[("rampart_host_sync_failures_total", "")] == 0, "a healthy disk failed no host file sync"
     assert not [k for k in m if k[0] == "rampart_mirror_ok"], "no mirror, no series"
     # Other paths and methods are refused; HEAD has no body.
     assert http_get_unix(sock, "/")[0] == 404
