@@ -76,6 +76,7 @@ else
     $PM > "$OUT/postmark.txt" 2>&1
 fi
 threads > "$OUT/threads-after.txt"
+grep -E "^(VmHWM|VmRSS)" /proc/$PID/status > "$OUT/memory.txt"  # the daemon's peak and resident memory
 if [ "${PERF_FAULTS:-0}" = 1 ]; then kill -INT "$PERF_PID"; wait "$PERF_PID" || true; fi
 uptime > "$OUT/load.txt"
 if [ "$KIND" = floor ]; then umount "$W/mnt"; wait "$PID" 2>/dev/null || true; else "$BIN" umount "$W/mnt" || umount "$W/mnt"; fi
