@@ -95,15 +95,22 @@ pub const STORE_RESERVE_BYTES_MIN: u64 = 8 << 20;
 pub const STORE_RESERVE_BYTES_MAX: u64 = 4 << 30;
 
 /// Most capacity each of the journal's two batch buffers (the open batch, the one being
-/// written) keeps between batches while writes go on, in bytes: a batch grows to about a
-/// quarter of `BATCH_BODY_BYTES_MAX` before the committer takes it, and a buffer trimmed below
-/// that faulted its pages in again at every batch (decision 0114). An idle store gives them
+/// written) keeps between batches while writes go on, in bytes: a batch grows past
+/// `COMMIT_EARLY_BODY_BYTES` (more while the committer is busy) before the committer takes
+/// it, and a buffer trimmed below that faulted its pages in again at every batch (decision
+/// 0114). An idle store gives them
 /// back (`BatchBuilder::release_idle`).
 pub const BATCH_BUFFER_KEPT_BYTES_MAX: usize = 48 << 20;
 
 /// Most empty batch buffers kept for the next batches: the open batch takes one when it is
 /// sealed; when writers outrun the committer several batches wait, one buffer each.
 pub const BATCH_BUFFERS_SPARE_MAX: usize = 2;
+
+/// Bytes gathered after which the committer is asked to commit before its deadline. The
+/// batch buffers settle at about this size (each keeps at most twice what it held): a bound
+/// of a quarter of `BATCH_BODY_BYTES_MAX` (16 MiB) made every byte of the first ~50 MiB a busy
+/// store journaled land in a page faulted in for it, on the writer's thread (decision 0128).
+pub const COMMIT_EARLY_BODY_BYTES: usize = 4 << 20;
 
 /// Largest batch body; a batch holding more ops is cut in two by the writer.
 pub const BATCH_BODY_BYTES_MAX: usize = 64 << 20;
@@ -200,6 +207,10 @@ const _: () = assert!(
 );
 const _: () = assert!(NAME_BYTES_MAX <= DEVICE_NAME_BYTES_MAX);
 const _: () = assert!(BATCH_BUFFER_KEPT_BYTES_MAX <= BATCH_BODY_BYTES_MAX);
+const _: () = assert!(
+    COMMIT_EARLY_BODY_BYTES <= BATCH_BODY_BYTES_MAX / 4,
+    "a commit is asked for well before a batch is sealed"
+);
 const _: () = assert!(
     NAME_BYTES_MAX <= u8::MAX as usize,
     "names are measured in a byte"

@@ -510,9 +510,9 @@ fn a_commit_of_several_batches_syncs_each_before_the_next() {
     let mut several_in_one_commit = false;
     for attempt in 0..5u64 {
         let (device, ec, e, p, f) = big_file_on_a_slow_journal(11 + attempt);
-        // The second write wakes the committer (16 MiB gathered), which then takes 300 ms
-        // to write; meanwhile the next writes gather past 32 MiB, so its next commit holds
-        // two batches.
+        // The first write wakes the committer (past `COMMIT_EARLY_BODY_BYTES` gathered),
+        // which then takes 300 ms to write; meanwhile the next writes gather past 32 MiB, so
+        // its next commit holds two batches.
         for i in 0..6u64 {
             e.write(&c, f, i * chunk.len() as u64, &chunk, false)
                 .unwrap();

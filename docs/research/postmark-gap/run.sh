@@ -8,6 +8,8 @@
 #   NICE=N        daemon threads and postmark at nice N (other users' load out of the way)
 #   COMMITTER_POLICY=--idle  the committer thread under chrt's policy
 #   PERF_SCHED=1  also `perf sched record` every CPU (wake-up latencies; adds overhead)
+#   PERF_FAULTS=1 also `perf record -e page-faults --call-graph dwarf` of the daemon during
+#                 postmark, into OUTDIR/faults.data (faults.py splits it by call site)
 set -eu
 KIND=${1:?rampart|floor}; BIN=${2:?binary}; OUT=${3:?outdir}; TX=${4:-10000}; FILES=${5:-1000}
 shift $(( $# < 5 ? $# : 5 )); [ "${1:-}" = "--" ] && shift
@@ -59,6 +61,12 @@ if [ -n "${COMMITTER_POLICY:-}" ]; then
   # e.g. --idle or --batch: the committer thread under another scheduling policy.
   for t in $(grep -l '^committer' /proc/$PID/task/*/comm | cut -d/ -f5); do chrt $COMMITTER_POLICY -p 0 $t; done
 fi
+if [ "${PERF_FAULTS:-0}" = 1 ]; then
+  # Every page fault of the daemon with its call graph (a sample per fault).
+  perf record -q -m 8192 -d -e page-faults -c 1 --call-graph dwarf,8192 -p "$PID" -o "$OUT/faults.data" \
+    > "$OUT/perf-record.log" 2>&1 & PERF_PID=$!
+  sleep 1
+fi
 threads > "$OUT/threads-before.txt"
 PM="nice -n ${NICE:-0} /usr/bin/time -f %e_%U_%S -o $OUT/time.txt postmark $W/pm.cfg"
 if [ "${PERF_SCHED:-0}" = 1 ]; then
@@ -68,6 +76,8 @@ else
     $PM > "$OUT/postmark.txt" 2>&1
 fi
 threads > "$OUT/threads-after.txt"
+grep -E "^(VmHWM|VmRSS)" /proc/$PID/status > "$OUT/memory.txt"  # the daemon's peak and resident memory
+if [ "${PERF_FAULTS:-0}" = 1 ]; then kill -INT "$PERF_PID"; wait "$PERF_PID" || true; fi
 uptime > "$OUT/load.txt"
 if [ "$KIND" = floor ]; then umount "$W/mnt"; wait "$PID" 2>/dev/null || true; else "$BIN" umount "$W/mnt" || umount "$W/mnt"; fi
 rm -rf "$W"

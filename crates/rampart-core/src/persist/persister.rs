@@ -52,7 +52,7 @@ use crate::latency::LatencyHistogram;
 use crate::lock_order::{self, Rank};
 use crate::op::{Op, OpSink, SyncDone};
 use crate::persist::device::{self, Device};
-use crate::persist::journal::{self, BatchBuilder, BATCH_BODY_BYTES_MAX};
+use crate::persist::journal::{self, BatchBuilder};
 use crate::persist::recovery::{CHECKPOINT_FILE, JOURNAL_FILE};
 use crate::time::now_ns;
 
@@ -199,7 +199,7 @@ impl Pending {
     /// Whether what is gathered has reached a bound at which the committer is woken
     /// (`applied`, `changed`, `remove_after_commit`).
     fn wants_commit(&self) -> bool {
-        self.builder.body_bytes() > BATCH_BODY_BYTES_MAX / 4
+        self.builder.body_bytes() > crate::limits::COMMIT_EARLY_BODY_BYTES
             || self.removals.len() >= crate::limits::HOST_REMOVALS_PENDING_MAX
             || self.at_risk.is_full()
     }
@@ -875,7 +875,7 @@ impl OpSink for Persister {
                 self.wake.notify_one();
             }
         }
-        if p.builder.body_bytes() > BATCH_BODY_BYTES_MAX / 4 {
+        if p.builder.body_bytes() > crate::limits::COMMIT_EARLY_BODY_BYTES {
             // Keep batches bounded: let the committer write this one now.
             p.ask_commit(&self.wake);
         }
