@@ -86,6 +86,11 @@ pub const JOURNAL_ZEROS_AHEAD_BYTES_MIN: usize = 4096;
 /// large batch that costs more than the metadata (decision 0093).
 pub const JOURNAL_ZEROS_WRITTEN_BATCH_BYTES_MAX: usize = 64 << 10;
 
+/// A committed journal batch at least this long is dropped from the host's page cache once
+/// synced (`Device::drop_cached`, decision 0131); smaller ones (fsync-driven commits) are
+/// not worth the system call.
+pub const JOURNAL_CACHE_DROPPED_BATCH_BYTES_MIN: usize = 1 << 20;
+
 /// Least room the daemon keeps for a checkpoint in the store's `reserve` file (it keeps as
 /// much as the last checkpoint, when that is more), given up to write the checkpoint that
 /// frees a full disk (decision 0036).

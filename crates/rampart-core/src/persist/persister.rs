@@ -731,6 +731,13 @@ impl Persister {
         self.device
             .sync(JOURNAL_FILE)
             .map_err(|e| self.fail(PersistStep::SyncJournal, &e))?;
+        if batch_bytes >= crate::limits::JOURNAL_CACHE_DROPPED_BATCH_BYTES_MIN as u64 {
+            // Synced and only read again by a checkpoint's tail copy or a recovery: its pages
+            // are freed now and the next batches reuse them (decision 0131). Only a hint.
+            if let Err(e) = self.device.drop_cached(JOURNAL_FILE, end, batch_bytes) {
+                tracing::debug!("dropping the journal's cached batch: {e}");
+            }
+        }
         let mut d = locked(&self.durable);
         d.journal_bytes += batch_bytes;
         debug_assert!(d.journal_bytes + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN as u64 <= file_end);
