@@ -86,10 +86,21 @@ pub const JOURNAL_ZEROS_AHEAD_BYTES_MIN: usize = 4096;
 /// large batch that costs more than the metadata (decision 0093).
 pub const JOURNAL_ZEROS_WRITTEN_BATCH_BYTES_MAX: usize = 64 << 10;
 
+/// A committed journal batch at least this long is dropped from the host's page cache once
+/// synced (`Device::drop_cached`, decision 0131); smaller ones (fsync-driven commits) are
+/// not worth the system call.
+pub const JOURNAL_CACHE_DROPPED_BATCH_BYTES_MIN: usize = 1 << 20;
+
 /// Least room the daemon keeps for a checkpoint in the store's `reserve` file (it keeps as
 /// much as the last checkpoint, when that is more), given up to write the checkpoint that
 /// frees a full disk (decision 0036).
 pub const STORE_RESERVE_BYTES_MIN: u64 = 8 << 20;
+
+/// How long the journal may grow, in bytes, while a burst of writes defers a checkpoint that
+/// is due (`PersistConfig::checkpoint_deferred_journal_bytes`, decision 0130): PostgreSQL's
+/// default `max_wal_size`. Recovery reads and replays at most this much journal (or the last
+/// image's size, when that is more, as without the deferral).
+pub const CHECKPOINT_DEFERRED_JOURNAL_BYTES: u64 = 1 << 30;
 
 /// Most room kept in the `reserve` file, however large the last checkpoint.
 pub const STORE_RESERVE_BYTES_MAX: u64 = 4 << 30;

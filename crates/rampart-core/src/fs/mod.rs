@@ -220,17 +220,21 @@ impl Fs {
         }
     }
 
-    pub(crate) fn resolve(&self, path: &Path, follow_last: bool) -> Result<resolve::Found, Errno> {
+    pub(crate) fn resolve<'p>(
+        &self,
+        path: &'p Path,
+        follow_last: bool,
+    ) -> Result<resolve::Found<'p>, Errno> {
         self.resolver().resolve(path, follow_last, false)
     }
 
     /// [`Fs::resolve`] for opening: the lookup of what `path` names is counted as an open
     /// file's reference (when the result has a name and attributes), for `forget` at drop.
-    pub(crate) fn resolve_counted(
+    pub(crate) fn resolve_counted<'p>(
         &self,
-        path: &Path,
+        path: &'p Path,
         follow_last: bool,
-    ) -> Result<resolve::Found, Errno> {
+    ) -> Result<resolve::Found<'p>, Errno> {
         self.resolver().resolve(path, follow_last, true)
     }
 }

@@ -12,6 +12,7 @@
 //! epoch moves (a rename or rmdir), and holds only walks that followed no symlink, so it
 //! always gives what walking again would.
 
+use std::borrow::Cow;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -25,26 +26,27 @@ use crate::limits::{
     LIBRARY_DIR_CACHE_ENTRIES_MAX, PATH_BYTES_MAX, PATH_DEPTH_MAX, SYMLINK_FOLLOWS_MAX,
 };
 
-/// Where a path leads.
+/// Where a path leads (`'p`: the path resolved, whose last name it borrows when it can).
 #[derive(Debug)]
-pub(crate) struct Found {
+pub(crate) struct Found<'p> {
     /// The directory holding the last component (the directory itself when the path names a
     /// directory without a last name: `/`, `a/..`).
     pub parent: Ino,
     /// The last component; None when the path ends at a directory reached by `..` or is the
-    /// root.
-    pub name: Option<Vec<u8>>,
+    /// root. Borrowed from the path on the cached path (no allocation per call); owned
+    /// after a full walk (a symlink's target may supply it).
+    pub name: Option<Cow<'p, [u8]>>,
     /// What the last component names; None when it does not exist (the parent does).
     pub attr: Option<Attr>,
     /// The path ended with `/`: it must name a directory.
     pub must_be_dir: bool,
 }
 
-impl Found {
-    fn named(parent: Ino, name: &[u8], attr: Option<Attr>) -> Found {
+impl<'p> Found<'p> {
+    fn named(parent: Ino, name: &'p [u8], attr: Option<Attr>) -> Found<'p> {
         Found {
             parent,
-            name: Some(name.to_vec()),
+            name: Some(Cow::Borrowed(name)),
             attr,
             must_be_dir: false,
         }
@@ -120,7 +122,7 @@ pub(crate) struct Resolver<'a> {
 
 /// What a walk found, and what it took.
 struct Walked {
-    found: Found,
+    found: Found<'static>,
     /// Components walked (`..` included), against `PATH_DEPTH_MAX`.
     components: usize,
     /// Whether a symlink was followed (such a walk is not remembered).
@@ -142,12 +144,12 @@ impl Resolver<'_> {
     /// (it always is when the path ends with a slash). `count_last`: the lookup of what the
     /// path names is counted as the kernel's (an open file's reference, dropped by `forget`);
     /// it is counted exactly when the result has both a name and attributes.
-    pub fn resolve(
+    pub fn resolve<'p>(
         &self,
-        path: &Path,
+        path: &'p Path,
         follow_last: bool,
         count_last: bool,
-    ) -> Result<Found, Errno> {
+    ) -> Result<Found<'p>, Errno> {
         let bytes = path.as_os_str().as_bytes();
         if bytes.is_empty() {
             return Err(Errno::ENOENT);
@@ -235,7 +237,7 @@ impl Resolver<'_> {
                     return Ok(Walked {
                         found: Found {
                             parent: dir,
-                            name: Some(part),
+                            name: Some(Cow::Owned(part)),
                             attr: None,
                             must_be_dir,
                         },
@@ -280,7 +282,7 @@ impl Resolver<'_> {
                     return Ok(Walked {
                         found: Found {
                             parent: dir,
-                            name: Some(part),
+                            name: Some(Cow::Owned(part)),
                             attr: Some(attr),
                             must_be_dir,
                         },
@@ -334,7 +336,7 @@ mod tests {
             ctx: &c,
             cache: None,
         };
-        let r = |p: &str, follow| walk.resolve(Path::new(p), follow, false);
+        let r = |p: &'static str, follow| walk.resolve(Path::new(p), follow, false);
         assert_eq!(
             r("/a/b/../f", true).unwrap().attr.unwrap().ino,
             ino_of(&e, "a/f")
@@ -411,6 +413,25 @@ mod tests {
         fs.engine().rename(&ctx, d, b"sub", d, b"moved", 0).unwrap();
         assert!(!fs.exists("/d/sub/f").unwrap());
         assert_eq!(fs.read("/d/moved/f").unwrap(), b"three");
+    }
+
+    /// A path in a remembered directory borrows its last name from the path (no allocation
+    /// per call); a full walk owns it.
+    #[test]
+    fn a_path_in_a_remembered_directory_borrows_its_name() {
+        let fs = crate::fs::Fs::in_memory();
+        fs.create_dir_all("/d/sub").unwrap();
+        let first = fs.resolve(Path::new("/d/sub/f"), false).unwrap();
+        assert_eq!(first.name.as_deref(), Some(&b"f"[..]));
+        let again = fs.resolve(Path::new("/d/sub/g"), false).unwrap();
+        assert!(matches!(again.name, Some(Cow::Borrowed(b"g"))), "{again:?}");
+        // A trailing slash takes the full walk.
+        let walked = fs.resolve(Path::new("/d/sub/h/"), false).unwrap();
+        assert!(matches!(walked.name, Some(Cow::Owned(_))), "{walked:?}");
+        assert_eq!(
+            (walked.parent, walked.name.as_deref()),
+            (again.parent, Some(&b"h"[..]))
+        );
     }
 
     /// An open file holds exactly one reference, dropped with it: a file removed while open

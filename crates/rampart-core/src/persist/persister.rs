@@ -88,6 +88,13 @@ pub struct PersistConfig {
     /// checkpoints write at most as many bytes as the journal does, however much the mount
     /// holds (like Redis's `auto-aof-rewrite-percentage 100`; decision 0025).
     pub checkpoint_scales_with_image: bool,
+    /// While writers keep the committer busy (a commit took a full batch bound), a
+    /// checkpoint that is due waits until the journal has grown by this much, or until a
+    /// commit takes less (the burst is over): one image at the end of a burst instead of one
+    /// per `checkpoint_due_bytes` during it, when the CPU is needed by the writers (decision
+    /// 0130). Never less than `checkpoint_due_bytes`; only with `checkpoint_scales_with_image`
+    /// (an explicit size keeps its exact meaning). 0: never deferred.
+    pub checkpoint_deferred_journal_bytes: u64,
     /// Writers wait while more than this is gathered and not yet written (back-pressure).
     pub pending_bytes_max: usize,
     /// After an I/O error stopped persistence, or a checkpoint failed, how often a checkpoint
@@ -105,6 +112,7 @@ impl Default for PersistConfig {
             commit_interval: Duration::from_secs(5),
             checkpoint_journal_bytes: 256 << 20,
             checkpoint_scales_with_image: true,
+            checkpoint_deferred_journal_bytes: crate::limits::CHECKPOINT_DEFERRED_JOURNAL_BYTES,
             pending_bytes_max: 128 << 20,
             restart_retry_interval: Duration::from_secs(30),
             reserve_bytes_min: 0,
@@ -120,6 +128,20 @@ impl PersistConfig {
         } else {
             self.checkpoint_journal_bytes
         }
+    }
+
+    /// Whether a background checkpoint starts after a commit, the journal having grown by
+    /// `grown_bytes` since the last one of `image_bytes`; `busy`: that commit took a full
+    /// batch bound (the writers outrun the commit interval). A busy burst defers it up to
+    /// `checkpoint_deferred_journal_bytes` (decision 0130).
+    pub fn checkpoint_due(&self, grown_bytes: u64, image_bytes: u64, busy: bool) -> bool {
+        let due_bytes = self.checkpoint_due_bytes(image_bytes);
+        if grown_bytes <= due_bytes {
+            return false;
+        }
+        !busy
+            || !self.checkpoint_scales_with_image
+            || grown_bytes > due_bytes.max(self.checkpoint_deferred_journal_bytes)
     }
 }
 
@@ -276,6 +298,8 @@ pub struct Persister {
     checkpoint_ended: Condvar,
     /// The committer has started a background checkpoint that has not ended yet.
     checkpoint_requested: AtomicBool,
+    /// Background checkpoints the committer has started (`background_checkpoints_started`).
+    checkpoints_started: std::sync::atomic::AtomicU64,
     committer: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The last background checkpoint thread (joined at shutdown).
     checkpointer: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -444,8 +468,7 @@ impl Persister {
                 .map_err(opening)?;
             (journal_valid_len, file_bytes.max(zeros_to))
         };
-        // Only the reserve's measure: a damaged checkpoint that cannot even be looked at
-        // (recovered from the backup pair) is replaced by the first checkpoint.
+        // Only the reserve's measure: an unreadable checkpoint is replaced by the first one.
         let image_bytes = device.len(CHECKPOINT_FILE).ok().flatten().unwrap_or(0);
         let reserve_bytes = device.len(RESERVE_FILE).map_err(opening)?.unwrap_or(0);
         let persister = Arc::new(Persister {
@@ -487,6 +510,7 @@ impl Persister {
             reserve_file: Mutex::new(()),
             checkpoint_ended: Condvar::new(),
             checkpoint_requested: AtomicBool::new(false),
+            checkpoints_started: std::sync::atomic::AtomicU64::new(0),
             committer: Mutex::new(None),
             checkpointer: Mutex::new(None),
             engine: Mutex::new(Weak::new()),
@@ -518,6 +542,12 @@ impl Persister {
     /// the persister).
     pub fn attach(&self, engine: &Arc<Engine>) {
         *lock(&self.engine) = Arc::downgrade(engine);
+    }
+
+    /// How many background checkpoints the committer has started: its decision after a
+    /// commit is counted before its next commit begins (`PersistConfig::checkpoint_due`).
+    pub fn background_checkpoints_started(&self) -> u64 {
+        self.checkpoints_started.load(Ordering::Acquire)
     }
 
     pub fn commit_interval(&self) -> Duration {
@@ -701,6 +731,13 @@ impl Persister {
         self.device
             .sync(JOURNAL_FILE)
             .map_err(|e| self.fail(PersistStep::SyncJournal, &e))?;
+        if batch_bytes >= crate::limits::JOURNAL_CACHE_DROPPED_BATCH_BYTES_MIN as u64 {
+            // Synced and only read again by a checkpoint's tail copy or a recovery: its pages
+            // are freed now and the next batches reuse them (decision 0131). Only a hint.
+            if let Err(e) = self.device.drop_cached(JOURNAL_FILE, end, batch_bytes) {
+                tracing::debug!("dropping the journal's cached batch: {e}");
+            }
+        }
         let mut d = locked(&self.durable);
         d.journal_bytes += batch_bytes;
         debug_assert!(d.journal_bytes + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN as u64 <= file_end);

@@ -590,6 +590,22 @@ impl Device for DirDevice {
         Ok(())
     }
 
+    fn drop_cached(&self, name: &str, offset: u64, len: u64) -> io::Result<()> {
+        let file = self.open_existing(name)?;
+        let too_big = || io::Error::new(io::ErrorKind::InvalidInput, "range past 2^63 bytes");
+        let start = libc::off_t::try_from(offset).map_err(|_| too_big())?;
+        let span = libc::off_t::try_from(len).map_err(|_| too_big())?;
+        // SAFETY: posix_fadvise(2) on a descriptor that `file` keeps open, with in-range
+        // arguments; it touches no memory of ours and returns its error (no errno).
+        let rc = unsafe {
+            libc::posix_fadvise(file.as_raw_fd(), start, span, libc::POSIX_FADV_DONTNEED)
+        };
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        Ok(())
+    }
+
     fn release_replaced(&self) {
         let replaced = std::mem::take(&mut self.cache.lock().replaced);
         // Closing the last descriptor frees the file, outside the cache lock.

@@ -205,6 +205,15 @@ impl Device for MirrorDevice {
     fn start_writeback(&self, name: &str) -> io::Result<()> {
         self.both("writeback", name, |d| d.start_writeback(name))
     }
+    fn drop_cached(&self, name: &str, offset: u64, len: u64) -> io::Result<()> {
+        // A hint: a mirror that does not take it is no failing disk.
+        if let Some(mirror) = self.mirror.as_ref().filter(|_| !self.health.is_degraded()) {
+            if let Err(e) = mirror.drop_cached(name, offset, len) {
+                tracing::debug!("dropping {name}'s cached bytes on the mirror: {e}");
+            }
+        }
+        self.primary.drop_cached(name, offset, len)
+    }
     fn release_replaced(&self) {
         self.primary.release_replaced();
         if let Some(mirror) = self.mirror.as_ref().filter(|_| !self.health.is_degraded()) {

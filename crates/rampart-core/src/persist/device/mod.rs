@@ -157,6 +157,15 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     fn start_writeback(&self, _name: &str) -> io::Result<()> {
         Ok(())
     }
+    /// A hint: the synced bytes `offset..offset + len` of a file will not be read soon, and
+    /// the host may drop them from its page cache (posix_fadvise DONTNEED). Nothing about
+    /// the file's content or durability changes; a later read reads them from the disk. The
+    /// journal's committed batches are dropped so: its next batches are written into pages
+    /// the kernel has just freed rather than fresh ones (decision 0131). The default does
+    /// nothing.
+    fn drop_cached(&self, _name: &str, _offset: u64, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
     /// Closes the files that `rename` replaced. A device may keep them open so that a rename
     /// does not pay for freeing a large file; the caller calls this where waiting is harmless.
     fn release_replaced(&self) {}

@@ -486,3 +486,27 @@ fn sim_device_data_folder() {
     assert_eq!(after.read("data/h").unwrap().unwrap(), b"old");
     assert_eq!(after.list_data().unwrap(), vec!["data/h".to_string()]);
 }
+
+/// Dropping a file's synced bytes from the page cache changes nothing that can be read
+/// (decision 0131); a missing file is ENOENT, as for every other call.
+#[test]
+fn dropping_cached_bytes_keeps_the_content() {
+    let (_dir, dev) = dir_device();
+    let data: Vec<u8> = (0..(3u32 << 20)).map(|i| (i % 251) as u8).collect();
+    dev.write("journal", &data[..1 << 20]).unwrap();
+    dev.append("journal", &data[1 << 20..]).unwrap();
+    dev.sync("journal").unwrap();
+    dev.drop_cached("journal", 4096, 2 << 20).unwrap();
+    dev.drop_cached("journal", 0, 64 << 20).unwrap(); // past the end: fine
+    assert_eq!(dev.read("journal").unwrap().unwrap(), data);
+    let mut window = vec![0u8; 8192];
+    assert_eq!(dev.read_at("journal", 1 << 20, &mut window).unwrap(), 8192);
+    assert_eq!(window, data[1 << 20..(1 << 20) + 8192]);
+    let missing = dev.drop_cached("nope", 0, 4096).unwrap_err();
+    assert_eq!(missing.raw_os_error(), Some(libc::ENOENT));
+    // The simulated device has no page cache: a no-op there.
+    let sim = SimDevice::new(1);
+    sim.write("journal", &data).unwrap();
+    sim.drop_cached("journal", 0, 4096).unwrap();
+    assert_eq!(sim.read("journal").unwrap().unwrap(), data);
+}

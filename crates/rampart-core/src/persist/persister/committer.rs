@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
-use super::{lock, locked, Persister};
+use super::{lock, locked, Persister, BATCH_BODY_BYTES_MAX};
 
 impl Persister {
     /// Commits what is gathered, under the commit lock.
@@ -57,6 +57,8 @@ pub(super) fn commit_loop(persister: Weak<Persister>) {
             // Held files whose time has come are made present, and committed now.
             engine.archive_due(Instant::now());
         }
+        // Gathered up to the batch bound (not by a deadline): a burst (`checkpoint_due`).
+        let busy = p.pending_bytes.load(Ordering::Acquire) > BATCH_BODY_BYTES_MAX / 4;
         {
             let writing = locked(&p.writing);
             let committed = p.commit_locked();
@@ -82,12 +84,13 @@ pub(super) fn commit_loop(persister: Weak<Persister>) {
         }
         last_restart = None;
         memory_at_restart = u64::MAX;
-        let (grown_bytes, due_bytes, failed_lately) = {
+        let (due, failed_lately) = {
             let d = locked(&p.durable);
+            let grown_bytes = d
+                .journal_bytes
+                .saturating_sub(d.journal_bytes_at_checkpoint);
             (
-                d.journal_bytes
-                    .saturating_sub(d.journal_bytes_at_checkpoint),
-                p.config.checkpoint_due_bytes(d.image_bytes),
+                p.config.checkpoint_due(grown_bytes, d.image_bytes, busy),
                 // A failed checkpoint is tried again after the retry interval, not at every
                 // commit.
                 d.checkpoint_error
@@ -95,7 +98,7 @@ pub(super) fn commit_loop(persister: Weak<Persister>) {
                     .is_some_and(|(_, at)| at.elapsed() < p.config.restart_retry_interval),
             )
         };
-        if grown_bytes > due_bytes && !failed_lately {
+        if due && !failed_lately {
             start_background_checkpoint(&p);
         }
     }
@@ -158,7 +161,10 @@ fn start_background_checkpoint(p: &Arc<Persister>) {
     match spawned {
         // The one before has ended (`checkpoint_requested` was clear): dropping its handle
         // detaches nothing that still runs.
-        Ok(handle) => *lock(&p.checkpointer) = Some(handle),
+        Ok(handle) => {
+            *lock(&p.checkpointer) = Some(handle);
+            p.checkpoints_started.fetch_add(1, Ordering::AcqRel);
+        }
         Err(e) => {
             tracing::warn!("could not start a checkpoint thread: {e}");
             p.checkpoint_requested.store(false, Ordering::Release);
