@@ -5,9 +5,10 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use super::{lock, locked, Persister, BATCH_BODY_BYTES_MAX};
+use super::{lock, locked, Persister};
+use crate::persist::journal::BATCH_BODY_BYTES_MAX;
 
 impl Persister {
     /// Commits what is gathered, under the commit lock.
@@ -33,6 +34,14 @@ pub(super) fn commit_loop(persister: Weak<Persister>) {
     // The engine's memory use when the last restart was tried: after a full disk, a drop
     // (files deleted) is worth another try before the interval is up.
     let mut memory_at_restart = u64::MAX;
+    // Where the journal's growth was last measured: writers that grow it by more than a
+    // quarter of the batch bound per commit interval are a burst (`checkpoint_due`,
+    // decision 0130). A rate, not what one commit took: commits are asked for at
+    // `COMMIT_EARLY_BODY_BYTES` (decision 0128), and fsyncs commit on their own threads.
+    let mut growth_from = match persister.upgrade() {
+        Some(p) => (Instant::now(), locked(&p.durable).journal_bytes),
+        None => return,
+    };
     loop {
         let Some(p) = persister.upgrade() else { return };
         if p.stop.load(Ordering::Acquire) {
@@ -57,8 +66,6 @@ pub(super) fn commit_loop(persister: Weak<Persister>) {
             // Held files whose time has come are made present, and committed now.
             engine.archive_due(Instant::now());
         }
-        // Gathered up to the batch bound (not by a deadline): a burst (`checkpoint_due`).
-        let busy = p.pending_bytes.load(Ordering::Acquire) > BATCH_BODY_BYTES_MAX / 4;
         {
             let writing = locked(&p.writing);
             let committed = p.commit_locked();
@@ -89,6 +96,13 @@ pub(super) fn commit_loop(persister: Weak<Persister>) {
             let grown_bytes = d
                 .journal_bytes
                 .saturating_sub(d.journal_bytes_at_checkpoint);
+            let now = Instant::now();
+            let busy = journal_outgrows_interval(
+                d.journal_bytes.saturating_sub(growth_from.1),
+                now.duration_since(growth_from.0),
+                interval,
+            );
+            growth_from = (now, d.journal_bytes);
             (
                 p.config.checkpoint_due(grown_bytes, d.image_bytes, busy),
                 // A failed checkpoint is tried again after the retry interval, not at every
@@ -102,6 +116,13 @@ pub(super) fn commit_loop(persister: Weak<Persister>) {
             start_background_checkpoint(&p);
         }
     }
+}
+
+/// Whether the journal, grown by `grown_bytes` in `elapsed`, grows faster than a quarter of
+/// the batch bound per commit interval: the writers outrun the interval (a burst).
+fn journal_outgrows_interval(grown_bytes: u64, elapsed: Duration, interval: Duration) -> bool {
+    let burst_bytes_per_interval = (BATCH_BODY_BYTES_MAX / 4) as u128;
+    u128::from(grown_bytes) * interval.as_nanos() > burst_bytes_per_interval * elapsed.as_nanos()
 }
 
 /// Sleeps until `interval_at` (the commit interval, or the archiver's next held file), or the
@@ -169,5 +190,29 @@ fn start_background_checkpoint(p: &Arc<Persister>) {
             tracing::warn!("could not start a checkpoint thread: {e}");
             p.checkpoint_requested.store(false, Ordering::Release);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_is_growth_faster_than_a_quarter_bound_per_interval() {
+        let interval = Duration::from_secs(5);
+        let quarter = (BATCH_BODY_BYTES_MAX / 4) as u64;
+        // Commits asked for early (4 MiB) in quick succession: a burst.
+        assert!(journal_outgrows_interval(
+            4 << 20,
+            Duration::from_millis(20),
+            interval
+        ));
+        // A commit interval's worth of a slow stream, however it was committed: not one.
+        assert!(!journal_outgrows_interval(4 << 20, interval, interval));
+        assert!(!journal_outgrows_interval(quarter, interval, interval));
+        assert!(journal_outgrows_interval(quarter + 1, interval, interval));
+        // Nothing grown, or a journal just replaced by a checkpoint's: not one.
+        assert!(!journal_outgrows_interval(0, Duration::ZERO, interval));
+        assert!(!journal_outgrows_interval(0, interval, interval));
     }
 }
