@@ -126,8 +126,8 @@ fn run(path: &Path, repair: bool, progress: &dyn Progress) -> Result<Report, Fsc
         progress,
     };
     let mut base = phases::checkpoint(&mut r, &ctx)?;
-    if let Some((state, chain)) = backup::check(&mut r, &ctx) {
-        return from_backup(r, &ctx, state, chain, repair, started);
+    if let Some(chain) = backup::check(&mut r, &ctx) {
+        return from_backup(r, &ctx, chain, repair, started);
     }
     let from_seq = base.as_ref().map_or(0, |(_, seq)| *seq);
     let journal_bytes = ctx.read(crate::persist::recovery::JOURNAL_FILE)?;
@@ -177,27 +177,44 @@ fn run(path: &Path, repair: bool, progress: &dyn Progress) -> Result<Report, Fsc
 fn from_backup(
     mut r: Report,
     ctx: &Ctx<'_>,
-    mut state: crate::engine::State,
-    chain: crate::persist::recovery::Report,
+    chain: backup::Chain,
     repair: bool,
     started: Instant,
 ) -> Result<Report, FsckError> {
+    let backup::Chain {
+        mut state,
+        report: chain,
+        journal_lost,
+    } = chain;
     phases::invariants(&mut r, &mut state, ctx.device.as_ref(), ctx.progress);
     phases::data_folder(&mut r, ctx, &state);
     if !repair || r.unrepairable.is_some() {
         r.filesystem = Some(counts(&Engine::from_state(state)));
         return Ok(finish(r, started));
     }
-    let plan = write::Plan {
-        journal_repair: Some(format!(
+    let (prev, prev_journal) = (
+        ctx.file(crate::persist::recovery::CHECKPOINT_PREV),
+        ctx.file(crate::persist::recovery::JOURNAL_PREV),
+    );
+    let journal_repair = match &journal_lost {
+        None => format!(
             "rebuilt the state from the backup {} and {} and the journal",
-            ctx.file(crate::persist::recovery::CHECKPOINT_PREV)
-                .display(),
-            ctx.file(crate::persist::recovery::JOURNAL_PREV).display()
-        )),
+            prev.display(),
+            prev_journal.display()
+        ),
+        Some(why) => format!(
+            "rebuilt the state from the backup {} and {} and accepted the loss of the \
+             journal's changes it could not replay ({why})",
+            prev.display(),
+            prev_journal.display()
+        ),
+    };
+    let plan = write::Plan {
+        journal_repair: Some(journal_repair),
         next_seq: chain.next_seq,
         journal_valid_len: chain.journal_valid_len,
-        keep_backup: true,
+        // A chain cut short holds changes no journal continues: no pair (decision 0123).
+        keep_backup: journal_lost.is_none(),
     };
     write::repair(&mut r, ctx, state, plan)?;
     Ok(finish(r, started))

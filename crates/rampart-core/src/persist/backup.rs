@@ -24,6 +24,30 @@ pub fn replay_chain(
     store_id: [u8; 16],
     config: &EngineConfig,
 ) -> Result<(State, Report), String> {
+    let (state, report, lost) = chain(device, store_id, config, false)?;
+    debug_assert!(lost.is_none(), "a strict chain loses nothing");
+    Ok((state, report))
+}
+
+/// The chain for `fsck --repair` when `journal` cannot continue it (missing, unreadable,
+/// another store's, a gap, damaged or cut, an op that does not apply): the backup pair's state
+/// with as much of the journal as can be replayed onto it, and what was lost (None: nothing,
+/// the strict chain). `report.journal_valid_len` is 0 after a loss: a new journal is started.
+/// Err: the backup pair itself cannot be used.
+pub fn replay_chain_accepting_loss(
+    device: &dyn Device,
+    store_id: [u8; 16],
+    config: &EngineConfig,
+) -> Result<(State, Report, Option<String>), String> {
+    chain(device, store_id, config, true)
+}
+
+fn chain(
+    device: &dyn Device,
+    store_id: [u8; 16],
+    config: &EngineConfig,
+    accept_loss: bool,
+) -> Result<(State, Report, Option<String>), String> {
     let read = |name: &str| match device.read(name) {
         Ok(Some(bytes)) => Ok(bytes),
         Ok(None) => Err(format!("{name} is missing")),
@@ -62,7 +86,35 @@ pub fn replay_chain(
     let chained_to = prev_seq.max(scan.next_seq());
     drop(scan);
     drop(prev_journal);
-    let journal = read(JOURNAL_FILE)?;
+    report.batches_replayed = replayed.batches;
+    report.ops_replayed = replayed.ops_applied;
+    report.ops_skipped = replayed.ops_skipped;
+    report.next_seq = chained_to;
+    let lost = match journal_onto(device, &mut state, store_id, chained_to, &mut report) {
+        Ok(()) => None,
+        Err(why) if accept_loss => {
+            report.journal_valid_len = 0;
+            Some(why)
+        }
+        Err(why) => return Err(why),
+    };
+    Ok((state, report, lost))
+}
+
+/// Replays `journal` onto the backup's state, which holds every op before `chained_to`.
+/// Err: why it cannot (all of it, or from some point: a loss can still leave ops replayed).
+fn journal_onto(
+    device: &dyn Device,
+    state: &mut State,
+    store_id: [u8; 16],
+    chained_to: u64,
+    report: &mut Report,
+) -> Result<(), String> {
+    let journal = match device.read(JOURNAL_FILE) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Err(format!("{JOURNAL_FILE} is missing")),
+        Err(e) => return Err(format!("reading {JOURNAL_FILE}: {e}")),
+    };
     let head = journal::scan(&journal).map_err(|e| format!("{JOURNAL_FILE}: {e}"))?;
     if head.header.base_seq > chained_to {
         // A checkpoint that restarted persistence after an I/O error began its journal
@@ -74,12 +126,29 @@ pub fn replay_chain(
             head.header.base_seq
         ));
     }
-    drop(head);
-    report.next_seq = chained_to;
-    recovery::replay_journal(&journal, &mut state, store_id, chained_to, &mut report)
-        .map_err(|e| format!("{JOURNAL_FILE}: {e}"))?;
-    report.batches_replayed += replayed.batches;
-    report.ops_replayed += replayed.ops_applied;
-    report.ops_skipped += replayed.ops_skipped;
-    Ok((state, report))
+    // Past every op this journal names, even those not replayed: the repaired checkpoint
+    // must not hand their numbers out again.
+    report.next_seq = report.next_seq.max(head.next_seq());
+    let (batches, ops, skipped) = (
+        report.batches_replayed,
+        report.ops_replayed,
+        report.ops_skipped,
+    );
+    let replayed = recovery::replay_journal(&journal, state, store_id, chained_to, report)
+        .map_err(|e| format!("{JOURNAL_FILE}: {e}"));
+    report.batches_replayed += batches;
+    report.ops_replayed += ops;
+    report.ops_skipped += skipped;
+    if replayed.is_err() {
+        let fits = recovery::journal_fits(&head, store_id, chained_to).is_ok();
+        if fits && matches!(head.tail, Tail::Damaged { .. } | Tail::Cut { .. }) {
+            // Its valid prefix still applies: replay it, the loss is what follows.
+            let mut more = Replayed::default();
+            let _ = recovery::replay(state, &head.batches, chained_to, &NoProgress, &mut more);
+            report.batches_replayed += more.batches;
+            report.ops_replayed += more.ops_applied;
+            report.ops_skipped += more.ops_skipped;
+        }
+    }
+    replayed
 }

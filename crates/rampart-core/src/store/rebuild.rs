@@ -16,17 +16,20 @@ use super::lock::{lock, Access};
 use super::superblock::{Superblock, FORMAT_VERSION};
 use super::{io_err, read_superblock, write_superblock, StoreError, SUPERBLOCK_FILE};
 use crate::persist::header::HEADER_BYTES;
-use crate::persist::recovery::{CHECKPOINT_FILE, JOURNAL_FILE};
+use crate::persist::recovery::{CHECKPOINT_FILE, CHECKPOINT_PREV, JOURNAL_FILE, JOURNAL_PREV};
 use crate::persist::{checkpoint, journal};
 
 /// Where a damaged superblock is kept when it is replaced.
 pub const DAMAGED_SUPERBLOCK_FILE: &str = "superblock.damaged";
 
-/// True if `path` holds a checkpoint or a journal: the files of a store beyond its superblock.
+/// The files whose headers name the store: the checkpoint, the journal and their backups
+/// (decision 0123), newest first.
+const HEADED_FILES: [&str; 4] = [CHECKPOINT_FILE, JOURNAL_FILE, CHECKPOINT_PREV, JOURNAL_PREV];
+
+/// True if `path` holds a checkpoint or a journal (or a backup of one): the files of a store
+/// beyond its superblock.
 pub(super) fn holds_store_files(path: &Path) -> bool {
-    [CHECKPOINT_FILE, JOURNAL_FILE]
-        .iter()
-        .any(|name| path.join(name).is_file())
+    HEADED_FILES.iter().any(|name| path.join(name).is_file())
 }
 
 /// What a file's header said.
@@ -59,7 +62,7 @@ pub fn rebuild_superblock(path: &Path) -> Result<Option<String>, StoreError> {
     let _lock = lock(path, Access::Exclusive)?;
     let mut found = Vec::new();
     let mut unreadable = Vec::new();
-    for name in [CHECKPOINT_FILE, JOURNAL_FILE] {
+    for name in HEADED_FILES {
         match read_header(path, name)? {
             Some(Ok(f)) => found.push(f),
             Some(Err(e)) => unreadable.push(format!("{name}: {e}")),
@@ -68,8 +71,8 @@ pub fn rebuild_superblock(path: &Path) -> Result<Option<String>, StoreError> {
     }
     let Some(first) = found.first() else {
         return Err(cannot(format!(
-            "neither the checkpoint nor the journal has a readable header ({}); restore the \
-             superblock from a backup",
+            "none of the checkpoint, the journal and their backups has a readable header \
+             ({}); restore the superblock from a backup",
             unreadable.join("; ")
         )));
     };
@@ -125,7 +128,7 @@ fn read_header(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_err(&file_path)(e)),
     };
-    let decoded = if name == CHECKPOINT_FILE {
+    let decoded = if name == CHECKPOINT_FILE || name == CHECKPOINT_PREV {
         checkpoint::Header::decode(&bytes)
             .map(|h| (h.store_id, h.created_ns))
             .map_err(|e| e.to_string())
@@ -189,6 +192,28 @@ mod tests {
     }
 
     #[test]
+    fn the_backup_pair_alone_names_the_store() {
+        let (_dir, path, sb) = used_store();
+        // A second clean close: its checkpoint keeps the first as the backup pair.
+        crate::Rampart::open(&path, &crate::rampart::Options::default())
+            .unwrap()
+            .close()
+            .unwrap();
+        for name in [SUPERBLOCK_FILE, CHECKPOINT_FILE, JOURNAL_FILE] {
+            fs::remove_file(path.join(name)).unwrap();
+        }
+        let done = rebuild_superblock(&path).unwrap().unwrap();
+        assert!(
+            done.contains("checkpoint.prev and the journal.prev"),
+            "{done}"
+        );
+        assert_eq!(
+            Store::open(&path).unwrap().superblock().store_id,
+            sb.store_id
+        );
+    }
+
+    #[test]
     fn a_damaged_superblock_is_kept_aside_and_replaced() {
         let (_dir, path, sb) = used_store();
         let mut bytes = fs::read(path.join(SUPERBLOCK_FILE)).unwrap();
@@ -226,7 +251,7 @@ mod tests {
         let err = rebuild_superblock(&path).unwrap_err();
         let text = err.to_string();
         assert!(
-            text.contains("neither the checkpoint nor the journal") && text.contains("missing"),
+            text.contains("none of the checkpoint, the journal") && text.contains("missing"),
             "{text}"
         );
         assert!(!path.join(SUPERBLOCK_FILE).exists());
