@@ -277,7 +277,8 @@ fn gap(r: &mut Report, ctx: &Ctx<'_>, scan: &Scan<'_>, from_seq: u64) {
     r.unrepairable.get_or_insert(format!(
         "the checkpoint that goes with the journal is missing: put it back (from a backup) as \
          {checkpoint_path}; or, to {} and lose the journal's changes, move {journal_path} out \
-         of the store (the next mount starts a new one)",
+         of the store and run `rampart fsck --repair` again (it links the host files of \
+         disk-tier files no file uses into /lost+found)",
         if r.checkpoint.present {
             "keep the checkpoint's state"
         } else {

@@ -557,7 +557,10 @@ fn cut_short(bytes: &[u8], at: usize, tail: Tail) -> Tail {
         Tail::Cut { .. } | Tail::Damaged { .. } => return tail,
     };
     if len >= need {
-        return tail;
+        return match tail {
+            Tail::Torn { .. } => damaged_not_torn(bytes, at).unwrap_or(tail),
+            tail => tail,
+        };
     }
     let reason = match tail {
         Tail::Clean => format!(
@@ -577,6 +580,40 @@ fn cut_short(bytes: &[u8], at: usize, tail: Tail) -> Tail {
         offset: at as u64,
         reason,
     }
+}
+
+/// Bytes per sector: the unit a device writes whole, or not at all, when power fails.
+const SECTOR_BYTES: usize = 512;
+
+/// A flagged journal's last batch at `at` that fails its checks, yet cannot be a tear: each
+/// batch is written over zeros already synced (decision 0038), so a crash leaves the bytes it
+/// did not write zero: its end (a write cut in file order) or a whole sector (written out of
+/// order). A batch whole in length with neither was damaged after it was written, and is
+/// reported as the journal cut at its start (decision 0133): durable ops are in it.
+fn damaged_not_torn(bytes: &[u8], at: usize) -> Option<Tail> {
+    let head = BatchHeader::read(&bytes[at..])?;
+    let end = at.checked_add(BATCH_HEADER_BYTES + head.body_len as usize)?;
+    let batch = bytes.get(at..end)?;
+    if batch.last() == Some(&0) {
+        return None;
+    }
+    let mut sector = at / SECTOR_BYTES * SECTOR_BYTES;
+    while sector < end {
+        let (from, to) = (sector.max(at), (sector + SECTOR_BYTES).min(end));
+        if bytes[from..to].iter().all(|&b| b == 0) {
+            return None;
+        }
+        sector += SECTOR_BYTES;
+    }
+    Some(Tail::Cut {
+        offset: at as u64,
+        reason: format!(
+            "its last batch ({} bytes) fails its checks, but no crash leaves it so: a torn \
+             batch ends in zeros or has a sector of zeros, and this one has none; it was \
+             damaged after it was written",
+            batch.len()
+        ),
+    })
 }
 
 /// The journal's length without the zeros at its end (the writer's reserve, or nothing).

@@ -168,6 +168,11 @@ pub enum RecoveryError {
     /// `checkpoint` is missing, but `checkpoint.prev` shows the store had one: it was
     /// deleted.
     CheckpointMissing,
+    /// `checkpoint` is missing, and the journal starts after op 0 (at `journal_base_seq`): a
+    /// checkpoint held the ops before it, and was deleted.
+    CheckpointMissingBeforeJournal {
+        journal_base_seq: u64,
+    },
     /// `checkpoint` cannot be used (`checkpoint`, the error) and neither can the backup pair
     /// (`why`).
     NoBackup {
@@ -181,7 +186,11 @@ impl std::fmt::Display for RecoveryError {
         match self {
             RecoveryError::Io(e) => write!(f, "reading the store: {e}"),
             RecoveryError::Checkpoint(e) => write!(f, "{e}"),
-            RecoveryError::Journal(e) => write!(f, "{e}"),
+            RecoveryError::Journal(e) => write!(
+                f,
+                "the journal cannot be replayed: {e}. Restore it, or see what `rampart fsck` \
+                 reports (`rampart fsck --repair` keeps what the checkpoint holds)"
+            ),
             RecoveryError::JournalDamaged {
                 offset,
                 reason,
@@ -240,6 +249,12 @@ impl std::fmt::Display for RecoveryError {
                 f,
                 "the checkpoint is missing, though the store has had one ({CHECKPOINT_PREV} \
                  is there): it was deleted"
+            ),
+            RecoveryError::CheckpointMissingBeforeJournal { journal_base_seq } => write!(
+                f,
+                "the checkpoint is missing, though the journal starts at op {journal_base_seq}: \
+                 a checkpoint held every change before it and was deleted. Restore the \
+                 checkpoint file; `rampart fsck` says what else can be kept"
             ),
             RecoveryError::NoBackup { checkpoint, why } => write!(
                 f,
@@ -569,6 +584,14 @@ fn from_checkpoint(
             }
         }
         Some(bytes) => replay_journal(&bytes, &mut state, store_id, from_seq, &mut report)
+            .map_err(|e| match e {
+                RecoveryError::Gap {
+                    journal_base_seq, ..
+                } if checkpoint_seq.is_none() => {
+                    RecoveryError::CheckpointMissingBeforeJournal { journal_base_seq }
+                }
+                e => e,
+            })
             .map_err(Failed::Other)?,
     }
     Ok((state, report))

@@ -32,6 +32,22 @@ pub(super) fn holds_store_files(path: &Path) -> bool {
     HEADED_FILES.iter().any(|name| path.join(name).is_file())
 }
 
+/// How many entries of the data folder have names rampart gives host files (0 if there is
+/// no data folder or it cannot be read).
+pub(super) fn host_file_count(path: &Path) -> usize {
+    let Ok(dir) = fs::read_dir(path.join(crate::persist::device::DATA_FOLDER)) else {
+        return 0;
+    };
+    dir.filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(crate::contents::host_file::parse_host_file_name)
+                .is_some()
+        })
+        .count()
+}
+
 /// What a file's header said.
 struct Found {
     name: &'static str,
