@@ -232,7 +232,7 @@ impl std::fmt::Display for RecoveryError {
                 evidence,
             } => write!(
                 f,
-                "the journal and the checkpoint are missing, though the store has been mounted \
+                "the journal is missing, and so is the checkpoint, though the store has been mounted \
                  ({evidence}): the changes they held are lost with them, and mounting would show \
                  an empty file system (and remove the data folder's host files). Restore the \
                  files, or see what `rampart fsck` reports and accept the loss with `rampart \
