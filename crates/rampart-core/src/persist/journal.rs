@@ -1384,6 +1384,55 @@ mod tests {
     }
 
     /// A journal as this release's daemon leaves it: flagged, batches, the zeros after them.
+    #[test]
+    fn a_last_batch_damaged_after_its_write_is_told_from_a_tear() {
+        // Two batches whose last op's time differs from the batch's first: the encoding
+        // ends in that difference, not zero.
+        let mut j = header().encode_zeros_ahead().to_vec();
+        let mut b = BatchBuilder::new(100);
+        for times in [[5i64, 6], [7, 9]] {
+            for t in times {
+                let op = Op::Unlink {
+                    parent: 1,
+                    name: b"some name",
+                    time_ns: t,
+                };
+                b.add(&op, t);
+            }
+            j.extend(b.take_batch().unwrap());
+        }
+        let end = j.len();
+        let start = scan(&j).unwrap().batches[1].offset as usize;
+        assert_ne!(j[end - 1], 0, "the batch ends in a time difference");
+        j.resize(end + 4096, 0);
+        let mut flipped = j.clone();
+        flipped[(start + end) / 2] ^= 0x40;
+        match scan(&flipped).unwrap().tail {
+            Tail::Cut { offset, reason } => {
+                assert_eq!(offset, start as u64);
+                assert!(reason.contains("damaged after it was written"), "{reason}");
+            }
+            tail => panic!("a flipped byte read as {tail:?}"),
+        }
+        // Every tear in file order (its end zero) stays a torn tail.
+        for cut in start + 1..end {
+            let mut torn = j.clone();
+            torn[cut..end].fill(0);
+            let tail = scan(&torn).unwrap().tail;
+            assert!(
+                matches!(tail, Tail::Torn { .. } | Tail::Clean),
+                "cut {cut}: {tail:?}"
+            );
+        }
+        // So does a batch with a sector of zeros among written bytes (written out of order).
+        let mut holed = j.clone();
+        let sector = start / SECTOR_BYTES * SECTOR_BYTES;
+        holed[start.max(sector)..end.min(sector + SECTOR_BYTES)].fill(0);
+        holed[end - 1] = 1;
+        let tail = scan(&holed).unwrap().tail;
+        assert!(matches!(tail, Tail::Torn { .. }), "{tail:?}");
+    }
+
     fn zeros_ahead_journal(batches: usize) -> (Vec<u8>, Vec<usize>) {
         let mut out = header().encode_zeros_ahead().to_vec();
         let mut b = BatchBuilder::new(100);
