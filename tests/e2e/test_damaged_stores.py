@@ -89,3 +89,21 @@ def test_the_backup_pair_alone_rebuilds_superblock_and_state(test_base, rampart_
     unmount(m)
     assert_no_panic(m)
 
+
+
+def test_a_folder_left_with_host_files_only_is_not_called_a_new_store(test_base, rampart_env, cleanup_mounts):
+    """Superblock and every headed file gone: no store id is left, but the host files hold
+    bytes. Mount and fsck refuse without advising mkfs, and leave them (decision 0132)."""
+    m = new_mount(test_base, rampart_env, "hostsnoid", cleanup_mounts)
+    write_synced(os.path.join(m.path, "big"), os.urandom(BIG))
+    crash(m)
+    for name in ("superblock", "journal", "checkpoint", "checkpoint.prev", "journal.prev"):
+        if (m.store / name).exists():
+            os.remove(m.store / name)
+    _refused_untouched(m, "1 host files", "copy the host files out", "do not run `rampart mkfs`")
+    for args in ((), ("--repair",)):
+        r = fsck(m, *args)
+        assert r.returncode != 0 and "do not run `rampart mkfs`" in r.stderr, r.stdout + r.stderr
+        assert "create one with" not in r.stderr, r.stderr
+    assert len(os.listdir(m.store / "data")) == 1, "the host file was removed"
+    assert_no_panic(m)
