@@ -129,10 +129,12 @@ fn journal_onto(
     // Past every op this journal names, even those not replayed: the repaired checkpoint
     // must not hand their numbers out again.
     report.next_seq = report.next_seq.max(head.next_seq());
+    // replay_journal counts the journal alone (when it gets that far): the backup's counts
+    // are added after.
     let (batches, ops, skipped) = (
-        report.batches_replayed,
-        report.ops_replayed,
-        report.ops_skipped,
+        std::mem::take(&mut report.batches_replayed),
+        std::mem::take(&mut report.ops_replayed),
+        std::mem::take(&mut report.ops_skipped),
     );
     let replayed = recovery::replay_journal(&journal, state, store_id, chained_to, report)
         .map_err(|e| format!("{JOURNAL_FILE}: {e}"));
