@@ -582,14 +582,19 @@ fn cut_short(bytes: &[u8], at: usize, tail: Tail) -> Tail {
     }
 }
 
-/// Bytes per sector: the unit a device writes whole, or not at all, when power fails.
-const SECTOR_BYTES: usize = 512;
+/// The shortest run of zero bytes a crash's tear of a batch leaves: a device loses whole
+/// sectors (512 bytes), and a fault injector that splits one write into parts at any byte
+/// (LazyFS's torn-op) loses parts far longer than this. Runs this short occur in a batch's
+/// own encoding (small integers), so they are not taken for a tear.
+const TEAR_ZERO_RUN_BYTES_MIN: usize = 64;
 
 /// A flagged journal's last batch at `at` that fails its checks, yet cannot be a tear: each
 /// batch is written over zeros already synced (decision 0038), so a crash leaves the bytes it
-/// did not write zero: its end (a write cut in file order) or a whole sector (written out of
-/// order). A batch whole in length with neither was damaged after it was written, and is
-/// reported as the journal cut at its start (decision 0133): durable ops are in it.
+/// did not write zero: its end (a write cut in file order) or a run of zeros inside it (a
+/// write persisted out of order, or in parts). A batch whole in length with neither was
+/// damaged after it was written, and is reported as the journal cut at its start (decision
+/// 0133): durable ops are in it. A batch that holds such a run of its own (zeros in the
+/// data it journals) stays a torn tail: it cannot be told apart.
 fn damaged_not_torn(bytes: &[u8], at: usize) -> Option<Tail> {
     let head = BatchHeader::read(&bytes[at..])?;
     let end = at.checked_add(BATCH_HEADER_BYTES + head.body_len as usize)?;
@@ -597,13 +602,12 @@ fn damaged_not_torn(bytes: &[u8], at: usize) -> Option<Tail> {
     if batch.last() == Some(&0) {
         return None;
     }
-    let mut sector = at / SECTOR_BYTES * SECTOR_BYTES;
-    while sector < end {
-        let (from, to) = (sector.max(at), (sector + SECTOR_BYTES).min(end));
-        if bytes[from..to].iter().all(|&b| b == 0) {
+    let mut zero_run_bytes = 0usize;
+    for &b in batch {
+        zero_run_bytes = if b == 0 { zero_run_bytes + 1 } else { 0 };
+        if zero_run_bytes >= TEAR_ZERO_RUN_BYTES_MIN {
             return None;
         }
-        sector += SECTOR_BYTES;
     }
     Some(Tail::Cut {
         offset: at as u64,
@@ -1383,7 +1387,6 @@ mod tests {
         );
     }
 
-    /// A journal as this release's daemon leaves it: flagged, batches, the zeros after them.
     #[test]
     fn a_last_batch_damaged_after_its_write_is_told_from_a_tear() {
         // Two batches whose last op's time differs from the batch's first: the encoding
@@ -1394,7 +1397,7 @@ mod tests {
             for t in times {
                 let op = Op::Unlink {
                     parent: 1,
-                    name: b"some name",
+                    name: b"a name long enough that a hole of zeros fits in the batch's body",
                     time_ns: t,
                 };
                 b.add(&op, t);
@@ -1424,15 +1427,25 @@ mod tests {
                 "cut {cut}: {tail:?}"
             );
         }
-        // So does a batch with a sector of zeros among written bytes (written out of order).
-        let mut holed = j.clone();
-        let sector = start / SECTOR_BYTES * SECTOR_BYTES;
-        holed[start.max(sector)..end.min(sector + SECTOR_BYTES)].fill(0);
-        holed[end - 1] = 1;
-        let tail = scan(&holed).unwrap().tail;
-        assert!(matches!(tail, Tail::Torn { .. }), "{tail:?}");
+        // So does a batch missing a part in its middle (written out of order, or in parts
+        // at any byte as LazyFS's torn-op does), its end written.
+        let body = start + BATCH_HEADER_BYTES;
+        assert!(
+            end - body > TEAR_ZERO_RUN_BYTES_MIN + 1,
+            "a batch too short to hole"
+        );
+        for from in body..end - TEAR_ZERO_RUN_BYTES_MIN {
+            let mut holed = j.clone();
+            holed[from..from + TEAR_ZERO_RUN_BYTES_MIN].fill(0);
+            let tail = scan(&holed).unwrap().tail;
+            assert!(
+                matches!(tail, Tail::Torn { .. } | Tail::Clean),
+                "hole at {from}: {tail:?}"
+            );
+        }
     }
 
+    /// A journal as this release's daemon leaves it: flagged, batches, the zeros after them.
     fn zeros_ahead_journal(batches: usize) -> (Vec<u8>, Vec<usize>) {
         let mut out = header().encode_zeros_ahead().to_vec();
         let mut b = BatchBuilder::new(100);
