@@ -285,8 +285,8 @@ fn cell(template_path: &Path, lost: &[Part], how: Damage) -> String {
             fs.close().unwrap();
             "opens empty (nothing left to tell it from a new store)".to_string()
         }
-        // A flipped byte in the journal's last batch, whose encoding ends in zeros, reads as
-        // a torn tail: no check can tell them apart (decision 0133). The batch holds c and d.
+        // A flipped byte in the journal's last batch reads as a torn tail: no check can tell
+        // them apart (decision 0133). The batch holds c and d.
         Ok(fs) if torn_reading => {
             let (named, _) = files_in(&fs);
             fs.close().unwrap();
@@ -471,4 +471,142 @@ fn the_checkpoint_and_the_journal_damaged_together_fall_back_on_the_backup_pair(
         assert!(line.contains("repaired: a b"), "{line}");
     }
     print(&lines);
+}
+
+/// A copy of the template at `to` whose checkpoint is deleted and whose journal is cut in
+/// half: the repair rebuilds from the backup pair and the journal's valid prefix (0133).
+fn pair_and_cut_journal(template: &Path, to: &Path) {
+    copy(template, to);
+    damage(to, Part::Checkpoint, Damage::Deleted);
+    damage(to, Part::Journal, Damage::Halved);
+}
+
+/// The store's top-level files (not the reserve nor the lock) by name, and its host files'
+/// bytes (an adoption renames them), sorted.
+fn store_files(store: &Path) -> (BTreeMap<String, Vec<u8>>, Vec<Vec<u8>>) {
+    let hosts = host_files(store);
+    let mut top = listing(store);
+    top.retain(|name, _| !hosts.contains_key(name));
+    let mut bytes: Vec<Vec<u8>> = hosts.into_values().collect();
+    bytes.sort();
+    (top, bytes)
+}
+
+/// The files an open of the repaired `store` serves (named, and /lost+found's sorted).
+fn repaired_files(store: &Path) -> (BTreeMap<String, Vec<u8>>, Vec<Vec<u8>>) {
+    let r = fsck::repair(store, &NoProgress).unwrap();
+    assert!(r.unrepairable.is_none() && (r.repaired || r.clean), "{r:?}");
+    let fs = Rampart::open(store, &options()).unwrap();
+    let (named, mut found) = files_in(&fs);
+    fs.close().unwrap();
+    found.sort();
+    (named, found)
+}
+
+/// Review of decision 0133: the repair removed the pair before its checkpoint was written,
+/// and put a new journal over the old one before: a failed write lost the store.
+#[test]
+fn a_repair_that_cannot_write_its_checkpoint_keeps_every_file_it_rebuilds_from() {
+    let (dir, template) = template_dir();
+    let baseline = dir.path().join("baseline");
+    pair_and_cut_journal(&template, &baseline);
+    let want = repaired_files(&baseline);
+    assert!(
+        want.0.contains_key("a") && want.0.contains_key("b"),
+        "{want:?}"
+    );
+    let store = dir.path().join("failing");
+    pair_and_cut_journal(&template, &store);
+    let before = store_files(&store);
+    // A folder where the checkpoint's temporary file goes: writing it fails.
+    std::fs::create_dir(store.join("checkpoint.tmp")).unwrap();
+    let failed = fsck::repair(&store, &NoProgress);
+    assert!(
+        failed.as_ref().is_err() || failed.as_ref().is_ok_and(|r| !r.repaired),
+        "{failed:?}"
+    );
+    assert_eq!(
+        store_files(&store),
+        before,
+        "a failed repair changed the store"
+    );
+    std::fs::remove_dir(store.join("checkpoint.tmp")).unwrap();
+    assert_eq!(repaired_files(&store), want, "the second repair");
+}
+
+/// The same repair through the crash simulator: a power cut before any of its sync points
+/// leaves a store that the next repair rebuilds with the same files.
+#[test]
+fn a_repair_cut_at_any_sync_point_can_be_run_again() {
+    use rampart_core::persist::device::{CrashImages, CrashMode, Device, Faults, SimDevice};
+    let (dir, template) = template_dir();
+    let baseline = dir.path().join("baseline");
+    pair_and_cut_journal(&template, &baseline);
+    let want = repaired_files(&baseline);
+    let store = dir.path().join("simulated");
+    pair_and_cut_journal(&template, &store);
+    let sim = std::sync::Arc::new(SimDevice::new(7));
+    for (name, bytes) in listing(&store) {
+        let hosted = host_files(&store).contains_key(&name);
+        let name = if hosted { format!("data/{name}") } else { name };
+        sim.write(&name, &bytes).unwrap();
+        sim.sync(&name).unwrap();
+    }
+    sim.set_faults(Faults {
+        crash_images: Some(CrashImages {
+            mode: CrashMode::LoseUnsynced,
+            at: None,
+            ops: rampart_core::persist::device::faults::ALL_SYNC_OPS,
+        }),
+        ..Faults::default()
+    });
+    let r = fsck::repair_through(&store, sim.clone(), &NoProgress).unwrap();
+    assert!(r.repaired, "{r:?}");
+    let images = sim.take_crash_images();
+    assert!(images.len() > 3, "{} sync points", images.len());
+    for (i, image) in images.iter().enumerate() {
+        let cut = dir.path().join(format!("cut-{i}"));
+        std::fs::create_dir_all(cut.join("data")).unwrap();
+        for dir in [&cut, &cut.join("data")] {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+        std::fs::copy(store.join("superblock"), cut.join("superblock")).unwrap();
+        for name in image.names() {
+            if let Some(bytes) = image.read(&name).unwrap() {
+                std::fs::write(cut.join(&name), bytes).unwrap();
+            }
+        }
+        assert_eq!(repaired_files(&cut), want, "a crash before sync point {i}");
+    }
+}
+
+/// Review of decision 0133: an error reading the journal was taken for a lost journal, and
+/// the repair gave up changes it may hold.
+#[test]
+fn a_journal_that_cannot_be_read_is_not_given_up() {
+    let (dir, template) = template_dir();
+    let store = dir.path().join("unreadable");
+    copy(&template, &store);
+    damage(&store, Part::Checkpoint, Damage::Deleted);
+    let journal = std::fs::read(store.join("journal")).unwrap();
+    // A folder in its place: opening it works, reading it fails (EISDIR), as EIO would.
+    std::fs::remove_file(store.join("journal")).unwrap();
+    std::fs::create_dir(store.join("journal")).unwrap();
+    let before = store_files(&store);
+    let r = fsck::repair(&store, &NoProgress).unwrap();
+    let why = r.unrepairable.clone().unwrap_or_default();
+    assert!(
+        why.contains("cannot be read") && why.contains("may be intact"),
+        "{r:?}"
+    );
+    assert!(!r.repaired, "{r:?}");
+    assert_eq!(store_files(&store), before, "an unrepairable store changed");
+    // Readable again: the whole chain gives every file back.
+    std::fs::remove_dir(store.join("journal")).unwrap();
+    std::fs::write(store.join("journal"), journal).unwrap();
+    let (named, _) = repaired_files(&store);
+    for (name, bytes) in contents() {
+        assert_eq!(named.get(name), Some(&bytes), "{name}");
+    }
 }

@@ -79,7 +79,13 @@ pub fn rebuild_superblock(path: &Path) -> Result<Option<String>, StoreError> {
     let mut found = Vec::new();
     let mut unreadable = Vec::new();
     for name in HEADED_FILES {
-        match read_header(path, name)? {
+        let header = match read_header(path, name) {
+            // A backup that cannot be read is only one source fewer: the checkpoint and the
+            // journal may still name the store (if neither does, the error below says so).
+            Err(e) if name == CHECKPOINT_PREV || name == JOURNAL_PREV => Some(Err(e.to_string())),
+            header => header?,
+        };
+        match header {
             Some(Ok(f)) => found.push(f),
             Some(Err(e)) => unreadable.push(format!("{name}: {e}")),
             None => unreadable.push(format!("{name}: missing")),
@@ -223,6 +229,22 @@ mod tests {
             done.contains("checkpoint.prev and the journal.prev"),
             "{done}"
         );
+        assert_eq!(
+            Store::open(&path).unwrap().superblock().store_id,
+            sb.store_id
+        );
+    }
+
+    #[test]
+    fn an_unreadable_backup_does_not_stop_the_rebuild() {
+        let (_dir, path, sb) = used_store();
+        fs::remove_file(path.join(SUPERBLOCK_FILE)).unwrap();
+        // A folder in the backup's place: opening it works, reading it fails (EISDIR).
+        let _ = fs::remove_file(path.join(CHECKPOINT_PREV));
+        fs::create_dir(path.join(CHECKPOINT_PREV)).unwrap();
+        let done = rebuild_superblock(&path).unwrap().unwrap();
+        assert!(done.contains("checkpoint and the journal"), "{done}");
+        fs::remove_dir(path.join(CHECKPOINT_PREV)).unwrap();
         assert_eq!(
             Store::open(&path).unwrap().superblock().store_id,
             sb.store_id
