@@ -610,3 +610,46 @@ fn a_journal_that_cannot_be_read_is_not_given_up() {
         assert_eq!(named.get(name), Some(&bytes), "{name}");
     }
 }
+
+/// Review of decision 0133: a journal that starts past the backup (a gap) was given up
+/// before its op numbers were counted, and the repaired checkpoint could hand them out again.
+#[test]
+fn a_repair_never_reuses_the_op_numbers_of_a_journal_it_gives_up() {
+    let (dir, template) = template_dir();
+    let store = dir.path().join("gap");
+    copy(&template, &store);
+    damage(&store, Part::Checkpoint, Damage::Deleted);
+    let old = journal::Header::decode(&std::fs::read(store.join("journal")).unwrap()).unwrap();
+    let base_seq = 1_000_000;
+    let header = journal::Header { base_seq, ..old };
+    let mut bytes = header.encode_zeros_ahead().to_vec();
+    bytes.resize(bytes.len() + 4096, 0);
+    std::fs::write(store.join("journal"), bytes).unwrap();
+    let r = fsck::repair(&store, &NoProgress).unwrap();
+    assert!(r.repaired, "{r:?}");
+    let image = std::fs::read(store.join("checkpoint")).unwrap();
+    let seq = rampart_core::persist::checkpoint::Header::decode(&image)
+        .unwrap()
+        .seq;
+    assert!(seq >= base_seq, "the repaired checkpoint ends at op {seq}");
+}
+
+/// The repair's report counts the journal's own ops apart from journal.prev's.
+#[test]
+fn the_repair_says_how_many_ops_of_each_journal_it_kept() {
+    let (dir, template) = template_dir();
+    let store = dir.path().join("counts");
+    pair_and_cut_journal(&template, &store);
+    let r = fsck::check(&store, &NoProgress).unwrap();
+    let said = r
+        .problems
+        .iter()
+        .find(|p| p.contains("cannot continue it"))
+        .unwrap_or_else(|| panic!("{r:?}"));
+    let of_prev = format!("of {})", store.join("journal.prev").display());
+    assert!(
+        said.contains("replayed onto it (and ") && said.contains(&of_prev),
+        "{said}"
+    );
+    assert!(r.replay.ops_applied > 0, "{r:?}");
+}
