@@ -92,5 +92,5 @@ def test_no_readable_header_is_refused(test_base, rampart_env, cleanup_mounts):
     (m.store / "journal").write_bytes(b"\0" * 4096)
     r = fsck(m, "--repair")
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "neither the checkpoint nor the journal" in r.stderr, r.stderr
+    assert "none of the checkpoint, the journal and their backups" in r.stderr, r.stderr
     assert not os.path.exists(m.store / "superblock")

@@ -605,10 +605,12 @@ impl Engine {
         mode: i32,
     ) -> FsResult<Option<()>> {
         use crate::op::{FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE};
+        // An invalid request changes nothing: no move to the disk tier, no host file grown.
+        crate::state::check_fallocate(offset, length, mode)?;
         let _host = disk.exclusive(ino);
         let keep_size = mode & FALLOC_FL_KEEP_SIZE != 0;
         let trims = mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) != 0;
-        let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
+        let end = offset + length;
         let op = |time_ns| Op::Fallocate {
             ino,
             offset,
@@ -639,13 +641,18 @@ impl Engine {
                 }
             }
         };
-        let grows = !keep_size && end > file.size_bytes && length > 0;
-        if grows && end <= crate::limits::FILE_SIZE_BYTES_MAX {
+        // check_fallocate: the end is within the limit unless the size is kept.
+        let grows = !keep_size && end > file.size_bytes;
+        // The host file's length before it grows, to put back if the op is refused.
+        let mut grown_from = None;
+        if grows {
+            let host_len = disk.device.len(&file.name).ok().flatten();
             disk.device
                 .set_len(&file.name, end)
                 .map_err(|e| host_errno("growing the disk-tier file", &file.name, &e))?;
+            grown_from = host_len;
         }
-        self.mutate(
+        let applied = self.mutate(
             ctx,
             |m, time_ns| {
                 m.apply(&op(time_ns))?;
@@ -655,7 +662,16 @@ impl Engine {
                 Ok(())
             },
             invalidate,
-        )?;
+        );
+        if let Err(e) = applied {
+            if let Some(len) = grown_from {
+                // Refused (memory for the range's record, a file gone meanwhile): the host
+                // file goes back to its length; a failure here leaves it long, which every
+                // mount trims.
+                let _ = disk.device.set_len(&file.name, len);
+            }
+            return Err(e);
+        }
         if trims {
             self.trim_after_commit(disk, &file.name, |device| {
                 device.punch_hole(&file.name, offset, length)

@@ -42,12 +42,39 @@ use crate::store::{Store, StoreError};
 /// Err: the store could not be examined at all (missing, mounted, unreadable), with a message
 /// that says what to do; problems found in it are in the report.
 pub fn check(store_path: &Path, progress: &dyn Progress) -> Result<Report, FsckError> {
-    run(store_path, false, progress)
+    run(store_path, false, progress, None)
 }
 
 /// Checks the store at `store_path` and repairs what can be repaired.
 pub fn repair(store_path: &Path, progress: &dyn Progress) -> Result<Report, FsckError> {
-    run(store_path, true, progress)
+    run(store_path, true, progress, None)
+}
+
+/// [`repair`] reading and writing the store's files through `device` (the crash tests: a
+/// `SimDevice` holding a copy of them); the superblock and the lock are the folder's.
+#[doc(hidden)]
+pub fn repair_through(
+    store_path: &Path,
+    device: Arc<dyn Device>,
+    progress: &dyn Progress,
+) -> Result<Report, FsckError> {
+    run(store_path, true, progress, Some(device))
+}
+
+/// The store folder's files, writable for a repair.
+fn open_device(path: &Path, repair: bool) -> Result<Arc<dyn Device>, FsckError> {
+    let device = if repair {
+        DirDevice::open(path)
+    } else {
+        DirDevice::open_read_only(path)
+    };
+    match device {
+        Ok(device) => Ok(Arc::new(device)),
+        Err(error) => Err(FsckError::Folder {
+            path: path.to_path_buf(),
+            error,
+        }),
+    }
 }
 
 /// What the phases share.
@@ -72,7 +99,12 @@ impl Ctx<'_> {
     }
 }
 
-fn run(path: &Path, repair: bool, progress: &dyn Progress) -> Result<Report, FsckError> {
+fn run(
+    path: &Path,
+    repair: bool,
+    progress: &dyn Progress,
+    through: Option<Arc<dyn Device>>,
+) -> Result<Report, FsckError> {
     let started = Instant::now();
     let mut r = Report {
         store: path.display().to_string(),
@@ -109,25 +141,18 @@ fn run(path: &Path, repair: bool, progress: &dyn Progress) -> Result<Report, Fsc
         r.repairs.push(what);
         r.repaired = true;
     }
-    let device = if repair {
-        DirDevice::open(path)
-    } else {
-        DirDevice::open_read_only(path)
-    };
-    let device = device.map_err(|error| FsckError::Folder {
-        path: path.to_path_buf(),
-        error,
-    })?;
     let ctx = Ctx {
         path,
-        device: Arc::new(device),
+        device: through.map_or_else(|| open_device(path, repair), Ok)?,
         store_id: sb.store_id,
         config: engine_config(path),
         progress,
     };
     let mut base = phases::checkpoint(&mut r, &ctx)?;
-    if let Some((state, chain)) = backup::check(&mut r, &ctx) {
-        return from_backup(r, &ctx, state, chain, repair, started);
+    match backup::check(&mut r, &ctx) {
+        Ok(Some(chain)) => return from_backup(r, &ctx, chain, repair, started),
+        Ok(None) => {}
+        Err(backup::Stop) => return Ok(finish(r, started)),
     }
     let from_seq = base.as_ref().map_or(0, |(_, seq)| *seq);
     let journal_bytes = ctx.read(crate::persist::recovery::JOURNAL_FILE)?;
@@ -163,7 +188,9 @@ fn run(path: &Path, repair: bool, progress: &dyn Progress) -> Result<Report, Fsc
         journal_repair: journal.repair,
         next_seq: journal.next_seq,
         journal_valid_len: journal.scan.as_ref().map_or(0, |scan| scan.valid_len),
-        keep_backup: false,
+        // The repaired state holds changes no journal has (dropped ops, adopted files): the
+        // old pair would not chain to the new journal, so none is kept (decision 0123).
+        backup: crate::persist::persister::Backup::Drop,
     };
     drop(journal.scan);
     write::repair(&mut r, &ctx, state, plan)?;
@@ -177,27 +204,51 @@ fn run(path: &Path, repair: bool, progress: &dyn Progress) -> Result<Report, Fsc
 fn from_backup(
     mut r: Report,
     ctx: &Ctx<'_>,
-    mut state: crate::engine::State,
-    chain: crate::persist::recovery::Report,
+    chain: backup::Chain,
     repair: bool,
     started: Instant,
 ) -> Result<Report, FsckError> {
+    let backup::Chain {
+        mut state,
+        report: chain,
+        journal_lost,
+        ..
+    } = chain;
     phases::invariants(&mut r, &mut state, ctx.device.as_ref(), ctx.progress);
     phases::data_folder(&mut r, ctx, &state);
     if !repair || r.unrepairable.is_some() {
         r.filesystem = Some(counts(&Engine::from_state(state)));
         return Ok(finish(r, started));
     }
-    let plan = write::Plan {
-        journal_repair: Some(format!(
+    let (prev, prev_journal) = (
+        ctx.file(crate::persist::recovery::CHECKPOINT_PREV),
+        ctx.file(crate::persist::recovery::JOURNAL_PREV),
+    );
+    let journal_repair = match &journal_lost {
+        None => format!(
             "rebuilt the state from the backup {} and {} and the journal",
-            ctx.file(crate::persist::recovery::CHECKPOINT_PREV)
-                .display(),
-            ctx.file(crate::persist::recovery::JOURNAL_PREV).display()
-        )),
+            prev.display(),
+            prev_journal.display()
+        ),
+        Some(why) => format!(
+            "rebuilt the state from the backup {} and {} and accepted the loss of the \
+             journal's changes it could not replay ({why})",
+            prev.display(),
+            prev_journal.display()
+        ),
+    };
+    let plan = write::Plan {
+        journal_repair: Some(journal_repair),
         next_seq: chain.next_seq,
         journal_valid_len: chain.journal_valid_len,
-        keep_backup: true,
+        // A chain cut short holds changes no journal continues: no pair is made (decision
+        // 0123), but the pair and the journal stay until the new checkpoint is in place: a
+        // failed or interrupted repair can be run again (decision 0133).
+        backup: if journal_lost.is_none() {
+            crate::persist::persister::Backup::KeepUntilReplaced
+        } else {
+            crate::persist::persister::Backup::KeepWithJournalUntilReplaced
+        },
     };
     write::repair(&mut r, ctx, state, plan)?;
     Ok(finish(r, started))

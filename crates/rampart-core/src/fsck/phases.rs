@@ -125,6 +125,13 @@ pub(super) struct JournalPhase<'a> {
     pub next_seq: u64,
 }
 
+/// What shows the store was mounted (`recovery::mounted_evidence`); an error reading it is
+/// taken as evidence too: fsck never calls a store fresh on a guess.
+fn mounted_evidence(device: &dyn crate::persist::device::Device) -> Option<String> {
+    recovery::mounted_evidence(device)
+        .unwrap_or_else(|e| Some(format!("the store cannot be read: {e}")))
+}
+
 /// Phase 2: the journal scan. `have_base`: the checkpoint phase gave a state holding every op
 /// before `from_seq`.
 pub(super) fn journal<'a>(
@@ -153,11 +160,12 @@ pub(super) fn journal<'a>(
             phase.repair = Some(format!(
                 "accepted the loss of the missing journal {journal_path}"
             ));
-        } else if recovery::was_mounted(ctx.device.as_ref()).unwrap_or(false) {
+        } else if let Some(evidence) = mounted_evidence(ctx.device.as_ref()) {
             r.problems.push(format!(
                 "journal {journal_path} is missing, and there is no checkpoint, though the \
-                 store has been mounted (its reserve file is there): every change since \
-                 `rampart mkfs` is lost with it (restore the file to keep them)"
+                 store has been mounted ({evidence}): the changes they held are lost with them \
+                 (restore the files to keep them; --repair links the host files no file uses \
+                 into /lost+found)"
             ));
             phase.repair = Some(format!(
                 "accepted the loss of the missing journal {journal_path}"
@@ -269,7 +277,8 @@ fn gap(r: &mut Report, ctx: &Ctx<'_>, scan: &Scan<'_>, from_seq: u64) {
     r.unrepairable.get_or_insert(format!(
         "the checkpoint that goes with the journal is missing: put it back (from a backup) as \
          {checkpoint_path}; or, to {} and lose the journal's changes, move {journal_path} out \
-         of the store (the next mount starts a new one)",
+         of the store and run `rampart fsck --repair` again (it links the host files of \
+         disk-tier files no file uses into /lost+found)",
         if r.checkpoint.present {
             "keep the checkpoint's state"
         } else {

@@ -21,9 +21,10 @@ pub(super) struct Plan {
     /// The journal's valid prefix when it is this store's and fits (0: none; a new journal
     /// is started).
     pub journal_valid_len: u64,
-    /// The backup pair stands in for a damaged checkpoint: kept until the new one is in
-    /// place (decision 0123).
-    pub keep_backup: bool,
+    /// What the checkpoint does with the backup pair: kept until the new checkpoint is in
+    /// place when it stands in for a damaged one (decision 0123), with the journal too when
+    /// that cannot continue it (decision 0133); else dropped.
+    pub backup: Backup,
 }
 
 /// Repairs `state` and, if nothing is left broken, writes it. The report says what was done.
@@ -104,13 +105,7 @@ fn write(ctx: &Ctx<'_>, engine: &Arc<Engine>, plan: &Plan) -> Result<u64, FsckEr
         store: ctx.path.to_path_buf(),
         error,
     };
-    // The repaired state holds changes no journal has (dropped ops, adopted files): the old
-    // pair would not chain to the new journal, so none is kept (decision 0123).
-    let backup = if plan.keep_backup {
-        Backup::KeepUntilReplaced
-    } else {
-        Backup::Drop
-    };
+    let backup = plan.backup;
     let persister = Persister::start_with(
         ctx.device.clone(),
         ctx.store_id,

@@ -557,6 +557,9 @@ fn cut_short(bytes: &[u8], at: usize, tail: Tail) -> Tail {
         Tail::Cut { .. } | Tail::Damaged { .. } => return tail,
     };
     if len >= need {
+        // A last batch whole in length that fails its checks reads as a tear, whatever
+        // broke it: a crash may leave any part of it unwritten (a fault injector tears one
+        // write at any byte), so no pattern of zeros tells damage from a tear (decision 0133).
         return tail;
     }
     let reason = match tail {
@@ -1344,6 +1347,45 @@ mod tests {
             message(&v2),
             "journal format version 4 is not supported (this rampart reads 1 to 3)"
         );
+    }
+
+    #[test]
+    fn a_last_batch_missing_a_part_of_any_length_reads_as_a_tear() {
+        // As tests/powercut's LazyFS `torn-op parts=3 persist=1,3` leaves it: a small batch
+        // (two renames) whose middle third was never written, its end written.
+        let mut j = header().encode_zeros_ahead().to_vec();
+        let mut b = BatchBuilder::new(100);
+        for t in [5i64, 9] {
+            let op = Op::Rename {
+                parent: 1,
+                name: b"a",
+                new_parent: 1,
+                new_name: b"b",
+                flags: 0,
+                time_ns: t,
+            };
+            b.add(&op, t);
+        }
+        j.extend(b.take_batch().unwrap());
+        let end = j.len();
+        let start = scan(&j).unwrap().batches[0].offset as usize;
+        let batch_bytes = end - start;
+        assert_ne!(j[end - 1], 0, "the batch ends in a time difference");
+        j.resize(end + 4096, 0);
+        for part in [batch_bytes / 3, 8, 1] {
+            for from in start + BATCH_HEADER_BYTES..end - part {
+                let mut holed = j.clone();
+                if holed[from..from + part].iter().all(|&b| b == 0) {
+                    continue;
+                }
+                holed[from..from + part].fill(0);
+                let tail = scan(&holed).unwrap().tail;
+                assert!(
+                    matches!(tail, Tail::Torn { .. }),
+                    "{part} bytes lost at {from} of a {batch_bytes}-byte batch: {tail:?}"
+                );
+            }
+        }
     }
 
     /// A journal as this release's daemon leaves it: flagged, batches, the zeros after them.

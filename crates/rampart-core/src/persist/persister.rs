@@ -330,6 +330,9 @@ pub struct Persister {
     keep_backup: AtomicBool,
     /// [`Backup::Drop`] until a checkpoint has succeeded.
     drop_backup: AtomicBool,
+    /// [`Backup::KeepWithJournalUntilReplaced`] until a checkpoint has put its journal in
+    /// place: `journal` is not this persister's, nothing is appended to it.
+    journal_deferred: AtomicBool,
     /// Whether a failed link (no backup made) has been logged: once per run, not per
     /// checkpoint.
     link_failure_logged: AtomicBool,
@@ -420,6 +423,42 @@ fn journal_header(store_id: [u8; 16], base_seq: u64) -> Vec<u8> {
     .to_vec()
 }
 
+/// Opens the journal at persistence's start: returns its committed length and its file's
+/// length. `deferred`: a repair keeps the journal as it is until its first checkpoint (see
+/// [`Backup::KeepWithJournalUntilReplaced`]); else a new one when `journal_valid_len` is 0,
+/// or the valid prefix kept with zeros after it.
+fn open_journal(
+    device: &dyn Device,
+    store_id: [u8; 16],
+    next_seq: u64,
+    journal_valid_len: u64,
+    deferred: bool,
+) -> std::io::Result<(u64, u64)> {
+    if deferred {
+        // The first checkpoint makes the new journal from its header alone (nothing is
+        // committed before it).
+        debug_assert_eq!(journal_valid_len, 0, "a kept journal continues nothing");
+        return Ok((journal::HEADER_BYTES as u64, 0));
+    }
+    if journal_valid_len == 0 {
+        let mut new = journal_header(store_id, next_seq);
+        new.resize(new.len() + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN, 0);
+        device.write(JOURNAL_TMP, &new)?;
+        device.sync(JOURNAL_TMP)?;
+        device.rename(JOURNAL_TMP, JOURNAL_FILE)?;
+        return Ok((journal::HEADER_BYTES as u64, new.len() as u64));
+    }
+    // Zeros over whatever follows the valid prefix (a torn tail), and at least the minimum
+    // after it; never a truncation, which a crash could apply before the zeros and so leave
+    // a torn batch longer than the file (taken for a cut).
+    let file_bytes = device.len(JOURNAL_FILE)?.unwrap_or(0);
+    let content_end = journal_content_end(device, journal_valid_len, file_bytes)?;
+    let zeros_to =
+        content_end.max(journal_valid_len + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN as u64);
+    zero_tail(device, journal_valid_len, content_end, zeros_to)?;
+    Ok((journal_valid_len, file_bytes.max(zeros_to)))
+}
+
 impl Persister {
     /// Starts persisting after recovery: `next_seq` is the first op to come, and the journal's
     /// valid prefix is `journal_valid_len` bytes (0: there is none). A torn tail is cut off so
@@ -446,29 +485,17 @@ impl Persister {
         backup: Backup,
     ) -> Result<Arc<Persister>, PersistError> {
         let opening = |e: std::io::Error| PersistError::new(PersistStep::OpenJournal, &e);
-        let (journal_bytes, journal_file_bytes) = if journal_valid_len == 0 {
-            let mut new = journal_header(store_id, next_seq);
-            new.resize(new.len() + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN, 0);
-            device
-                .write(JOURNAL_TMP, &new)
-                .and_then(|()| device.sync(JOURNAL_TMP))
-                .and_then(|()| device.rename(JOURNAL_TMP, JOURNAL_FILE))
-                .map_err(opening)?;
-            (journal::HEADER_BYTES as u64, new.len() as u64)
-        } else {
-            // Zeros over whatever follows the valid prefix (a torn tail), and at least the
-            // minimum after it; never a truncation, which a crash could apply before the
-            // zeros and so leave a torn batch longer than the file (taken for a cut).
-            let file_bytes = device.len(JOURNAL_FILE).map_err(opening)?.unwrap_or(0);
-            let content_end = journal_content_end(device.as_ref(), journal_valid_len, file_bytes)
-                .map_err(opening)?;
-            let zeros_to =
-                content_end.max(journal_valid_len + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN as u64);
-            zero_tail(device.as_ref(), journal_valid_len, content_end, zeros_to)
-                .map_err(opening)?;
-            (journal_valid_len, file_bytes.max(zeros_to))
-        };
-        // Only the reserve's measure: an unreadable checkpoint is replaced by the first one.
+        let journal_deferred = backup == Backup::KeepWithJournalUntilReplaced;
+        let (journal_bytes, journal_file_bytes) = open_journal(
+            device.as_ref(),
+            store_id,
+            next_seq,
+            journal_valid_len,
+            journal_deferred,
+        )
+        .map_err(opening)?;
+        // Only the reserve's measure: a damaged checkpoint that cannot even be looked at
+        // (recovered from the backup pair) is replaced by the first checkpoint.
         let image_bytes = device.len(CHECKPOINT_FILE).ok().flatten().unwrap_or(0);
         let reserve_bytes = device.len(RESERVE_FILE).map_err(opening)?.unwrap_or(0);
         let persister = Arc::new(Persister {
@@ -524,8 +551,12 @@ impl Persister {
             ready_removals: Mutex::new(Vec::new()),
             last_commit_answered: AtomicUsize::new(0),
             last_asker: std::sync::atomic::AtomicU64::new(u64::MAX),
-            keep_backup: AtomicBool::new(backup == Backup::KeepUntilReplaced),
+            keep_backup: AtomicBool::new(matches!(
+                backup,
+                Backup::KeepUntilReplaced | Backup::KeepWithJournalUntilReplaced
+            )),
             drop_backup: AtomicBool::new(backup == Backup::Drop),
+            journal_deferred: AtomicBool::new(journal_deferred),
             link_failure_logged: AtomicBool::new(false),
         });
         persister.grow_reserve(persister.reserve_target_bytes());
@@ -707,6 +738,12 @@ impl Persister {
     /// ending inside a batch (which scanning takes for a journal cut short), and a full disk
     /// fails that extension, before any byte of the batch is written.
     fn write_batch(&self, batch: &[u8]) -> Result<(), PersistError> {
+        if self.journal_deferred.load(Ordering::Acquire) {
+            // The journal a repair keeps until its checkpoint is not written to.
+            let e = std::io::Error::other("no journal to commit to before the first checkpoint");
+            debug_assert!(false, "{e}");
+            return Err(self.fail(PersistStep::WriteJournal, &e));
+        }
         let batch_bytes = batch.len() as u64;
         let (end, mut file_end) = {
             let d = locked(&self.durable);

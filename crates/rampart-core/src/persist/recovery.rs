@@ -151,10 +151,12 @@ pub enum RecoveryError {
     },
     /// A checkpoint without a journal: the journal is made before the first checkpoint and
     /// only ever replaced by rename, so it was deleted, and the changes after the checkpoint
-    /// with it. Also a store with neither but the `reserve` file a mount makes after its
-    /// journal (`checkpoint` false): every change since mkfs went with the journal.
+    /// with it. Also a store with neither but a file only a mounted store has (`checkpoint`
+    /// false, `evidence` names it: decisions 0107, 0132): every change since mkfs went with
+    /// the journal.
     JournalMissing {
         checkpoint: bool,
+        evidence: String,
     },
     /// A journaled op does not apply to the state before it.
     Replay {
@@ -166,6 +168,11 @@ pub enum RecoveryError {
     /// `checkpoint` is missing, but `checkpoint.prev` shows the store had one: it was
     /// deleted.
     CheckpointMissing,
+    /// `checkpoint` is missing, and the journal starts after op 0 (at `journal_base_seq`): a
+    /// checkpoint held the ops before it, and was deleted.
+    CheckpointMissingBeforeJournal {
+        journal_base_seq: u64,
+    },
     /// `checkpoint` cannot be used (`checkpoint`, the error) and neither can the backup pair
     /// (`why`).
     NoBackup {
@@ -179,7 +186,11 @@ impl std::fmt::Display for RecoveryError {
         match self {
             RecoveryError::Io(e) => write!(f, "reading the store: {e}"),
             RecoveryError::Checkpoint(e) => write!(f, "{e}"),
-            RecoveryError::Journal(e) => write!(f, "{e}"),
+            RecoveryError::Journal(e) => write!(
+                f,
+                "the journal cannot be replayed: {e}. Restore it, or see what `rampart fsck` \
+                 reports (`rampart fsck --repair` keeps what the checkpoint holds)"
+            ),
             RecoveryError::JournalDamaged {
                 offset,
                 reason,
@@ -208,18 +219,25 @@ impl std::fmt::Display for RecoveryError {
                 "the journal starts at op {journal_base_seq} but the checkpoint ends at op \
                  {checkpoint_seq}: changes in between are missing"
             ),
-            RecoveryError::JournalMissing { checkpoint: true } => write!(
+            RecoveryError::JournalMissing {
+                checkpoint: true, ..
+            } => write!(
                 f,
                 "the checkpoint is there but the journal is missing: any changes made after \
                  the checkpoint are lost with it. Restore the journal file, or accept the loss \
                  with `rampart fsck --repair`, which starts a new journal at the checkpoint"
             ),
-            RecoveryError::JournalMissing { checkpoint: false } => write!(
+            RecoveryError::JournalMissing {
+                checkpoint: false,
+                evidence,
+            } => write!(
                 f,
-                "the journal is missing, though the store has been mounted (its reserve file is \
-                 there) and has no checkpoint yet: every change since `rampart mkfs` is lost \
-                 with it, and mounting would show an empty file system. Restore the journal \
-                 file, or accept the loss with `rampart fsck --repair`"
+                "the journal is missing, and so is the checkpoint, though the store has been mounted \
+                 ({evidence}): the changes they held are lost with them, and mounting would show \
+                 an empty file system (and remove the data folder's host files). Restore the \
+                 files, or see what `rampart fsck` reports and accept the loss with `rampart \
+                 fsck --repair`, which keeps what the other files hold (host files of disk-tier \
+                 files go to /lost+found)"
             ),
             RecoveryError::Replay { seq, error } => {
                 write!(
@@ -232,10 +250,18 @@ impl std::fmt::Display for RecoveryError {
                 "the checkpoint is missing, though the store has had one ({CHECKPOINT_PREV} \
                  is there): it was deleted"
             ),
+            RecoveryError::CheckpointMissingBeforeJournal { journal_base_seq } => write!(
+                f,
+                "the checkpoint is missing, though the journal starts at op {journal_base_seq}: \
+                 a checkpoint held every change before it and was deleted. Restore the \
+                 checkpoint file; `rampart fsck` says what else can be kept"
+            ),
             RecoveryError::NoBackup { checkpoint, why } => write!(
                 f,
                 "{checkpoint}; the backup ({CHECKPOINT_PREV} and {JOURNAL_PREV}, then the \
-                 journal) cannot stand in for it: {why}"
+                 journal) cannot stand in for it: {why}. Restore the files, or see what \
+                 `rampart fsck` can keep (`rampart fsck --repair` rebuilds the store from the \
+                 backup pair alone when only the journal fails it)"
             ),
             RecoveryError::Inconsistent(p) => write!(
                 f,
@@ -546,26 +572,64 @@ fn from_checkpoint(
         None if checkpoint_seq.is_some() => {
             return Err(Failed::Other(RecoveryError::JournalMissing {
                 checkpoint: true,
+                evidence: String::new(),
             }))
         }
-        None if was_mounted(device).map_err(Failed::Other)? => {
-            return Err(Failed::Other(RecoveryError::JournalMissing {
-                checkpoint: false,
-            }))
+        None => {
+            if let Some(evidence) = mounted_evidence(device).map_err(Failed::Other)? {
+                return Err(Failed::Other(RecoveryError::JournalMissing {
+                    checkpoint: false,
+                    evidence,
+                }));
+            }
         }
-        None => {}
         Some(bytes) => replay_journal(&bytes, &mut state, store_id, from_seq, &mut report)
+            .map_err(|e| match e {
+                RecoveryError::Gap {
+                    journal_base_seq, ..
+                } if checkpoint_seq.is_none() => {
+                    RecoveryError::CheckpointMissingBeforeJournal { journal_base_seq }
+                }
+                e => e,
+            })
             .map_err(Failed::Other)?,
     }
     Ok((state, report))
 }
 
-/// True if a mount has opened the store: its `reserve` file is there, made by the persister
-/// after the journal (decision 0107). A store without a journal and a checkpoint but with one
-/// lost its journal (a store just made by mkfs has neither).
+/// True if a mount has opened the store (`mounted_evidence`).
 pub fn was_mounted(device: &dyn Device) -> Result<bool, RecoveryError> {
-    let reserve = crate::persist::persister::RESERVE_FILE;
-    Ok(device.len(reserve).map_err(RecoveryError::Io)?.is_some())
+    Ok(mounted_evidence(device)?.is_some())
+}
+
+/// What shows that a mount has opened the store, if anything: a file that only exists after
+/// the journal was made, and that nothing but a later file of the store replaces. The
+/// `reserve` (made by the persister after the journal, decision 0107), the backup pair
+/// (made by a checkpoint), a host file with a name rampart makes (a disk-tier file's bytes,
+/// written through a journaled op; decision 0132). A store without a journal and a checkpoint
+/// but with one of them lost its journal (a store just made by mkfs has none).
+pub fn mounted_evidence(device: &dyn Device) -> Result<Option<String>, RecoveryError> {
+    for (name, what) in [
+        (crate::persist::persister::RESERVE_FILE, "its reserve file"),
+        (CHECKPOINT_PREV, "its backup checkpoint"),
+        (JOURNAL_PREV, "its backup journal"),
+    ] {
+        if device.len(name).map_err(RecoveryError::Io)?.is_some() {
+            return Ok(Some(format!("{what} {name} is there")));
+        }
+    }
+    let host_files = device
+        .list_data()
+        .map_err(RecoveryError::Io)?
+        .into_iter()
+        .filter(|name| crate::contents::host_file::parse_host_file_name(name).is_some())
+        .count();
+    Ok((host_files > 0).then(|| {
+        format!(
+            "its data folder holds {host_files} host files of disk-tier files, whose bytes \
+             are durable"
+        )
+    }))
 }
 
 /// Recovery's journal step: scans `bytes`, refuses what does not fit or is damaged, replays

@@ -489,21 +489,11 @@ impl State {
         time_ns: TimeNs,
     ) -> FsResult<()> {
         let inode = self.regular_file(ino)?;
-        if length == 0 {
-            return Err(Errno::EINVAL);
-        }
-        let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
+        check_fallocate(offset, length, mode)?;
+        let end = offset + length;
         let keep_size = mode & FALLOC_FL_KEEP_SIZE != 0;
         let punch = mode & FALLOC_FL_PUNCH_HOLE != 0;
         let zero = mode & FALLOC_FL_ZERO_RANGE != 0;
-        if mode & !(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) != 0
-            || (punch && (!keep_size || zero))
-        {
-            return Err(Errno::EOPNOTSUPP);
-        }
-        if !keep_size && end > FILE_SIZE_BYTES_MAX {
-            return Err(Errno::EFBIG);
-        }
         // Allocation (mode 0, KEEP_SIZE, ZERO_RANGE) reserves the range's memory now, as
         // tmpfs and disk file systems do, so that writes into it cannot fail with ENOSPC. A
         // punched or zeroed range gives its bytes back first, so it needs at most the rest.
@@ -618,4 +608,25 @@ impl State {
         inode.ctime_ns = time_ns;
         Ok(())
     }
+}
+
+/// The checks of a fallocate that need no state: its length, its end, its mode. The disk tier
+/// runs them before it touches a host file (an invalid mode changes nothing).
+pub(crate) fn check_fallocate(offset: u64, length: u64, mode: i32) -> FsResult<()> {
+    if length == 0 {
+        return Err(Errno::EINVAL);
+    }
+    let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
+    let keep_size = mode & FALLOC_FL_KEEP_SIZE != 0;
+    let punch = mode & FALLOC_FL_PUNCH_HOLE != 0;
+    let zero = mode & FALLOC_FL_ZERO_RANGE != 0;
+    if mode & !(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) != 0
+        || (punch && (!keep_size || zero))
+    {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    if !keep_size && end > FILE_SIZE_BYTES_MAX {
+        return Err(Errno::EFBIG);
+    }
+    Ok(())
 }

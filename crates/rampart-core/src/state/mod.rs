@@ -7,6 +7,7 @@
 //! lock, and the persistence levels see only the ops.
 
 mod apply;
+pub(crate) use apply::check_fallocate;
 mod check;
 mod paths;
 mod privileges;

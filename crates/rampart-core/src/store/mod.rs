@@ -54,6 +54,13 @@ pub enum StoreError {
         path: PathBuf,
         why: String,
     },
+    /// The superblock and every file whose header names the store are gone, but the data
+    /// folder holds `host_files` host files of disk-tier files: their bytes are durable data
+    /// (decision 0132), and `rampart mkfs` must not be advised.
+    OnlyHostFiles {
+        path: PathBuf,
+        host_files: usize,
+    },
     /// `rampart fsck --repair` cannot rebuild the superblock: `why`.
     CannotRebuild {
         path: PathBuf,
@@ -109,11 +116,22 @@ impl fmt::Display for StoreError {
             ),
             StoreError::SuperblockLost { path, why } => write!(
                 f,
-                "{}: the superblock is {why}, but the store's checkpoint and journal are \
-                 there; `rampart fsck --repair {}` rebuilds the superblock from the store id \
-                 in their headers (do not run `rampart mkfs`: it makes a new, empty store)",
+                "{}: the superblock is {why}, but the store's other files (its checkpoint, \
+                 journal or their backups) are there; `rampart fsck --repair {}` rebuilds the \
+                 superblock from the store id in their headers (do not run `rampart mkfs`: it \
+                 makes a new, empty store)",
                 path.display(),
                 path.display()
+            ),
+            StoreError::OnlyHostFiles { path, host_files } => write!(
+                f,
+                "{}: the superblock, the checkpoint, the journal and their backups are all \
+                 missing, but its data folder holds {host_files} host files of disk-tier files \
+                 (names, owners and modes were in the lost files; each host file holds one \
+                 file's bytes). Restore the store's files from a backup, or copy the host files \
+                 out of {} before anything else; do not run `rampart mkfs` on this folder",
+                path.display(),
+                path.join(crate::persist::device::DATA_FOLDER).display()
             ),
             StoreError::CannotRebuild { path, why } => write!(
                 f,
@@ -401,12 +419,17 @@ fn read_superblock(path: &Path) -> Result<Superblock, StoreError> {
 /// is to rebuild the superblock, not to make a new store), else `otherwise()`.
 fn lost_or(path: &Path, why: String, otherwise: impl FnOnce() -> StoreError) -> StoreError {
     if rebuild::holds_store_files(path) {
-        StoreError::SuperblockLost {
+        return StoreError::SuperblockLost {
             path: path.to_path_buf(),
             why,
-        }
-    } else {
-        otherwise()
+        };
+    }
+    match rebuild::host_file_count(path) {
+        0 => otherwise(),
+        host_files => StoreError::OnlyHostFiles {
+            path: path.to_path_buf(),
+            host_files,
+        },
     }
 }
 

@@ -16,17 +16,36 @@ use super::lock::{lock, Access};
 use super::superblock::{Superblock, FORMAT_VERSION};
 use super::{io_err, read_superblock, write_superblock, StoreError, SUPERBLOCK_FILE};
 use crate::persist::header::HEADER_BYTES;
-use crate::persist::recovery::{CHECKPOINT_FILE, JOURNAL_FILE};
+use crate::persist::recovery::{CHECKPOINT_FILE, CHECKPOINT_PREV, JOURNAL_FILE, JOURNAL_PREV};
 use crate::persist::{checkpoint, journal};
 
 /// Where a damaged superblock is kept when it is replaced.
 pub const DAMAGED_SUPERBLOCK_FILE: &str = "superblock.damaged";
 
-/// True if `path` holds a checkpoint or a journal: the files of a store beyond its superblock.
+/// The files whose headers name the store: the checkpoint, the journal and their backups
+/// (decision 0123), newest first.
+const HEADED_FILES: [&str; 4] = [CHECKPOINT_FILE, JOURNAL_FILE, CHECKPOINT_PREV, JOURNAL_PREV];
+
+/// True if `path` holds a checkpoint or a journal (or a backup of one): the files of a store
+/// beyond its superblock.
 pub(super) fn holds_store_files(path: &Path) -> bool {
-    [CHECKPOINT_FILE, JOURNAL_FILE]
-        .iter()
-        .any(|name| path.join(name).is_file())
+    HEADED_FILES.iter().any(|name| path.join(name).is_file())
+}
+
+/// How many entries of the data folder have names rampart gives host files (0 if there is
+/// no data folder or it cannot be read).
+pub(super) fn host_file_count(path: &Path) -> usize {
+    let Ok(dir) = fs::read_dir(path.join(crate::persist::device::DATA_FOLDER)) else {
+        return 0;
+    };
+    dir.filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(crate::contents::host_file::parse_host_file_name)
+                .is_some()
+        })
+        .count()
 }
 
 /// What a file's header said.
@@ -59,8 +78,14 @@ pub fn rebuild_superblock(path: &Path) -> Result<Option<String>, StoreError> {
     let _lock = lock(path, Access::Exclusive)?;
     let mut found = Vec::new();
     let mut unreadable = Vec::new();
-    for name in [CHECKPOINT_FILE, JOURNAL_FILE] {
-        match read_header(path, name)? {
+    for name in HEADED_FILES {
+        let header = match read_header(path, name) {
+            // A backup that cannot be read is only one source fewer: the checkpoint and the
+            // journal may still name the store (if neither does, the error below says so).
+            Err(e) if name == CHECKPOINT_PREV || name == JOURNAL_PREV => Some(Err(e.to_string())),
+            header => header?,
+        };
+        match header {
             Some(Ok(f)) => found.push(f),
             Some(Err(e)) => unreadable.push(format!("{name}: {e}")),
             None => unreadable.push(format!("{name}: missing")),
@@ -68,8 +93,8 @@ pub fn rebuild_superblock(path: &Path) -> Result<Option<String>, StoreError> {
     }
     let Some(first) = found.first() else {
         return Err(cannot(format!(
-            "neither the checkpoint nor the journal has a readable header ({}); restore the \
-             superblock from a backup",
+            "none of the checkpoint, the journal and their backups has a readable header \
+             ({}); restore the superblock from a backup",
             unreadable.join("; ")
         )));
     };
@@ -125,7 +150,7 @@ fn read_header(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_err(&file_path)(e)),
     };
-    let decoded = if name == CHECKPOINT_FILE {
+    let decoded = if name == CHECKPOINT_FILE || name == CHECKPOINT_PREV {
         checkpoint::Header::decode(&bytes)
             .map(|h| (h.store_id, h.created_ns))
             .map_err(|e| e.to_string())
@@ -189,6 +214,44 @@ mod tests {
     }
 
     #[test]
+    fn the_backup_pair_alone_names_the_store() {
+        let (_dir, path, sb) = used_store();
+        // A second clean close: its checkpoint keeps the first as the backup pair.
+        crate::Rampart::open(&path, &crate::rampart::Options::default())
+            .unwrap()
+            .close()
+            .unwrap();
+        for name in [SUPERBLOCK_FILE, CHECKPOINT_FILE, JOURNAL_FILE] {
+            fs::remove_file(path.join(name)).unwrap();
+        }
+        let done = rebuild_superblock(&path).unwrap().unwrap();
+        assert!(
+            done.contains("checkpoint.prev and the journal.prev"),
+            "{done}"
+        );
+        assert_eq!(
+            Store::open(&path).unwrap().superblock().store_id,
+            sb.store_id
+        );
+    }
+
+    #[test]
+    fn an_unreadable_backup_does_not_stop_the_rebuild() {
+        let (_dir, path, sb) = used_store();
+        fs::remove_file(path.join(SUPERBLOCK_FILE)).unwrap();
+        // A folder in the backup's place: opening it works, reading it fails (EISDIR).
+        let _ = fs::remove_file(path.join(CHECKPOINT_PREV));
+        fs::create_dir(path.join(CHECKPOINT_PREV)).unwrap();
+        let done = rebuild_superblock(&path).unwrap().unwrap();
+        assert!(done.contains("checkpoint and the journal"), "{done}");
+        fs::remove_dir(path.join(CHECKPOINT_PREV)).unwrap();
+        assert_eq!(
+            Store::open(&path).unwrap().superblock().store_id,
+            sb.store_id
+        );
+    }
+
+    #[test]
     fn a_damaged_superblock_is_kept_aside_and_replaced() {
         let (_dir, path, sb) = used_store();
         let mut bytes = fs::read(path.join(SUPERBLOCK_FILE)).unwrap();
@@ -226,7 +289,7 @@ mod tests {
         let err = rebuild_superblock(&path).unwrap_err();
         let text = err.to_string();
         assert!(
-            text.contains("neither the checkpoint nor the journal") && text.contains("missing"),
+            text.contains("none of the checkpoint, the journal") && text.contains("missing"),
             "{text}"
         );
         assert!(!path.join(SUPERBLOCK_FILE).exists());

@@ -28,6 +28,13 @@ pub enum Backup {
     /// next checkpoint has replaced the damaged one, then removed (it no longer chains to
     /// the new journal).
     KeepUntilReplaced,
+    /// `fsck --repair` rebuilt the state from the pair and what of a journal that cannot
+    /// continue it replayed (decision 0133): the pair *and* that journal stay as they are
+    /// until the first checkpoint and its new journal are renamed into place, then the pair
+    /// is removed (no pair is made). A repair that fails or is cut short before leaves every
+    /// file it rebuilt from. No batch may be committed before that checkpoint (the journal
+    /// file is not this persister's yet): fsck commits none.
+    KeepWithJournalUntilReplaced,
     /// The first checkpoint's image holds changes no journal has (files dropped at mount, a
     /// repair): the old pair plus the new journal would replay to another state (a reused
     /// inode number fails its create). It removes the pair and makes none; the next
@@ -199,6 +206,7 @@ impl CheckpointJob<'_> {
         p.device.release_replaced();
         p.drop_backup_if_replaced(keep_backup);
         p.drop_backup.store(false, Ordering::Release);
+        p.journal_deferred.store(false, Ordering::Release);
         p.remove_note_after_checkpoint(); // under the claim: no name noted after the image
         tracing::info!(
             "checkpoint of {} bytes at op {}; writers paused {:.1} ms, commits {:.1} ms; \
