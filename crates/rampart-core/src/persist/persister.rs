@@ -54,7 +54,6 @@ use crate::op::{Op, OpSink, SyncDone};
 use crate::persist::device::{self, Device};
 use crate::persist::journal::{self, BatchBuilder};
 use crate::persist::recovery::{CHECKPOINT_FILE, JOURNAL_FILE};
-use crate::time::now_ns;
 
 mod answers;
 pub(crate) mod at_risk;
@@ -63,13 +62,14 @@ mod committer;
 mod free_early;
 mod host_files;
 mod journal_tail;
+use journal_tail::{journal_header, open_journal};
 mod leader;
 mod reserve;
 
 pub use answers::set_answer_batch;
 use at_risk::{AtRisk, Lags};
 pub use checkpoint_job::Backup;
-use journal_tail::{journal_content_end, write_zeros, zero_tail};
+use journal_tail::write_zeros;
 
 const CHECKPOINT_TMP: &str = "checkpoint.tmp";
 /// The committer thread's name (it must never wait for itself: `throttle`).
@@ -411,52 +411,6 @@ fn try_locked<T>(m: &Ranked<T>) -> Option<Locked<'_, T>> {
         guard,
         _held: lock_order::acquire(m.rank),
     })
-}
-
-fn journal_header(store_id: [u8; 16], base_seq: u64) -> Vec<u8> {
-    journal::Header {
-        store_id,
-        base_seq,
-        created_ns: now_ns(),
-    }
-    .encode_zeros_ahead()
-    .to_vec()
-}
-
-/// Opens the journal at persistence's start: returns its committed length and its file's
-/// length. `deferred`: a repair keeps the journal as it is until its first checkpoint (see
-/// [`Backup::KeepWithJournalUntilReplaced`]); else a new one when `journal_valid_len` is 0,
-/// or the valid prefix kept with zeros after it.
-fn open_journal(
-    device: &dyn Device,
-    store_id: [u8; 16],
-    next_seq: u64,
-    journal_valid_len: u64,
-    deferred: bool,
-) -> std::io::Result<(u64, u64)> {
-    if deferred {
-        // The first checkpoint makes the new journal from its header alone (nothing is
-        // committed before it).
-        debug_assert_eq!(journal_valid_len, 0, "a kept journal continues nothing");
-        return Ok((journal::HEADER_BYTES as u64, 0));
-    }
-    if journal_valid_len == 0 {
-        let mut new = journal_header(store_id, next_seq);
-        new.resize(new.len() + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN, 0);
-        device.write(JOURNAL_TMP, &new)?;
-        device.sync(JOURNAL_TMP)?;
-        device.rename(JOURNAL_TMP, JOURNAL_FILE)?;
-        return Ok((journal::HEADER_BYTES as u64, new.len() as u64));
-    }
-    // Zeros over whatever follows the valid prefix (a torn tail), and at least the minimum
-    // after it; never a truncation, which a crash could apply before the zeros and so leave
-    // a torn batch longer than the file (taken for a cut).
-    let file_bytes = device.len(JOURNAL_FILE)?.unwrap_or(0);
-    let content_end = journal_content_end(device, journal_valid_len, file_bytes)?;
-    let zeros_to =
-        content_end.max(journal_valid_len + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN as u64);
-    zero_tail(device, journal_valid_len, content_end, zeros_to)?;
-    Ok((journal_valid_len, file_bytes.max(zeros_to)))
 }
 
 impl Persister {

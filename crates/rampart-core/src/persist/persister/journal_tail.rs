@@ -1,11 +1,58 @@
-//! The journal's end at start: what follows the valid prefix (a torn tail, a group of records
-//! cut short) is overwritten with zeros, never truncated, in an order a crash cannot turn
-//! into damage.
+//! The journal at start: a new one, or the valid prefix kept; what follows that prefix (a
+//! torn tail, a group of records cut short) is overwritten with zeros, never truncated, in an
+//! order a crash cannot turn into damage.
 
-use super::{RESERVE_ZEROS, TAIL_CHUNK_BYTES};
+use super::{JOURNAL_TMP, RESERVE_ZEROS, TAIL_CHUNK_BYTES};
 use crate::persist::device::Device;
 use crate::persist::journal::{self, BATCH_BODY_BYTES_MAX};
 use crate::persist::recovery::JOURNAL_FILE;
+use crate::time::now_ns;
+
+pub(super) fn journal_header(store_id: [u8; 16], base_seq: u64) -> Vec<u8> {
+    journal::Header {
+        store_id,
+        base_seq,
+        created_ns: now_ns(),
+    }
+    .encode_zeros_ahead()
+    .to_vec()
+}
+
+/// Opens the journal at persistence's start: returns its committed length and its file's
+/// length. `deferred`: a repair keeps the journal as it is until its first checkpoint (see
+/// [`Backup::KeepWithJournalUntilReplaced`]); else a new one when `journal_valid_len` is 0,
+/// or the valid prefix kept with zeros after it.
+pub(super) fn open_journal(
+    device: &dyn Device,
+    store_id: [u8; 16],
+    next_seq: u64,
+    journal_valid_len: u64,
+    deferred: bool,
+) -> std::io::Result<(u64, u64)> {
+    if deferred {
+        // The first checkpoint makes the new journal from its header alone (nothing is
+        // committed before it).
+        debug_assert_eq!(journal_valid_len, 0, "a kept journal continues nothing");
+        return Ok((journal::HEADER_BYTES as u64, 0));
+    }
+    if journal_valid_len == 0 {
+        let mut new = journal_header(store_id, next_seq);
+        new.resize(new.len() + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN, 0);
+        device.write(JOURNAL_TMP, &new)?;
+        device.sync(JOURNAL_TMP)?;
+        device.rename(JOURNAL_TMP, JOURNAL_FILE)?;
+        return Ok((journal::HEADER_BYTES as u64, new.len() as u64));
+    }
+    // Zeros over whatever follows the valid prefix (a torn tail), and at least the minimum
+    // after it; never a truncation, which a crash could apply before the zeros and so leave
+    // a torn batch longer than the file (taken for a cut).
+    let file_bytes = device.len(JOURNAL_FILE)?.unwrap_or(0);
+    let content_end = journal_content_end(device, journal_valid_len, file_bytes)?;
+    let zeros_to =
+        content_end.max(journal_valid_len + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN as u64);
+    zero_tail(device, journal_valid_len, content_end, zeros_to)?;
+    Ok((journal_valid_len, file_bytes.max(zeros_to)))
+}
 
 /// Writes `len` zeros into `name` from `offset` (at most its length), in reserve-sized pieces.
 pub(super) fn write_zeros(
