@@ -139,3 +139,27 @@ fn the_first_quiet_commit_after_a_burst_starts_the_deferred_checkpoint() {
     let r = crash_and_recover(&device);
     assert_eq!(content(&r, b"/a"), vec![3u8; 20 * MIB]);
 }
+
+#[test]
+fn a_burst_on_a_disk_without_room_for_the_deferral_checkpoints_as_before() {
+    // A deferred bound no disk has room for: the checkpoint due during the burst starts
+    // as without the deferral, rather than let the journal run into a full disk.
+    let dir = tempfile::tempdir().unwrap();
+    let device = Arc::new(rampart_core::persist::device::DirDevice::open(dir.path()).unwrap());
+    let config = PersistConfig {
+        commit_interval: Duration::from_secs(3600),
+        checkpoint_journal_bytes: 64 << 10,
+        checkpoint_scales_with_image: true,
+        checkpoint_deferred_journal_bytes: 1 << 62,
+        ..PersistConfig::default()
+    };
+    let engine = Arc::new(Engine::new(EngineConfig::default()));
+    let p = Persister::start(device, STORE_ID, 0, 0, config).unwrap();
+    p.attach(&engine);
+    engine.set_sink(Some(p.clone()));
+    burst(&engine, "a", 40, 4);
+    wait_until(&p, "a checkpoint during the burst", |p| {
+        p.background_checkpoints_started() >= 1
+    });
+    engine.sync().unwrap();
+}

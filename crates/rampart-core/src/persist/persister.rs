@@ -300,6 +300,10 @@ pub struct Persister {
     checkpoint_requested: AtomicBool,
     /// Background checkpoints the committer has started (`background_checkpoints_started`).
     checkpoints_started: std::sync::atomic::AtomicU64,
+    /// The journal's synced bytes to drop from the page cache (decision 0131), taken by the
+    /// committer once it has answered the waiters, outside `writing`: the call may drain
+    /// every CPU's page lists, which no commit should wait for.
+    cache_to_drop: Mutex<Option<(u64, u64)>>,
     committer: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The last background checkpoint thread (joined at shutdown).
     checkpointer: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -492,6 +496,7 @@ impl Persister {
             checkpoint_ended: Condvar::new(),
             checkpoint_requested: AtomicBool::new(false),
             checkpoints_started: std::sync::atomic::AtomicU64::new(0),
+            cache_to_drop: Mutex::new(None),
             committer: Mutex::new(None),
             checkpointer: Mutex::new(None),
             engine: Mutex::new(Weak::new()),
@@ -724,10 +729,13 @@ impl Persister {
             .map_err(|e| self.fail(PersistStep::SyncJournal, &e))?;
         if batch_bytes >= crate::limits::JOURNAL_CACHE_DROPPED_BATCH_BYTES_MIN as u64 {
             // Synced and only read again by a checkpoint's tail copy or a recovery: its pages
-            // are freed now and the next batches reuse them (decision 0131). Only a hint.
-            if let Err(e) = self.device.drop_cached(JOURNAL_FILE, end, batch_bytes) {
-                tracing::debug!("dropping the journal's cached batch: {e}");
-            }
+            // are freed by the committer after this commit is answered, and the next batches
+            // reuse them (decision 0131). Ranges since the last drop are merged: all synced.
+            let mut drop = lock(&self.cache_to_drop);
+            let (from, to) = drop.map_or((end, end + batch_bytes), |(from, to)| {
+                (from.min(end), to.max(end + batch_bytes))
+            });
+            *drop = Some((from, to));
         }
         let mut d = locked(&self.durable);
         d.journal_bytes += batch_bytes;

@@ -9,12 +9,25 @@ use std::time::{Duration, Instant};
 
 use super::{lock, locked, Persister};
 use crate::persist::journal::BATCH_BODY_BYTES_MAX;
+use crate::persist::recovery::JOURNAL_FILE;
 
 impl Persister {
     /// Commits what is gathered, under the commit lock.
     pub(super) fn commit_locked_now(&self) -> Result<(), crate::error::PersistError> {
         let _writing = locked(&self.writing);
         self.commit_locked()
+    }
+
+    /// Drops the journal's synced batches from the page cache (decision 0131). Only a hint:
+    /// a range a checkpoint has since made part of a new journal loses nothing either
+    /// (POSIX_FADV_DONTNEED never drops a dirty page).
+    pub(super) fn drop_committed_cache(&self) {
+        let Some((from, to)) = lock(&self.cache_to_drop).take() else {
+            return;
+        };
+        if let Err(e) = self.device.drop_cached(JOURNAL_FILE, from, to - from) {
+            tracing::debug!("dropping the journal's cached batches: {e}");
+        }
     }
 
     /// The committer is stopping: whoever still waits is answered after one last commit.
@@ -72,6 +85,7 @@ pub(super) fn commit_loop(persister: Weak<Persister>) {
             drop(writing);
             p.remove_ready();
             p.answer_waiters();
+            p.drop_committed_cache();
             if committed.is_err() {
                 // Persistence has stopped on an I/O error (a full or failing disk): a
                 // checkpoint, which does not depend on the journal, restarts it. Try one now
@@ -91,11 +105,8 @@ pub(super) fn commit_loop(persister: Weak<Persister>) {
         }
         last_restart = None;
         memory_at_restart = u64::MAX;
-        let (due, failed_lately) = {
+        let (grown_bytes, image_bytes, busy, failed_lately) = {
             let d = locked(&p.durable);
-            let grown_bytes = d
-                .journal_bytes
-                .saturating_sub(d.journal_bytes_at_checkpoint);
             let now = Instant::now();
             let busy = journal_outgrows_interval(
                 d.journal_bytes.saturating_sub(growth_from.1),
@@ -104,7 +115,10 @@ pub(super) fn commit_loop(persister: Weak<Persister>) {
             );
             growth_from = (now, d.journal_bytes);
             (
-                p.config.checkpoint_due(grown_bytes, d.image_bytes, busy),
+                d.journal_bytes
+                    .saturating_sub(d.journal_bytes_at_checkpoint),
+                d.image_bytes,
+                busy,
                 // A failed checkpoint is tried again after the retry interval, not at every
                 // commit.
                 d.checkpoint_error
@@ -112,9 +126,35 @@ pub(super) fn commit_loop(persister: Weak<Persister>) {
                     .is_some_and(|(_, at)| at.elapsed() < p.config.restart_retry_interval),
             )
         };
+        let busy = busy && room_to_defer(&p, grown_bytes, image_bytes);
+        let due = p.config.checkpoint_due(grown_bytes, image_bytes, busy);
         if due && !failed_lately {
             start_background_checkpoint(&p);
         }
+    }
+}
+
+/// Whether the disk under the store has room, twice over, for the journal to grow to the
+/// deferred bound and for a checkpoint after it: a burst on a small disk checkpoints as
+/// before rather than meet a full disk, which stops persistence (decision 0130). Asked
+/// only when a checkpoint is due (a statvfs per commit of a burst, no more).
+fn room_to_defer(p: &Persister, grown_bytes: u64, image_bytes: u64) -> bool {
+    if !p.config.checkpoint_due(grown_bytes, image_bytes, false) {
+        return true;
+    }
+    let deferred_bytes = p
+        .config
+        .checkpoint_deferred_journal_bytes
+        .max(p.config.checkpoint_due_bytes(image_bytes));
+    let needed_bytes = deferred_bytes
+        .saturating_sub(grown_bytes)
+        .saturating_add(image_bytes)
+        .saturating_mul(2);
+    match p.device.space() {
+        Ok(Some(space)) => space.avail_bytes >= needed_bytes,
+        // A device without a file system under it (tests' simulated one): nothing to fill.
+        Ok(None) => true,
+        Err(_) => false,
     }
 }
 
