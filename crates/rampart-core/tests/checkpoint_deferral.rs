@@ -103,10 +103,9 @@ fn a_burst_defers_the_checkpoint_until_the_deferred_bound() {
     wait_until(&p, "32 MiB of the burst committed", |p| {
         p.stats().journal_bytes > 32 << 20
     });
-    // Without the deferral the first commit (4 MiB or more, far past 64 KiB) would have
-    // started one before the next began.
+    // Without the deferral the first commit (4 MiB or more, far past 64 KiB; a slow build
+    // may take the whole burst in one) would have started one.
     let stats = p.stats();
-    assert!(stats.commits >= 2, "{stats:?}");
     assert_eq!(p.background_checkpoints_started(), 0, "{stats:?}");
     // Past 56 MiB the burst no longer holds it back.
     burst(&e, "b", 24, 2);
