@@ -1,8 +1,10 @@
 //! Open files of the path API: [`OpenOptions`] and [`File`], with `Read`, `Write` and `Seek`.
 
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+use super::resolve::{last_of, Last};
 use super::{errno, Fs, Metadata};
 use crate::attr::{Durability, FileKind, Ino, SetAttr};
 use crate::engine::ReadBuf;
@@ -155,10 +157,26 @@ impl OpenOptions {
         if !writes && (!self.read || needs_writing) {
             return Err(Errno::EINVAL.into());
         }
+        if self.create || self.create_new {
+            // The kernel's open_last_lookups: a path ending in `.`, `..` or `/` opens a
+            // directory (EEXIST under O_EXCL, else EISDIR), and a trailing slash after a name
+            // is EISDIR whether it exists or not; the parent walk's errors come first.
+            let bytes = path.as_os_str().as_bytes();
+            let last = last_of(bytes);
+            if last != Last::Name || bytes.ends_with(b"/") {
+                fs.resolve_entry(path)?;
+                return Err(if last != Last::Name && self.create_new {
+                    Errno::EEXIST
+                } else {
+                    Errno::EISDIR
+                }
+                .into());
+            }
+        }
         let engine = fs.engine();
         // The lookup of an existing name is counted as the kernel counts an open inode:
         // unlinked while open, it lives on until the handle is dropped (`forget`).
-        let found = fs.resolve_counted(path, !self.create_new)?;
+        let found = fs.resolve_counted(path, !self.create_new, self.create && !self.create_new)?;
         let attr = match (found.attr, found.name.as_deref()) {
             (Some(attr), name) if self.create_new => {
                 if name.is_some() {

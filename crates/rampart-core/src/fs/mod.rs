@@ -217,6 +217,7 @@ impl Fs {
             engine: &self.inner.engine,
             ctx: &self.inner.ctx,
             cache: Some(&self.inner.dirs),
+            creating: false,
         }
     }
 
@@ -228,13 +229,27 @@ impl Fs {
         self.resolver().resolve(path, follow_last, false)
     }
 
+    /// [`Fs::resolve`] for a call on the name itself (see `Resolver::resolve_entry`).
+    pub(crate) fn resolve_entry<'p>(
+        &self,
+        path: &'p Path,
+    ) -> Result<(resolve::Found<'p>, resolve::Last), Errno> {
+        self.resolver().resolve_entry(path)
+    }
+
     /// [`Fs::resolve`] for opening: the lookup of what `path` names is counted as an open
     /// file's reference (when the result has a name and attributes), for `forget` at drop.
+    /// `creating`: an open that may create (O_CREAT without O_EXCL).
     pub(crate) fn resolve_counted<'p>(
         &self,
         path: &'p Path,
         follow_last: bool,
+        creating: bool,
     ) -> Result<resolve::Found<'p>, Errno> {
-        self.resolver().resolve(path, follow_last, true)
+        resolve::Resolver {
+            creating,
+            ..self.resolver()
+        }
+        .resolve(path, follow_last, true)
     }
 }

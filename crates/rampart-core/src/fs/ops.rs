@@ -7,6 +7,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use super::resolve::{last_of, Last};
 use super::{errno, File, Fs, Metadata, ReadDir};
 use crate::attr::{Durability, FileKind, Ino, SetAttr};
 use crate::error::Errno;
@@ -25,13 +26,9 @@ impl Fs {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn create_dir(&self, path: impl AsRef<Path>) -> io::Result<()> {
-        let found = self.resolve(path.as_ref(), false).map_err(errno)?;
-        if found.attr.is_some() {
-            return Err(errno(Errno::EEXIST));
-        }
-        let name = found.name_or(Errno::EEXIST).map_err(errno)?;
+        let (found, name) = self.free_name(path.as_ref(), true)?;
         self.engine()
-            .mkdir(self.ctx(), found.parent, name, 0o755)
+            .mkdir(self.ctx(), found.parent, &name, 0o755)
             .map(drop)
             .map_err(errno)
     }
@@ -110,9 +107,17 @@ impl Fs {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn rename(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> io::Result<()> {
-        let from = self.resolve(from.as_ref(), false).map_err(errno)?;
-        from.existing().map_err(errno)?;
-        let to = self.resolve(to.as_ref(), false).map_err(errno)?;
+        // The kernel's order (do_renameat2): both parent walks, then `.`/`..`/`/` refused,
+        // then the source must exist, then a trailing slash needs a directory.
+        let (from, from_last) = self.resolve_entry(from.as_ref()).map_err(errno)?;
+        let (to, to_last) = self.resolve_entry(to.as_ref()).map_err(errno)?;
+        if from_last != Last::Name || to_last != Last::Name {
+            return Err(errno(Errno::EBUSY));
+        }
+        let attr = from.existing().map_err(errno)?;
+        if attr.kind != FileKind::Directory && (from.must_be_dir || to.must_be_dir) {
+            return Err(errno(Errno::ENOTDIR));
+        }
         let (name, new_name) = (
             from.name_or(Errno::EBUSY).map_err(errno)?,
             to.name_or(Errno::EBUSY).map_err(errno)?,
@@ -125,10 +130,18 @@ impl Fs {
     /// Removes a file or symlink (unlink(2)); `IsADirectory` for a directory. A file still
     /// open lives on until its last [`File`] is dropped.
     pub fn remove_file(&self, path: impl AsRef<Path>) -> io::Result<()> {
-        let found = self.resolve(path.as_ref(), false).map_err(errno)?;
+        // The kernel's order (do_unlinkat): `.`/`..`/`/`, then the name must exist, then a
+        // trailing slash or a directory.
+        let (found, last) = self.resolve_entry(path.as_ref()).map_err(errno)?;
+        if last != Last::Name {
+            return Err(errno(Errno::EISDIR));
+        }
         let attr = found.existing().map_err(errno)?;
         if attr.kind == FileKind::Directory {
             return Err(errno(Errno::EISDIR));
+        }
+        if found.must_be_dir {
+            return Err(errno(Errno::ENOTDIR));
         }
         let name = found.name_or(Errno::EISDIR).map_err(errno)?;
         self.engine()
@@ -138,7 +151,14 @@ impl Fs {
 
     /// Removes an empty directory; `DirectoryNotEmpty` otherwise, `NotADirectory` for a file.
     pub fn remove_dir(&self, path: impl AsRef<Path>) -> io::Result<()> {
-        let found = self.resolve(path.as_ref(), false).map_err(errno)?;
+        // The kernel's order (do_rmdir): `.`/`..`/`/` each refused, then the name.
+        let (found, last) = self.resolve_entry(path.as_ref()).map_err(errno)?;
+        match last {
+            Last::Name => {}
+            Last::Dot => return Err(errno(Errno::EINVAL)),
+            Last::DotDot => return Err(errno(Errno::ENOTEMPTY)),
+            Last::Root => return Err(errno(Errno::EBUSY)),
+        }
         let attr = found.existing().map_err(errno)?;
         if attr.kind != FileKind::Directory {
             return Err(errno(Errno::ENOTDIR));
@@ -160,8 +180,21 @@ impl Fs {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn remove_dir_all(&self, path: impl AsRef<Path>) -> io::Result<()> {
-        let found = self.resolve(path.as_ref(), false).map_err(errno)?;
+        let path = path.as_ref();
+        let found = self.resolve(path, false).map_err(errno)?;
         let attr = found.existing().map_err(errno)?;
+        if attr.kind == FileKind::Symlink {
+            // As std: a symlink is removed itself, never followed.
+            return self.remove_file(path);
+        }
+        // `.`, `..` and `/` are refused with rmdir's errno before anything is removed (std
+        // empties them first, then fails at their rmdir: decision 0140).
+        match last_of(path.as_os_str().as_bytes()) {
+            Last::Name => {}
+            Last::Dot => return Err(errno(Errno::EINVAL)),
+            Last::DotDot => return Err(errno(Errno::ENOTEMPTY)),
+            Last::Root => return Err(errno(Errno::EBUSY)),
+        }
         if attr.kind != FileKind::Directory {
             return Err(errno(Errno::ENOTDIR));
         }
@@ -170,6 +203,11 @@ impl Fs {
         let mut stack: Vec<(Ino, Vec<u8>, Ino)> = vec![(found.parent, name, attr.ino)];
         while let Some((parent, name, dir)) = stack.last().cloned() {
             let entries = self.entries(dir, REMOVE_BATCH_ENTRIES)?;
+            if entries.is_empty() && stack.len() == 1 {
+                // The path itself, as rmdir(2) names it: `link/` to a directory is emptied
+                // and then refused (ENOTDIR), as std does.
+                return self.remove_dir(path);
+            }
             if entries.is_empty() {
                 self.engine()
                     .rmdir(self.ctx(), parent, &name)
@@ -188,6 +226,25 @@ impl Fs {
             }
         }
         Ok(())
+    }
+
+    /// The directory and the free name `path` would create (the kernel's filename_create):
+    /// EEXIST for `.`, `..`, `/` or a name in use (a symlink is not followed), ENOENT for a
+    /// trailing slash on anything but a new directory.
+    fn free_name<'p>(
+        &self,
+        path: &'p Path,
+        directory: bool,
+    ) -> io::Result<(super::resolve::Found<'p>, std::borrow::Cow<'p, [u8]>)> {
+        let (found, last) = self.resolve_entry(path).map_err(errno)?;
+        if last != Last::Name || found.attr.is_some() {
+            return Err(errno(Errno::EEXIST));
+        }
+        if found.must_be_dir && !directory {
+            return Err(errno(Errno::ENOENT));
+        }
+        let name = found.name.clone().ok_or_else(|| errno(Errno::EEXIST))?;
+        Ok((found, name))
     }
 
     /// Up to `max` entries of `dir` (without `.` and `..`).
@@ -310,14 +367,10 @@ impl Fs {
     /// Creates a symlink at `link` pointing to `original` (kept as given, resolved when
     /// followed), as `std::os::unix::fs::symlink`.
     pub fn symlink(&self, original: impl AsRef<Path>, link: impl AsRef<Path>) -> io::Result<()> {
-        let found = self.resolve(link.as_ref(), false).map_err(errno)?;
-        if found.attr.is_some() {
-            return Err(errno(Errno::EEXIST));
-        }
-        let name = found.name_or(Errno::EEXIST).map_err(errno)?;
+        let (found, name) = self.free_name(link.as_ref(), false)?;
         let target = original.as_ref().as_os_str().as_bytes();
         self.engine()
-            .symlink(self.ctx(), found.parent, name, target)
+            .symlink(self.ctx(), found.parent, &name, target)
             .map(drop)
             .map_err(errno)
     }
@@ -342,16 +395,14 @@ impl Fs {
     /// ```
     pub fn hard_link(&self, original: impl AsRef<Path>, link: impl AsRef<Path>) -> io::Result<()> {
         let attr = self.symlink_metadata(original)?;
+        // The kernel's order (do_linkat): the new name must be free before the original
+        // may be refused for being a directory.
+        let (found, name) = self.free_name(link.as_ref(), false)?;
         if attr.is_dir() {
             return Err(errno(Errno::EPERM));
         }
-        let found = self.resolve(link.as_ref(), false).map_err(errno)?;
-        if found.attr.is_some() {
-            return Err(errno(Errno::EEXIST));
-        }
-        let name = found.name_or(Errno::EEXIST).map_err(errno)?;
         self.engine()
-            .link(self.ctx(), attr.ino(), found.parent, name)
+            .link(self.ctx(), attr.ino(), found.parent, &name)
             .map(drop)
             .map_err(errno)
     }

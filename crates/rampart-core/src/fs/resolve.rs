@@ -63,10 +63,55 @@ impl<'p> Found<'p> {
     }
 }
 
-/// The components of `path` without `.` and empty ones, last first (a stack), and whether the
-/// path ends with a slash (or `/.`).
-fn components(path: &[u8]) -> (Vec<Vec<u8>>, bool) {
-    let trailing = path.ends_with(b"/") || path.ends_with(b"/.") || path == b".";
+/// What a path's last component is, as the kernel's walk names it (LAST_NORM, LAST_DOT,
+/// LAST_DOTDOT, LAST_ROOT): only a plain name can be created, removed or renamed, and each of
+/// the others has its own errno per call (`rmdir("a/.")` is EINVAL, not the removal of `a`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Last {
+    Name,
+    Dot,
+    DotDot,
+    Root,
+}
+
+/// The kind of `path`'s last component (trailing slashes ignored, as the kernel does).
+pub(crate) fn last_of(path: &[u8]) -> Last {
+    let end = path.iter().rposition(|&b| b != b'/').map_or(0, |i| i + 1);
+    let trimmed = &path[..end];
+    if trimmed.is_empty() {
+        return Last::Root;
+    }
+    let start = trimmed
+        .iter()
+        .rposition(|&b| b == b'/')
+        .map_or(0, |i| i + 1);
+    match &trimmed[start..] {
+        b"." => Last::Dot,
+        b".." => Last::DotDot,
+        _ => Last::Name,
+    }
+}
+
+/// How a path ends after its last name: nothing, a slash, or `.` (`a/`, `a/.`): either way
+/// the name must be a directory, but only a slash makes an open with O_CREAT EISDIR before
+/// the name is looked up (`a/.` is a walk through `a`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trailing {
+    No,
+    Slash,
+    Dot,
+}
+
+/// The components of `path` without `.` and empty ones, last first (a stack), and how the
+/// path ends.
+fn components(path: &[u8]) -> (Vec<Vec<u8>>, Trailing) {
+    let trailing = if last_of(path) == Last::Dot {
+        Trailing::Dot
+    } else if path.ends_with(b"/") {
+        Trailing::Slash
+    } else {
+        Trailing::No
+    };
     let parts = path
         .split(|&b| b == b'/')
         .filter(|p| !p.is_empty() && *p != b".")
@@ -74,6 +119,18 @@ fn components(path: &[u8]) -> (Vec<Vec<u8>>, bool) {
         .map(<[u8]>::to_vec)
         .collect();
     (parts, trailing)
+}
+
+/// A symlink's target as components to walk next, and how it ends; an absolute one restarts
+/// the walk's directories at the root.
+fn link_target(target: &[u8], dirs: &mut Vec<Ino>) -> Result<(Vec<Vec<u8>>, Trailing), Errno> {
+    if target.is_empty() {
+        return Err(Errno::ENOENT);
+    }
+    if target.starts_with(b"/") {
+        dirs.truncate(1);
+    }
+    Ok(components(target))
 }
 
 /// Directories resolved by path (the part before the last `/`), valid for one namespace
@@ -118,6 +175,10 @@ pub(crate) struct Resolver<'a> {
     pub engine: &'a Engine,
     pub ctx: &'a Ctx,
     pub cache: Option<&'a DirCache>,
+    /// Resolving to create (open with O_CREAT, no O_EXCL): a last component that must be a
+    /// directory (a symlink's target ending in `/`) is EISDIR before it is looked up, as the
+    /// kernel's open_last_lookups refuses it.
+    pub creating: bool,
 }
 
 /// What a walk found, and what it took.
@@ -127,6 +188,29 @@ struct Walked {
     components: usize,
     /// Whether a symlink was followed (such a walk is not remembered).
     followed: bool,
+}
+
+impl Walked {
+    /// A walk that ended at the entry `name` of `dir` (`attr` None: a free name).
+    fn entry(
+        dir: Ino,
+        name: Vec<u8>,
+        attr: Option<Attr>,
+        must_be_dir: bool,
+        components: usize,
+        follows: usize,
+    ) -> Walked {
+        Walked {
+            found: Found {
+                parent: dir,
+                name: Some(Cow::Owned(name)),
+                attr,
+                must_be_dir,
+            },
+            components,
+            followed: follows > 0,
+        }
+    }
 }
 
 /// `path` split into its directory part and a last name that is neither `.` nor `..`; None
@@ -173,7 +257,29 @@ impl Resolver<'_> {
                 }
             }
         }
-        Ok(self.walk(bytes, follow_last, count_last)?.found)
+        Ok(self.walk(bytes, follow_last, count_last, true)?.found)
+    }
+
+    /// Resolves `path` for a call on the name itself (mkdir, rmdir, unlink, rename, link,
+    /// symlink), as the kernel's parent walk and its lookup of the last name: a last symlink
+    /// is not followed even before a trailing slash (the caller judges the slash:
+    /// `found.must_be_dir`). A path that ends in `.`, `..` or `/` names no entry: it is walked
+    /// whole, every component a directory, and the caller refuses it by its [`Last`].
+    pub fn resolve_entry<'p>(&self, path: &'p Path) -> Result<(Found<'p>, Last), Errno> {
+        let bytes = path.as_os_str().as_bytes();
+        let last = last_of(bytes);
+        if last != Last::Name {
+            let found = self.resolve(path, true, false)?;
+            found.existing()?;
+            return Ok((found, last));
+        }
+        if !bytes.ends_with(b"/") {
+            return Ok((self.resolve(path, false, false)?, last));
+        }
+        if bytes.len() > PATH_BYTES_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        Ok((self.walk(bytes, false, false, false)?.found, last))
     }
 
     /// The directory `dir_path` names, from the cache or walked (and then remembered);
@@ -186,7 +292,12 @@ impl Resolver<'_> {
         if let Some(dir) = cache.get(epoch, dir_path) {
             return Ok(Some(dir));
         }
-        let walked = self.walk(dir_path, true, false)?;
+        // A directory is walked, never created.
+        let dir_walker = Resolver {
+            creating: false,
+            ..*self
+        };
+        let walked = dir_walker.walk(dir_path, true, false, true)?;
         let dir = match (walked.found.name, walked.found.attr) {
             (None, _) => walked.found.parent,
             (Some(_), Some(attr)) if attr.kind == FileKind::Directory => attr.ino,
@@ -209,11 +320,20 @@ impl Resolver<'_> {
         }
     }
 
-    /// The walk from the root, component by component.
-    fn walk(&self, bytes: &[u8], follow_last: bool, count_last: bool) -> Result<Walked, Errno> {
+    /// The walk from the root, component by component. `slash_follows`: a trailing slash
+    /// follows a last symlink and requires a directory (false: the entry itself is found).
+    fn walk(
+        &self,
+        bytes: &[u8],
+        follow_last: bool,
+        count_last: bool,
+        slash_follows: bool,
+    ) -> Result<Walked, Errno> {
         let engine = self.engine;
-        let (mut todo, must_be_dir) = components(bytes);
-        let follow_last = follow_last || must_be_dir;
+        let (mut todo, trailing) = components(bytes);
+        let mut must_be_dir = trailing != Trailing::No;
+        let mut slash_last = trailing == Trailing::Slash;
+        let follow_last = follow_last || (must_be_dir && slash_follows);
         let mut dirs: Vec<Ino> = vec![ROOT_INO];
         let mut follows = 0usize;
         let mut walked = 0usize;
@@ -230,20 +350,18 @@ impl Resolver<'_> {
                 }
                 continue;
             }
+            if last && slash_last && self.creating {
+                return Err(Errno::EISDIR);
+            }
             let ctx = self.last_ctx(last && count_last);
             let attr = match engine.lookup(&ctx, dir, &part) {
                 Ok(attr) => attr,
+                // `a/.` (or a symlink to it): `a` is walked through, so it must exist.
+                Err(Errno::ENOENT) if last && must_be_dir && !slash_last => {
+                    return Err(Errno::ENOENT)
+                }
                 Err(Errno::ENOENT) if last => {
-                    return Ok(Walked {
-                        found: Found {
-                            parent: dir,
-                            name: Some(Cow::Owned(part)),
-                            attr: None,
-                            must_be_dir,
-                        },
-                        components: walked,
-                        followed: follows > 0,
-                    })
+                    return Ok(Walked::entry(dir, part, None, must_be_dir, walked, follows));
                 }
                 Err(e) => return Err(e),
             };
@@ -257,38 +375,27 @@ impl Resolver<'_> {
                         return Err(Errno(libc::ELOOP));
                     }
                     let target = engine.readlink(attr.ino)?;
-                    if target.is_empty() {
-                        return Err(Errno::ENOENT);
-                    }
-                    if target.starts_with(b"/") {
-                        dirs.truncate(1);
-                    }
-                    let (parts, target_trailing) = components(&target);
-                    if last && target_trailing && parts.is_empty() {
-                        // A link to "/" or "." as the last component: the directory reached.
-                        continue;
+                    let (parts, target_trailing) = link_target(&target, &mut dirs)?;
+                    // A last symlink's target ending in `/` or `/.` must name a directory,
+                    // as the path would had it ended so; a link to "/" or "." as the last
+                    // component ends the walk at the directory reached.
+                    if last && target_trailing != Trailing::No {
+                        must_be_dir = true;
+                        slash_last = target_trailing == Trailing::Slash;
                     }
                     todo.extend(parts);
                 }
                 FileKind::Directory if !last => dirs.push(attr.ino),
                 _ if !last => return Err(Errno::ENOTDIR),
                 kind => {
-                    if must_be_dir && kind != FileKind::Directory {
+                    if must_be_dir && slash_follows && kind != FileKind::Directory {
                         if ctx.kernel {
                             engine.forget(attr.ino, 1);
                         }
                         return Err(Errno::ENOTDIR);
                     }
-                    return Ok(Walked {
-                        found: Found {
-                            parent: dir,
-                            name: Some(Cow::Owned(part)),
-                            attr: Some(attr),
-                            must_be_dir,
-                        },
-                        components: walked,
-                        followed: follows > 0,
-                    });
+                    let found = Walked::entry(dir, part, Some(attr), must_be_dir, walked, follows);
+                    return Ok(found);
                 }
             }
         }
@@ -335,6 +442,7 @@ mod tests {
             engine: &e,
             ctx: &c,
             cache: None,
+            creating: false,
         };
         let r = |p: &'static str, follow| walk.resolve(Path::new(p), follow, false);
         assert_eq!(
@@ -364,6 +472,7 @@ mod tests {
             engine: &e,
             ctx: &c,
             cache: None,
+            creating: false,
         };
         let r = |p: &str| walk.resolve(Path::new(p), true, false).unwrap_err();
         assert_eq!(r("loop"), Errno(libc::ELOOP));

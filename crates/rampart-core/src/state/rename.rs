@@ -39,10 +39,11 @@ impl State {
             );
         }
 
+        if dst.is_some() && flags & RENAME_NOREPLACE != 0 {
+            return Err(Errno::EEXIST);
+        }
+        self.check_rename_trap(src, src_is_dir, parent, new_parent, dst)?;
         if let Some((dst, dst_code)) = dst {
-            if flags & RENAME_NOREPLACE != 0 {
-                return Err(Errno::EEXIST);
-            }
             if dst == src {
                 // Two names of one inode (or the same name): POSIX says do nothing.
                 return Ok(());
@@ -54,9 +55,6 @@ impl State {
                 (true, true) if !self.dir(dst)?.is_empty() => return Err(Errno::ENOTEMPTY),
                 _ => {}
             }
-        }
-        if src_is_dir && self.is_ancestor(src, new_parent)? {
-            return Err(Errno::EINVAL);
         }
         if src_is_dir
             && parent != new_parent
@@ -98,6 +96,31 @@ impl State {
         self.table.get_mut(src).expect("source").ctime_ns = time_ns;
         self.touch_dir(parent, time_ns);
         self.touch_dir(new_parent, time_ns);
+        Ok(())
+    }
+
+    /// The kernel's order (do_renameat2's trap): a directory moved into its own subtree
+    /// (EINVAL), or over a directory holding the source (ENOTEMPTY), is refused before the
+    /// kinds are compared. Through a mount the kernel has checked this already.
+    fn check_rename_trap(
+        &self,
+        src: Ino,
+        src_is_dir: bool,
+        parent: Ino,
+        new_parent: Ino,
+        dst: Option<(Ino, u8)>,
+    ) -> FsResult<()> {
+        if src_is_dir && self.is_ancestor(src, new_parent)? {
+            return Err(Errno::EINVAL);
+        }
+        if let Some((dst, dst_code)) = dst {
+            if FileKind::from_code(dst_code) == Some(FileKind::Directory)
+                && dst != src
+                && self.is_ancestor(dst, parent)?
+            {
+                return Err(Errno::ENOTEMPTY);
+            }
+        }
         Ok(())
     }
 
