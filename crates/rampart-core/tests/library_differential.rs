@@ -6,7 +6,8 @@
 //! its cache of directories), with its store's root as `/` and `..` of the root the root. The
 //! host side gets the same view by a `chroot` into an empty folder, so absolute symlinks and
 //! `..` resolve there as in the library. So this binary holds one test and needs root (it
-//! says so and passes without it: CI runs it as root).
+//! says so and passes without it: CI runs it as root), run in a child process so the folder
+//! can be removed afterwards.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -305,6 +306,9 @@ fn empty_host_root() {
     }
 }
 
+/// Set in the child process: the folder it chroots into.
+const CHILD_ROOT: &str = "RAMPART_LIBDIFF_ROOT";
+
 #[test]
 fn the_path_api_gives_what_the_kernel_gives() {
     // SAFETY: geteuid cannot fail and touches no memory.
@@ -312,9 +316,25 @@ fn the_path_api_gives_what_the_kernel_gives() {
         eprintln!("skipped: the host side needs chroot (root)");
         return;
     }
-    let root = std::env::temp_dir().join(format!("rampart-libdiff-{}", std::process::id()));
-    std::fs::create_dir_all(&root).unwrap();
-    // This binary's only test: from here on the process sees `root` as `/`.
+    let Some(root) = std::env::var_os(CHILD_ROOT) else {
+        // The parent: runs this test again in a child process that chroots (its root stays
+        // the parent's to remove), and passes or fails with it.
+        let root = std::env::temp_dir().join(format!("rampart-libdiff-{}", std::process::id()));
+        std::fs::create_dir_all(&root).unwrap();
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "the_path_api_gives_what_the_kernel_gives",
+                "--nocapture",
+            ])
+            .env(CHILD_ROOT, &root)
+            .status()
+            .unwrap();
+        std::fs::remove_dir_all(&root).unwrap();
+        assert!(status.success(), "the chrooted child failed: {status}");
+        return;
+    };
+    // The child: from here on it sees `root` as `/`.
     std::os::unix::fs::chroot(&root).unwrap();
     std::env::set_current_dir("/").unwrap();
     let config = ProptestConfig {
