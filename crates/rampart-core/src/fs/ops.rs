@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use super::resolve::{last_of, Last};
 use super::{errno, File, Fs, Metadata, ReadDir};
-use crate::attr::{Durability, FileKind, Ino, SetAttr};
+use crate::attr::{Durability, FileKind, Ino, SetAttr, ROOT_INO};
 use crate::error::Errno;
 
 /// Entries removed per listing by `remove_dir_all` before listing again.
@@ -198,15 +198,22 @@ impl Fs {
         if attr.kind != FileKind::Directory {
             return Err(errno(Errno::ENOTDIR));
         }
-        let name = found.name_or(Errno::EBUSY).map_err(errno)?.to_vec();
-        // Depth first with a stack of its own: no recursion however deep the tree.
-        let mut stack: Vec<(Ino, Vec<u8>, Ino)> = vec![(found.parent, name, attr.ino)];
+        if attr.ino == ROOT_INO {
+            return Err(errno(Errno::EBUSY)); // the root through a symlink
+        }
+        // Depth first with a stack of its own: no recursion however deep the tree. The path
+        // itself, at the bottom, is removed by its path (below), so it needs no name.
+        let mut stack: Vec<(Ino, Vec<u8>, Ino)> = vec![(found.parent, Vec::new(), attr.ino)];
         while let Some((parent, name, dir)) = stack.last().cloned() {
             let entries = self.entries(dir, REMOVE_BATCH_ENTRIES)?;
             if entries.is_empty() && stack.len() == 1 {
                 // The path itself, as rmdir(2) names it: `link/` to a directory is emptied
-                // and then refused (ENOTDIR), as std does.
-                return self.remove_dir(path);
+                // and then refused (ENOTDIR), as std does; gone already (the emptying removed
+                // a symlink on the path) is done, as for std.
+                return match self.remove_dir(path) {
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                    done => done,
+                };
             }
             if entries.is_empty() {
                 self.engine()
