@@ -10,7 +10,7 @@
 //! can be removed afterwards.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -39,6 +39,11 @@ enum Call {
     CreateDirAll(String),
     RemoveDirAll(String),
     SetMode(String, u32),
+    WriteAt(String, u64, Vec<u8>),
+    ReadAt(String, u64, usize),
+    SetXattr(String, &'static str, Vec<u8>),
+    GetXattr(String, &'static str),
+    RemoveXattr(String, &'static str),
 }
 
 fn component() -> impl Strategy<Value = &'static str> {
@@ -72,6 +77,10 @@ fn path() -> impl Strategy<Value = String> {
         })
 }
 
+fn xattr_name() -> impl Strategy<Value = &'static str> {
+    prop_oneof![Just("user.a"), Just("user.b")]
+}
+
 fn bytes() -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(any::<u8>(), 0..64)
 }
@@ -97,6 +106,11 @@ fn call() -> impl Strategy<Value = Call> {
         1 => path().prop_map(Call::RemoveDirAll),
         1 => (path(), prop_oneof![Just(0o644u32), Just(0o755), Just(0o1777), Just(0o4700)])
             .prop_map(|(p, m)| Call::SetMode(p, m)),
+        2 => (path(), 0u64..200, bytes()).prop_map(|(p, o, b)| Call::WriteAt(p, o, b)),
+        2 => (path(), 0u64..200, 0usize..100).prop_map(|(p, o, n)| Call::ReadAt(p, o, n)),
+        1 => (path(), xattr_name(), bytes()).prop_map(|(p, n, v)| Call::SetXattr(p, n, v)),
+        1 => (path(), xattr_name()).prop_map(|(p, n)| Call::GetXattr(p, n)),
+        1 => (path(), xattr_name()).prop_map(|(p, n)| Call::RemoveXattr(p, n)),
     ]
 }
 
@@ -172,6 +186,21 @@ fn on_library(fs: &Fs, c: &Call) -> Outcome {
         Call::SetMode(p, m) => fs
             .set_permissions(p, std::fs::Permissions::from_mode(*m))
             .map(|_| String::new()),
+        Call::WriteAt(p, o, b) => {
+            let mut f = OpenOptions::new().write(true).open(fs, p)?;
+            f.seek(SeekFrom::Start(*o))?;
+            f.write_all(b).map(|_| String::new())
+        }
+        Call::ReadAt(p, o, n) => {
+            let mut f = rampart_core::fs::File::open(fs, p)?;
+            f.seek(SeekFrom::Start(*o))?;
+            let mut v = vec![0; *n];
+            let got = f.read(&mut v)?;
+            Ok(format!("{:?}", &v[..got]))
+        }
+        Call::SetXattr(p, n, v) => fs.set_xattr(p, n, v).map(|_| String::new()),
+        Call::GetXattr(p, n) => fs.get_xattr(p, n).map(|v| format!("{v:?}")),
+        Call::RemoveXattr(p, n) => fs.remove_xattr(p, n).map(|_| String::new()),
     })();
     r.map_err(errno_of)
 }
@@ -245,8 +274,77 @@ fn on_host(c: &Call) -> Outcome {
         Call::SetMode(p, m) => {
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(*m)).map(|_| String::new())
         }
+        Call::WriteAt(p, o, b) => {
+            let mut f = std::fs::OpenOptions::new().write(true).open(p)?;
+            f.seek(SeekFrom::Start(*o))?;
+            f.write_all(b).map(|_| String::new())
+        }
+        Call::ReadAt(p, o, n) => {
+            let mut f = std::fs::File::open(p)?;
+            f.seek(SeekFrom::Start(*o))?;
+            let mut v = vec![0; *n];
+            let got = f.read(&mut v)?;
+            Ok(format!("{:?}", &v[..got]))
+        }
+        Call::SetXattr(p, n, v) => host_xattr::set(p, n, v).map(|_| String::new()),
+        Call::GetXattr(p, n) => host_xattr::get(p, n).map(|v| format!("{v:?}")),
+        Call::RemoveXattr(p, n) => host_xattr::remove(p, n).map(|_| String::new()),
     })();
     r.map_err(errno_of)
+}
+
+/// setxattr(2), getxattr(2) and removexattr(2): they follow symlinks, as the library's do.
+mod host_xattr {
+    use std::ffi::CString;
+    use std::io;
+
+    fn c(s: &str) -> CString {
+        CString::new(s).unwrap()
+    }
+
+    pub fn set(path: &str, name: &str, value: &[u8]) -> io::Result<()> {
+        let (p, n) = (c(path), c(name));
+        // SAFETY: both strings are NUL-terminated and live across the call; value is a valid
+        // slice of value.len() bytes.
+        let r = unsafe {
+            libc::setxattr(
+                p.as_ptr(),
+                n.as_ptr(),
+                value.as_ptr().cast(),
+                value.len(),
+                0,
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    pub fn get(path: &str, name: &str) -> io::Result<Vec<u8>> {
+        let (p, n) = (c(path), c(name));
+        let mut buf = vec![0u8; 65536];
+        // SAFETY: as above; buf is writable for buf.len() bytes.
+        let r =
+            unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        buf.truncate(r as usize);
+        Ok(buf)
+    }
+
+    pub fn remove(path: &str, name: &str) -> io::Result<()> {
+        let (p, n) = (c(path), c(name));
+        // SAFETY: both strings are NUL-terminated and live across the call.
+        let r = unsafe { libc::removexattr(p.as_ptr(), n.as_ptr()) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
 }
 
 /// Every name under `/` with what it is (type, bytes or symlink target, link count).
@@ -295,6 +393,9 @@ fn host_tree(dir: &Path, out: &mut BTreeMap<PathBuf, String>) {
 
 fn empty_host_root() {
     std::fs::set_permissions("/", std::fs::Permissions::from_mode(0o755)).unwrap();
+    for name in ["user.a", "user.b"] {
+        let _ = host_xattr::remove("/", name); // ENODATA when not set
+    }
     for e in std::fs::read_dir("/").unwrap() {
         let p = e.unwrap().path();
         let m = std::fs::symlink_metadata(&p).unwrap();

@@ -380,8 +380,11 @@ impl Resolver<'_> {
                     // as the path would had it ended so; a link to "/" or "." as the last
                     // component ends the walk at the directory reached.
                     if last && target_trailing != Trailing::No {
+                        // Once the walk ends in `/.`, the name before it is walked through:
+                        // a slash at the end of its own target makes it no last name.
+                        let dot_ended = must_be_dir && !slash_last;
                         must_be_dir = true;
-                        slash_last = target_trailing == Trailing::Slash;
+                        slash_last = !dot_ended && target_trailing == Trailing::Slash;
                     }
                     todo.extend(parts);
                 }
