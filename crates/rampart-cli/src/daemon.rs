@@ -147,6 +147,9 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     let result = mounted.run();
     drop(page_flusher);
     detach_if_aborted(&result, own_mount.as_ref(), &mountpoint);
+    // Unmounted (umount(8) may already have returned): a new mount of the store waits for
+    // this daemon's final checkpoint instead of refusing (decision 0135).
+    rampart.mark_unmounted();
     // Clean unmount: a final checkpoint, so that the next mount has nothing to replay.
     socket.remove();
     crate::sync_cmd::wait_for_syncs(std::time::Duration::from_secs(600));

@@ -206,6 +206,24 @@ impl Rampart {
         self.store_id
     }
 
+    /// Says that the store has been unmounted and is about to be closed: a new mount of it (or
+    /// of its mirror) then waits for this daemon's final checkpoint rather than refusing
+    /// (decision 0135). Best effort: a failure is logged, and a new mount then refuses as
+    /// before.
+    pub fn mark_unmounted(&self) {
+        if let Some(store) = &self.store {
+            if let Err(e) = store.mark_unmounted() {
+                tracing::warn!("cannot mark the store's lock file as unmounted: {e}");
+            }
+        }
+        let peer_lock = self.mirror.as_ref().and_then(|m| m._lock.as_ref());
+        if let Some(file) = peer_lock {
+            if let Err(e) = crate::store::mark_lock_unmounted(file) {
+                tracing::warn!("cannot mark the mirror's lock file as unmounted: {e}");
+            }
+        }
+    }
+
     /// Closes the store: stops persisting after a final checkpoint, so that the next open has
     /// nothing to replay, and releases the lock. Err: what was lost, and why.
     pub fn close(mut self) -> Result<(), CloseError> {
