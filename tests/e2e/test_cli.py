@@ -665,3 +665,40 @@ def test_umount_of_a_mount_whose_store_was_deleted_says_so_and_unmounts(
     assert wait_until(lambda: not pid_alive(pid), EXIT_WAIT), f"daemon {pid} outlived its unmount"
     again = m.cli("umount", m.path)
     assert again.returncode != 0 and "not a rampart mount" in again.stderr, again.stderr
+
+
+def test_the_mount_helper_remounts_read_only_and_back(test_base, rampart_env, cleanup_mounts):
+    """`mount -o remount,ro` runs mount.fuse.rampart with `remount` and what /proc/mounts shows
+    (user_id=, nosuid, ...): the kernel's flags change, no daemon starts, rampart's own options
+    are ignored with a warning (xfstests generic/294, 306, 452; decision 0138)."""
+    m = Mount(test_base, "remount", env=rampart_env)
+    cleanup_mounts.append(m)
+    m.mount()
+    helper = os.path.join(test_base, "mount.fuse.rampart")
+    os.symlink(RAMPART_BIN, helper)
+    pid = m.pid
+    with open(os.path.join(m.path, "a"), "w") as f:
+        f.write("kept")
+
+    def remount(options):
+        r = run([helper, str(m.store), str(m.path), "-o", options], timeout=60, env=rampart_env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r
+
+    def flags():
+        return mount_entries(m.path)[-1].split()[5].split(",")
+
+    remount("rw,nosuid,nodev,relatime,user_id=0,group_id=0,default_permissions,remount,ro")
+    assert "ro" in flags() and "nosuid" in flags() and "nodev" in flags(), flags()
+    with pytest.raises(OSError) as e:
+        open(os.path.join(m.path, "b"), "w")
+    assert e.value.errno == errno.EROFS
+    assert read_file(os.path.join(m.path, "a")) == b"kept"
+    r = remount("remount,rw,memory_cap=1G")
+    assert "ignored at remount" in r.stderr and "memory_cap=1G" in r.stderr, r.stderr
+    assert "rw" in flags() and "nosuid" in flags(), flags()
+    with open(os.path.join(m.path, "b"), "w") as f:
+        f.write("after")
+    assert m.find_daemon_pid() == pid, "a remount started another daemon"
+    r = m.umount()
+    assert r.returncode == 0, r.stderr

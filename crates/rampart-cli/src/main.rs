@@ -22,6 +22,7 @@ mod mount_helper;
 mod mount_options;
 mod mounts;
 mod page_flusher;
+mod remount;
 mod sd_notify;
 mod size;
 mod sync_cmd;
