@@ -631,9 +631,10 @@ def test_memory_goes_back_to_the_system_after_deletes(mnt):
 
 
 def test_store_files_while_mounted_and_after(mnt):
-    """docs/FORMAT.md: `lock` holds the daemon's pid; control.sock goes away on exit."""
+    """docs/FORMAT.md: `lock` holds the daemon's pid and `mounted`; control.sock goes away on exit."""
     st = mnt.status()
-    assert int(read_file(os.path.join(mnt.store, "lock")).decode().strip()) == st["pid"] == mnt.pid
+    lock_lines = read_file(os.path.join(mnt.store, "lock")).decode().splitlines()
+    assert lock_lines == [str(st["pid"]), "mounted"] and st["pid"] == mnt.pid, lock_lines
     assert os.path.exists(os.path.join(mnt.store, "control.sock"))
     assert mnt.umount().returncode == 0
     assert not os.path.exists(os.path.join(mnt.store, "control.sock"))

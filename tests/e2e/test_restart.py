@@ -179,7 +179,7 @@ def test_a_lock_held_by_an_unmounted_daemon_is_waited_for(test_base, rampart_env
     finally:
         t.join()
     with open(os.path.join(m.store, "lock")) as f:
-        assert f.read() == f"{m.pid}\n"
+        assert f.read() == f"{m.pid}\nmounted\n"
     r = m.umount()
     assert r.returncode == 0, r.stderr
     # A live holder without that line is refused at once, as before.

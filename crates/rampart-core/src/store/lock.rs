@@ -10,8 +10,11 @@
 //! still exiting.
 //!
 //! Likewise a daemon that has been unmounted but is still writing its final checkpoint: it
-//! marks the lock file (`PID` then a line `unmounted`, [`mark_unmounted`]), and a mount waits
-//! for it, for at most `LOCK_WAIT_UNMOUNTED_MS_MAX` (decision 0135). umount(8) run by root
+//! marks the lock file (`PID` then a line `mounted` once mounted, `unmounted` once its session
+//! has ended, [`mark`]), and a mount waits for it, for at most `LOCK_WAIT_UNMOUNTED_MS_MAX`
+//! (decision 0135). A holder marked `mounted` whose store is in no mount of the mount table
+//! has been unmounted too, and has not noticed yet (umount(2) returns before the daemon reads
+//! the end of its session). umount(8) run by root
 //! returns as soon as the kernel has detached the mount (libmount finds the type `fuse` by
 //! statfs and never runs umount.fuse.rampart), so `umount M && mount S M` meets exactly that.
 
@@ -27,8 +30,18 @@ use crate::limits::{LOCK_WAIT_EXITING_MS_MAX, LOCK_WAIT_UNMOUNTED_MS_MAX};
 /// Between two attempts at a lock held by a dying daemon.
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
 
-/// The line a daemon adds to the lock file once unmounted ([`mark_unmounted`]).
+/// The line a daemon adds to the lock file once mounted, and once unmounted ([`mark`]).
+const MOUNTED_LINE: &str = "mounted";
 const UNMOUNTED_LINE: &str = "unmounted";
+
+/// What a daemon holding the lock says of its mount in the lock file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mark {
+    /// Nothing (starting, a library, or a binary from before the marks).
+    None,
+    Mounted,
+    Unmounted,
+}
 
 /// How long a lock is waited for, by what its holder is doing.
 #[derive(Clone, Copy, Debug)]
@@ -63,11 +76,19 @@ pub(super) fn lock(path: &Path, access: Access) -> Result<Option<File>, StoreErr
     )
 }
 
-/// Marks the lock file, held by this process, as a daemon's that has been unmounted and is
-/// finishing: a mount of the store waits for it rather than refusing (see the module's doc).
-pub(crate) fn mark_unmounted(lock: &File) -> std::io::Result<()> {
-    let text = format!("{}\n{UNMOUNTED_LINE}\n", std::process::id());
+/// Marks the lock file, held by this process, as a daemon's that is mounted or has been
+/// unmounted and is finishing: a mount of the store waits for the latter rather than refusing
+/// (see the module's doc).
+pub(crate) fn mark(lock: &File, mark: Mark) -> std::io::Result<()> {
+    let line = match mark {
+        Mark::None => "",
+        Mark::Mounted => MOUNTED_LINE,
+        Mark::Unmounted => UNMOUNTED_LINE,
+    };
+    let text = format!("{}\n{line}\n", std::process::id());
+    let text = text.trim_end_matches('\n').to_string() + "\n";
     lock.write_all_at(text.as_bytes(), 0)?;
+    lock.set_len(text.len() as u64)?;
     crate::persist::device::count_store_written(text.len() as u64);
     Ok(())
 }
@@ -100,7 +121,9 @@ fn lock_waiting(path: &Path, access: Access, waits: Waits) -> Result<Option<File
             Ok(false) => {}
             Err(err) => return Err(io_err(&lock_path)(err)),
         }
-        let (pid, unmounted) = holder(&lock);
+        let (pid, marked) = holder(&lock);
+        let unmounted = marked == Mark::Unmounted
+            || (marked == Mark::Mounted && !in_mount_table(path).unwrap_or(true));
         let dying = pid.is_some_and(|pid| !process_running(pid));
         if !dying && !unmounted {
             return Err(StoreError::AlreadyMounted {
@@ -129,7 +152,7 @@ fn lock_waiting(path: &Path, access: Access, waits: Waits) -> Result<Option<File
         std::thread::sleep(POLL_INTERVAL);
     }
     if started.elapsed() > POLL_INTERVAL {
-        tracing::info!(
+        tracing::debug!(
             "{}: waited {} ms for the store's lock, held by a daemon that had died or was \
              finishing after its unmount",
             path.display(),
@@ -165,23 +188,62 @@ fn try_flock(lock: &File, access: Access) -> std::io::Result<bool> {
     }
 }
 
-/// The pid the last daemon wrote in the lock file, if any, and whether it has marked itself
-/// unmounted.
-fn holder(lock: &File) -> (Option<u32>, bool) {
+/// The pid the last daemon wrote in the lock file, if any, and what it says of its mount.
+fn holder(lock: &File) -> (Option<u32>, Mark) {
     let mut buf = [0u8; 64];
     // At offset 0, leaving the descriptor's position alone.
     let Ok(n) = lock.read_at(&mut buf, 0) else {
-        return (None, false);
+        return (None, Mark::None);
     };
     let Ok(text) = std::str::from_utf8(&buf[..n]) else {
-        return (None, false);
+        return (None, Mark::None);
     };
     let mut lines = text.lines();
     let pid = lines.next().and_then(|line| line.trim().parse().ok());
-    let unmounted = lines
-        .next()
-        .is_some_and(|line| line.trim() == UNMOUNTED_LINE);
-    (pid, unmounted)
+    let mark = match lines.next().map(str::trim) {
+        Some(MOUNTED_LINE) => Mark::Mounted,
+        Some(UNMOUNTED_LINE) => Mark::Unmounted,
+        _ => Mark::None,
+    };
+    (pid, mark)
+}
+
+/// Whether a mount of this mount namespace has the store at `path` as its source (rampart
+/// mounts show the store's resolved path there). None if the table cannot be read.
+fn in_mount_table(path: &Path) -> Option<bool> {
+    let store = std::fs::canonicalize(path).ok()?;
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    Some(table.lines().any(|line| {
+        // After the separator: type, source, super options.
+        let source = line
+            .split(" - ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').nth(1));
+        source.is_some_and(|s| Path::new(&unescape_mountinfo(s)) == store)
+    }))
+}
+
+/// mountinfo's octal escapes (`\040` for a space, ...) undone.
+fn unescape_mountinfo(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        match (bytes[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// True while `pid` is a process that has not died: it exists and is no zombie (a zombie's
@@ -295,7 +357,7 @@ mod tests {
     fn a_holder_marked_unmounted_is_waited_for_and_taken() {
         let (_dir, path) = store();
         let holder = lock(&path, Access::Exclusive).unwrap().unwrap();
-        mark_unmounted(&holder).unwrap();
+        mark(&holder, Mark::Unmounted).unwrap();
         let released = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(300));
             drop(holder); // its final checkpoint written
@@ -314,7 +376,7 @@ mod tests {
     fn a_holder_that_stays_unmounted_too_long_is_named() {
         let (_dir, path) = store();
         let holder = lock(&path, Access::Exclusive).unwrap().unwrap();
-        mark_unmounted(&holder).unwrap();
+        mark(&holder, Mark::Unmounted).unwrap();
         let waits = Waits {
             exiting: Duration::ZERO,
             unmounted: Duration::from_millis(200),
@@ -327,5 +389,40 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("final checkpoint"), "{text}");
         drop(holder);
+    }
+
+    #[test]
+    fn a_holder_marked_mounted_but_in_no_mount_is_waited_for() {
+        // A store in a temporary folder is in no mount: its holder's session has ended.
+        let (_dir, path) = store();
+        let holder = lock(&path, Access::Exclusive).unwrap().unwrap();
+        mark(&holder, Mark::Mounted).unwrap();
+        assert_eq!(holder_of(&path), (Some(std::process::id()), Mark::Mounted));
+        assert_eq!(in_mount_table(&path), Some(false));
+        let released = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(holder);
+        });
+        assert!(lock(&path, Access::Exclusive).unwrap().is_some());
+        released.join().unwrap();
+        // A holder with no mark (starting, or a library) is refused at once.
+        let holder = lock(&path, Access::Exclusive).unwrap().unwrap();
+        mark(&holder, Mark::None).unwrap();
+        let started = Instant::now();
+        assert!(matches!(
+            lock(&path, Access::Exclusive),
+            Err(StoreError::AlreadyMounted { .. })
+        ));
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(unescape_mountinfo("/a\\040b\\134c"), "/a b\\c");
+        assert_eq!(unescape_mountinfo("/plain\\x"), "/plain\\x");
+    }
+
+    fn holder_of(path: &Path) -> (Option<u32>, Mark) {
+        holder(&File::open(path.join(LOCK_FILE)).unwrap())
     }
 }

@@ -17,8 +17,8 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-pub(crate) use lock::mark_unmounted as mark_lock_unmounted;
 use lock::{lock, Access};
+pub(crate) use lock::{mark as mark_lock, Mark};
 use superblock::{Superblock, FORMAT_VERSION};
 
 pub const SUPERBLOCK_FILE: &str = "superblock";
@@ -402,12 +402,13 @@ impl Store {
         &self.path
     }
 
-    /// Says, in the lock file, that the daemon holding it has been unmounted and is finishing:
-    /// a new mount of the store waits for the lock instead of refusing (decision 0135).
-    pub fn mark_unmounted(&self) -> Result<(), StoreError> {
+    /// Says, in the lock file, that the daemon holding it is mounted, or has been unmounted
+    /// and is finishing: a new mount of the store then waits for the lock instead of refusing
+    /// (decision 0135).
+    pub(crate) fn mark(&self, mark: Mark) -> Result<(), StoreError> {
         match &self._lock {
             Some(file) if self.exclusive => {
-                lock::mark_unmounted(file).map_err(io_err(&self.path.join(LOCK_FILE)))
+                lock::mark(file, mark).map_err(io_err(&self.path.join(LOCK_FILE)))
             }
             _ => Ok(()),
         }
