@@ -159,8 +159,8 @@ fn mount(args: &[OsString]) -> Result<(), (u8, String)> {
 }
 
 /// `mount -o remount,...`: the generic flags go to the kernel (crate::remount); rampart's own
-/// options cannot change while mounted and are ignored with a warning (mount(8) may repeat
-/// them from fstab).
+/// options cannot change while mounted and are ignored, said only under -v (mount(8) repeats
+/// them from fstab, xfstests from its MOUNT_OPTIONS).
 fn remount_options(helper: &HelperArgs, mountpoint: &OsString) -> Result<(), (u8, String)> {
     let mut flags = Vec::new();
     for option in mount_options::split(&helper.options) {
@@ -169,7 +169,7 @@ fn remount_options(helper: &HelperArgs, mountpoint: &OsString) -> Result<(), (u8
             // mount(8) repeats what /proc/mounts shows, the kernel's FUSE options among them.
             _ if option == remount::REMOUNT || remount::FUSE_KERNEL_OPTIONS.contains(&name) => {}
             Ok(mount_options::Parsed::KernelFlag(flag)) => flags.push(flag),
-            Ok(mount_options::Parsed::Value(..)) => {
+            Ok(mount_options::Parsed::Value(..)) if helper.verbose => {
                 eprintln!("{MOUNT_HELPER}: ignored at remount (fixed while mounted): {option}")
             }
             Ok(_) => {}
