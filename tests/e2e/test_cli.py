@@ -705,3 +705,31 @@ def test_the_mount_helper_remounts_read_only_and_back(test_base, rampart_env, cl
     assert m.find_daemon_pid() == pid, "a remount started another daemon"
     r = m.umount()
     assert r.returncode == 0, r.stderr
+
+
+def test_umount_of_a_bind_mount_leaves_the_daemon_serving(test_base, rampart_env, cleanup_mounts):
+    """`umount` of a bind mount of a file in a rampart mount (umount(8) runs
+    umount.fuse.rampart, i.e. `rampart umount`): the daemon serves on for the other mount, so
+    there is no shutdown to wait for. It waited for the daemon's exit, forever (xfstests
+    generic/306; decision 0139)."""
+    m = Mount(test_base, "bind", env=rampart_env)
+    cleanup_mounts.append(m)
+    m.mount()
+    target = os.path.join(m.path, "target")
+    with open(target, "w") as f:
+        f.write("t")
+    spot = os.path.join(test_base, "bindfile")
+    open(spot, "w").close()
+    run(["mount", "--bind", target, spot], check=True, timeout=60)
+    try:
+        r = run([RAMPART_BIN, "umount", spot], timeout=120, env=rampart_env)
+    except subprocess.TimeoutExpired:
+        run(["umount", "-l", spot], timeout=60)
+        raise AssertionError("rampart umount of a bind mount waited for a daemon that serves on")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not in_mount_table(spot)
+    assert m.alive() and read_file(target) == b"t"
+    assert pid_alive(m.pid)
+    r = m.umount()
+    assert r.returncode == 0, r.stderr
+    assert wait_until(lambda: not pid_alive(m.pid), 60)
