@@ -119,11 +119,12 @@ def test_unprivileged_fallocate_clears_setuid_and_setgid(mnt):
     for name, flags in modes.items():
         p = _world_writable(mnt, name, 0o6666)
         with open(p, "r+b") as f:
-            f.write(b"x" * 8192)
+            f.write(b"x" * 196608)
+        os.stat(p)  # the kernel caches the mode; the fallocate's reply carries no attributes
         code = ("import ctypes\n"
                 "libc = ctypes.CDLL(None, use_errno=True)\n"
                 "fd = os.open(args[0], os.O_RDWR)\n"
-                f"rc = libc.fallocate(fd, {flags}, ctypes.c_long(0), ctypes.c_long(4096))\n"
+                f"rc = libc.fallocate(fd, {flags}, ctypes.c_long(65536), ctypes.c_long(65536))\n"
                 "os.close(fd)\n"
                 "if rc != 0:\n"
                 "    raise OSError(ctypes.get_errno(), 'fallocate')\n")

@@ -365,6 +365,9 @@ impl Engine {
                     ctime_ns: time_ns,
                     kill_suidgid: false,
                 })?;
+                // FALLOCATE's reply carries no attributes: the kernel keeps the old mode
+                // cached unless told.
+                m.behind_kernel.push(Invalidation::Attributes { ino });
                 Ok(true)
             },
             |&changed| match changed {
