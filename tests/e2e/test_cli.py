@@ -631,9 +631,10 @@ def test_memory_goes_back_to_the_system_after_deletes(mnt):
 
 
 def test_store_files_while_mounted_and_after(mnt):
-    """docs/FORMAT.md: `lock` holds the daemon's pid; control.sock goes away on exit."""
+    """docs/FORMAT.md: `lock` holds the daemon's pid and `mounted`; control.sock goes away on exit."""
     st = mnt.status()
-    assert int(read_file(os.path.join(mnt.store, "lock")).decode().strip()) == st["pid"] == mnt.pid
+    lock_lines = read_file(os.path.join(mnt.store, "lock")).decode().splitlines()
+    assert lock_lines == [str(st["pid"]), "mounted"] and st["pid"] == mnt.pid, lock_lines
     assert os.path.exists(os.path.join(mnt.store, "control.sock"))
     assert mnt.umount().returncode == 0
     assert not os.path.exists(os.path.join(mnt.store, "control.sock"))
@@ -665,3 +666,70 @@ def test_umount_of_a_mount_whose_store_was_deleted_says_so_and_unmounts(
     assert wait_until(lambda: not pid_alive(pid), EXIT_WAIT), f"daemon {pid} outlived its unmount"
     again = m.cli("umount", m.path)
     assert again.returncode != 0 and "not a rampart mount" in again.stderr, again.stderr
+
+
+def test_the_mount_helper_remounts_read_only_and_back(test_base, rampart_env, cleanup_mounts):
+    """`mount -o remount,ro` runs mount.fuse.rampart with `remount` and what /proc/mounts shows
+    (user_id=, nosuid, ...): the kernel's flags change, no daemon starts, rampart's own options
+    are ignored, said under -v (xfstests generic/294, 306, 452; decision 0138)."""
+    m = Mount(test_base, "remount", env=rampart_env)
+    cleanup_mounts.append(m)
+    m.mount()
+    helper = os.path.join(test_base, "mount.fuse.rampart")
+    os.symlink(RAMPART_BIN, helper)
+    pid = m.pid
+    with open(os.path.join(m.path, "a"), "w") as f:
+        f.write("kept")
+
+    def remount(options, *flags):
+        r = run([helper, str(m.store), str(m.path), *flags, "-o", options], timeout=60, env=rampart_env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r
+
+    def flags():
+        return mount_entries(m.path)[-1].split()[5].split(",")
+
+    remount("rw,nosuid,nodev,relatime,user_id=0,group_id=0,default_permissions,remount,ro")
+    assert "ro" in flags() and "nosuid" in flags() and "nodev" in flags(), flags()
+    with pytest.raises(OSError) as e:
+        open(os.path.join(m.path, "b"), "w")
+    assert e.value.errno == errno.EROFS
+    assert read_file(os.path.join(m.path, "a")) == b"kept"
+    r = remount("remount,ro,memory_cap=1G")
+    assert r.stderr == "", r.stderr  # mount(8) and fstab repeat the options: no noise
+    r = remount("remount,rw,memory_cap=1G", "-v")
+    assert "ignored at remount" in r.stderr and "memory_cap=1G" in r.stderr, r.stderr
+    assert "rw" in flags() and "nosuid" in flags(), flags()
+    with open(os.path.join(m.path, "b"), "w") as f:
+        f.write("after")
+    assert m.find_daemon_pid() == pid, "a remount started another daemon"
+    r = m.umount()
+    assert r.returncode == 0, r.stderr
+
+
+def test_umount_of_a_bind_mount_leaves_the_daemon_serving(test_base, rampart_env, cleanup_mounts):
+    """`umount` of a bind mount of a file in a rampart mount (umount(8) runs
+    umount.fuse.rampart, i.e. `rampart umount`): the daemon serves on for the other mount, so
+    there is no shutdown to wait for. It waited for the daemon's exit, forever (xfstests
+    generic/306; decision 0139)."""
+    m = Mount(test_base, "bind", env=rampart_env)
+    cleanup_mounts.append(m)
+    m.mount()
+    target = os.path.join(m.path, "target")
+    with open(target, "w") as f:
+        f.write("t")
+    spot = os.path.join(test_base, "bindfile")
+    open(spot, "w").close()
+    run(["mount", "--bind", target, spot], check=True, timeout=60)
+    try:
+        r = run([RAMPART_BIN, "umount", spot], timeout=120, env=rampart_env)
+    except subprocess.TimeoutExpired:
+        run(["umount", "-l", spot], timeout=60)
+        raise AssertionError("rampart umount of a bind mount waited for a daemon that serves on")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not in_mount_table(spot)
+    assert m.alive() and read_file(target) == b"t"
+    assert pid_alive(m.pid)
+    r = m.umount()
+    assert r.returncode == 0, r.stderr
+    assert wait_until(lambda: not pid_alive(m.pid), 60)

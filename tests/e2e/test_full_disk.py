@@ -360,3 +360,68 @@ def test_a_rename_over_a_large_file_on_a_full_disk_keeps_the_target_after_a_cras
     finally:
         if m.mounted or in_mount_table(m.path):
             m.force_cleanup()
+
+
+def test_fallocate_takes_the_room_on_the_host_so_writes_into_it_never_fail(
+        test_base, rampart_env, cleanup_mounts, small_ext4):
+    """Decision 0136 (found by xfstests generic/213): fallocate of a disk-tier file took no
+    room on the host (the host file only grew as a hole), so fallocate of twice the free space
+    succeeded, and a write into an fallocated range failed with ENOSPC once the disk filled.
+    Now: more than the free room is refused with ENOSPC, and an fallocated range (mode 0 and
+    KEEP_SIZE past the end) is written in full on a disk filled meanwhile."""
+    from pathlib import Path
+    from e2e_helpers import fallocate
+    m = _mount_on(test_base, rampart_env, cleanup_mounts, Path(small_ext4) / "store", "falloc",
+                  opts=("--commit-interval", "200ms"))
+    try:
+        too_big = os.path.join(m.path, "too-big")
+        fd = os.open(too_big, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            with pytest.raises(OSError) as e:
+                fallocate(fd, 0, 0, 2 * _host_free_bytes(small_ext4))
+            assert e.value.errno == errno.ENOSPC, e.value
+        finally:
+            os.close(fd)
+        assert os.path.getsize(too_big) == 0, "a refused fallocate changed the size"
+        os.unlink(too_big)
+        reserved = os.path.join(m.path, "reserved")
+        fd = os.open(reserved, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fallocate(fd, 0, 0, 8 * MiB)
+            fallocate(fd, 0x01, 8 * MiB, 4 * MiB)  # FALLOC_FL_KEEP_SIZE, past the end
+            os.fsync(fd)
+            assert os.fstat(fd).st_size == 8 * MiB
+            # Fill the disk with another large file, until the host says it is full.
+            filler = os.open(os.path.join(m.path, "filler"), os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                full = None
+                for _ in range(200):
+                    try:
+                        os.write(filler, b"f" * MiB)
+                        os.fsync(filler)
+                    except OSError as err:
+                        full = err
+                        break
+                assert full is not None and full.errno == errno.ENOSPC, full
+            finally:
+                try:
+                    os.close(filler)
+                except OSError:
+                    pass
+            data = bytes(range(256)) * (12 * MiB // 256)
+            view = memoryview(data)
+            at = 0
+            while at < len(data):
+                at += os.pwrite(fd, view[at:at + MiB], at)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        assert read_file(reserved) == data
+        unmount(m)
+        remount(m)
+        assert read_file(reserved) == data
+        unmount(m)
+        assert fsck(m).returncode == 0
+    finally:
+        if m.mounted or in_mount_table(m.path):
+            m.force_cleanup()

@@ -1,11 +1,12 @@
 """What writes, truncates and chowns do to setuid, setgid and file capabilities, as the
 kernel does for local file systems (rampart handles it itself: FUSE_HANDLE_KILLPRIV_V2)."""
 
+import errno
 import os
 import stat
 import struct
 
-from e2e_helpers import nobody_py, run, run_as_nobody
+from e2e_helpers import IS_TMPFS, nobody_py, run, run_as_nobody
 
 # A valid struct vfs_cap_data, revision 2, no capabilities set.
 CAPS = struct.pack("<5I", 0x02000000, 0, 0, 0, 0)
@@ -109,3 +110,33 @@ def test_capability_dropped_by_a_write_is_not_shown_from_the_kernels_cache(mnt):
     assert err == 0
     assert "security.capability" not in os.listxattr(p)
     assert _mode_only(p) == 0o777
+
+
+def test_unprivileged_fallocate_clears_setuid_and_setgid(mnt):
+    """xfstests generic/683-685: fallocate, punch and zero range by a user other than root
+    clear setuid and setgid as a write does (decision 0137); root's keep them."""
+    modes = {"alloc": 0, "punch": 0x01 | 0x02, "zero": 0x10}  # KEEP_SIZE|PUNCH_HOLE, ZERO_RANGE
+    for name, flags in modes.items():
+        p = _world_writable(mnt, name, 0o6666)
+        with open(p, "r+b") as f:
+            f.write(b"x" * 196608)
+        os.stat(p)  # the kernel caches the mode; the fallocate's reply carries no attributes
+        code = ("import ctypes\n"
+                "libc = ctypes.CDLL(None, use_errno=True)\n"
+                "fd = os.open(args[0], os.O_RDWR)\n"
+                f"rc = libc.fallocate(fd, {flags}, ctypes.c_long(65536), ctypes.c_long(65536))\n"
+                "os.close(fd)\n"
+                "if rc != 0:\n"
+                "    raise OSError(ctypes.get_errno(), 'fallocate')\n")
+        err, out = nobody_py(code, p)
+        if IS_TMPFS and err == errno.EOPNOTSUPP:
+            continue  # tmpfs has no ZERO_RANGE
+        assert err == 0, (name, err, out)
+        assert stat.S_IMODE(os.stat(p).st_mode) == 0o666, (name, oct(os.stat(p).st_mode))
+        os.chmod(p, 0o6776)
+        fd = os.open(p, os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, 0, 4096)
+        finally:
+            os.close(fd)
+        assert stat.S_IMODE(os.stat(p).st_mode) == 0o6776, (name, "root", oct(os.stat(p).st_mode))

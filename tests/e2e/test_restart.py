@@ -120,3 +120,75 @@ def test_a_lock_kept_by_a_dead_daemon_is_named(test_base, rampart_env, cleanup_m
         os.close(fd)
         zombie.wait()
     assert m.cli("fsck", m.store).returncode == 0
+
+
+def test_mount_at_once_after_a_plain_umount(test_base, rampart_env, cleanup_mounts):
+    """umount(8) run by root returns as soon as the kernel has detached the mount (libmount
+    finds the type `fuse` by statfs and runs no umount.fuse.rampart helper), while the daemon
+    still writes its final checkpoint. A mount right after must wait for it, not refuse
+    "already mounted" (found by xfstests, whose every remount does this; decision 0135)."""
+    m = Mount(test_base, "plain", env=rampart_env)
+    cleanup_mounts.append(m)
+    m.mount()
+    # Enough in memory that the final checkpoint takes a while.
+    blob = os.urandom(1 << 20)
+    files = {}
+    for i in range(120):
+        path = os.path.join(m.path, f"f{i:03d}")
+        data = blob[i:] + blob[:i]
+        with open(path, "wb") as f:
+            f.write(data[: 900 * 1024])
+        files[path] = data[: 900 * 1024]
+    for round_ in range(3):
+        pid = m.pid
+        r = run(["umount", m.path], timeout=60)
+        assert r.returncode == 0, r.stderr
+        m.mounted = False
+        m.mount(mkfs=False)  # asserts that `rampart mount` succeeded
+        assert m.pid != pid, f"round {round_}: the old daemon is still serving"
+        assert wait_until(lambda: not pid_alive(pid), 30), f"round {round_}: the old daemon lives on"
+        for path, data in files.items():
+            assert read_file(path) == data, f"round {round_}: {path} lost or changed"
+    r = m.umount()
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_lock_held_by_an_unmounted_daemon_is_waited_for(test_base, rampart_env, cleanup_mounts):
+    """The lock file of a daemon that has been unmounted and is finishing says `unmounted`
+    (docs/FORMAT.md): a mount waits for its lock. The holder is simulated: this process holds
+    the lock with its own (live) pid and that line, and lets go a moment later."""
+    m = Mount(test_base, "finishing", env=rampart_env)
+    cleanup_mounts.append(m)
+    m.mkfs()
+    fd = os.open(os.path.join(m.store, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    released = threading.Event()
+
+    def let_go():
+        time.sleep(1)
+        released.set()
+        os.close(fd)
+
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\nunmounted\n".encode(), 0)
+    t = threading.Thread(target=let_go)
+    t.start()
+    try:
+        m.mount(mkfs=False)
+        assert released.is_set(), "mounted while the lock was still held"
+    finally:
+        t.join()
+    with open(os.path.join(m.store, "lock")) as f:
+        assert f.read() == f"{m.pid}\nmounted\n"
+    r = m.umount()
+    assert r.returncode == 0, r.stderr
+    # A live holder without that line is refused at once, as before.
+    fd = os.open(os.path.join(m.store, "lock"), os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        r = m.cli("mount", m.store, m.path)
+        assert r.returncode != 0 and "unmount it first" in r.stderr, r.stdout + r.stderr
+    finally:
+        os.close(fd)

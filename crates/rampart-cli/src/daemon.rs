@@ -102,6 +102,7 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
         .map_err(|e| format!("cannot mount at {}: {e}", mountpoint.display()))?;
     // This mount's device number tells it from a later mount at the same place (see below).
     let own_mount = crate::mounts::mount_of(&store_path, &mountpoint);
+    rampart.mark_mounted(); // a mount after ours is gone waits for our end (decision 0135)
     let fuse_transport = if mounted.uses_io_uring() {
         "io_uring"
     } else {
@@ -147,6 +148,8 @@ pub fn serve(config: &ServeConfig, on_ready: impl FnOnce()) -> Result<(), String
     let result = mounted.run();
     drop(page_flusher);
     detach_if_aborted(&result, own_mount.as_ref(), &mountpoint);
+    // umount(8) may have returned: a new mount waits for our final checkpoint (decision 0135).
+    rampart.mark_unmounted();
     // Clean unmount: a final checkpoint, so that the next mount has nothing to replay.
     socket.remove();
     crate::sync_cmd::wait_for_syncs(std::time::Duration::from_secs(600));

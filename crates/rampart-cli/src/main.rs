@@ -22,6 +22,7 @@ mod mount_helper;
 mod mount_options;
 mod mounts;
 mod page_flusher;
+mod remount;
 mod sd_notify;
 mod size;
 mod sync_cmd;
@@ -845,10 +846,19 @@ fn cmd_umount(mountpoint: &Path, lazy: bool) -> Result<(), String> {
 }
 
 fn umount_rampart(mount: &mounts::RampartMount, lazy: bool) -> Result<(), String> {
+    // Another mount of the same FUSE connection (a bind mount, or this is one) keeps the
+    // daemon serving: nothing to wait for (waiting hung `umount` of a bind mount, xfstests
+    // generic/306; decision 0139).
+    let shared = mounts::rampart_mounts()
+        .iter()
+        .filter(|m| m.device == mount.device)
+        .count()
+        > 1;
+    let no_wait = lazy || shared;
     let pid = control::query_status(&mount.store).ok().map(|s| s.pid);
     // Registered before the unmount, so that the daemon can say how its shutdown ended (a
     // lazy unmount returns before that, so it does not wait).
-    let exit_watch = if lazy {
+    let exit_watch = if no_wait {
         None
     } else {
         control::watch_exit(&mount.store).ok()
@@ -901,7 +911,7 @@ fn umount_rampart(mount: &mounts::RampartMount, lazy: bool) -> Result<(), String
         )
     };
     // A lazy unmount leaves the daemon serving whoever still has files open: do not wait.
-    if let Some(pid) = pid.filter(|_| !lazy) {
+    if let Some(pid) = pid.filter(|_| !no_wait) {
         while pid_alive(pid) {
             if Instant::now() > deadline {
                 return Err(waited_too_long());

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
 
-use crate::mount_options;
+use crate::{mount_options, remount};
 
 /// The name mount(8) runs for `-t fuse.rampart` (the helper's file name in /sbin).
 pub const MOUNT_HELPER: &str = "mount.fuse.rampart";
@@ -129,6 +129,9 @@ fn mount(args: &[OsString]) -> Result<(), (u8, String)> {
             "usage: mount.fuse.rampart STORE MOUNTPOINT [-o OPTIONS]".into(),
         ));
     };
+    if mount_options::split(&helper.options).any(|o| o == remount::REMOUNT) {
+        return remount_options(&helper, mountpoint);
+    }
     let mut options = Vec::new();
     for option in mount_options::split(&helper.options) {
         match mount_options::parse_one(option) {
@@ -153,6 +156,32 @@ fn mount(args: &[OsString]) -> Result<(), (u8, String)> {
     }
     mount_args.quiet = !helper.verbose;
     crate::cmd_mount(mount_args).map_err(|e| (EXIT_MOUNT_FAILED, e))
+}
+
+/// `mount -o remount,...`: the generic flags go to the kernel (crate::remount); rampart's own
+/// options cannot change while mounted and are ignored, said only under -v (mount(8) repeats
+/// them from fstab, xfstests from its MOUNT_OPTIONS).
+fn remount_options(helper: &HelperArgs, mountpoint: &OsString) -> Result<(), (u8, String)> {
+    let mut flags = Vec::new();
+    for option in mount_options::split(&helper.options) {
+        let name = option.split_once('=').map_or(option, |(name, _)| name);
+        match mount_options::parse_one(option) {
+            // mount(8) repeats what /proc/mounts shows, the kernel's FUSE options among them.
+            _ if option == remount::REMOUNT || remount::FUSE_KERNEL_OPTIONS.contains(&name) => {}
+            Ok(mount_options::Parsed::KernelFlag(flag)) => flags.push(flag),
+            Ok(mount_options::Parsed::Value(..)) if helper.verbose => {
+                eprintln!("{MOUNT_HELPER}: ignored at remount (fixed while mounted): {option}")
+            }
+            Ok(_) => {}
+            Err(e) if helper.sloppy => eprintln!("{MOUNT_HELPER}: ignored: {e}"),
+            Err(e) => return Err((EXIT_USAGE, e)),
+        }
+    }
+    if helper.fake {
+        return Ok(());
+    }
+    let flags = mount_options::resolve_kernel_flags(&flags);
+    remount::remount(&PathBuf::from(mountpoint), &flags).map_err(|e| (EXIT_MOUNT_FAILED, e))
 }
 
 /// `umount.fuse.rampart MOUNTPOINT [-l]`: `rampart umount [--lazy] MOUNTPOINT`.

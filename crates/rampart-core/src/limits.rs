@@ -187,6 +187,11 @@ pub const IMAGE_PREFAULT_BYTES_MAX: u64 = 16 << 30;
 /// them, a moment after its leader becomes a zombie).
 pub const LOCK_WAIT_EXITING_MS_MAX: u64 = 10_000;
 
+/// Longest a mount (or fsck) waits for the store's lock while the daemon holding it has been
+/// unmounted and is writing its final checkpoint (decision 0135); a store's image is written
+/// at disk speed, so this allows some gigabytes on a slow disk.
+pub const LOCK_WAIT_UNMOUNTED_MS_MAX: u64 = 120_000;
+
 // Relations between limits, checked at compile time.
 const _: () = assert!(CHUNK_BYTES.is_power_of_two());
 const _: () = assert!(

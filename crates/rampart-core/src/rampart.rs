@@ -206,6 +206,36 @@ impl Rampart {
         self.store_id
     }
 
+    /// Says, in the store's lock file (and the mirror's), that the store is mounted: once it is
+    /// no longer in the mount table, a new mount waits for this daemon (decision 0135).
+    pub fn mark_mounted(&self) {
+        self.mark(crate::store::Mark::Mounted);
+    }
+
+    /// Says that the store has been unmounted and is about to be closed: a new mount of it (or
+    /// of its mirror) then waits for this daemon's final checkpoint rather than refusing
+    /// (decision 0135). Best effort, as [`Rampart::mark_mounted`]: a failure is logged, and a
+    /// new mount then refuses as before.
+    pub fn mark_unmounted(&self) {
+        self.mark(crate::store::Mark::Unmounted);
+    }
+
+    fn mark(&self, mark: crate::store::Mark) {
+        if let Some(store) = &self.store {
+            if let Err(e) = store.mark(mark) {
+                tracing::warn!("cannot mark the store's lock file {mark:?}: {e}");
+            }
+        }
+        // The mirror is never a mount's source: only its end is marked.
+        let peer_lock = self.mirror.as_ref().and_then(|m| m._lock.as_ref());
+        let peer_lock = peer_lock.filter(|_| mark == crate::store::Mark::Unmounted);
+        if let Some(file) = peer_lock {
+            if let Err(e) = crate::store::mark_lock(file, mark) {
+                tracing::warn!("cannot mark the mirror's lock file {mark:?}: {e}");
+            }
+        }
+    }
+
     /// Closes the store: stops persisting after a final checkpoint, so that the next open has
     /// nothing to replay, and releases the lock. Err: what was lost, and why.
     pub fn close(mut self) -> Result<(), CloseError> {

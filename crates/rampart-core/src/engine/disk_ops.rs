@@ -35,6 +35,40 @@ pub(crate) fn host_errno(what: &str, name: &str, e: &std::io::Error) -> Errno {
     Errno::EIO
 }
 
+/// Allocates `offset..offset + length` of the host file `name` (fallocate mode 0, or
+/// KEEP_SIZE): ENOSPC if the host file system has not the room. A host file system without
+/// fallocate: the file grows as a hole if it must (`grows`), and nothing is reserved. A
+/// failure puts the host file back to `host_len`, which also frees what a failed fallocate
+/// may have taken past it.
+fn reserve_host_room(
+    disk: &DiskTier,
+    name: &str,
+    offset: u64,
+    length: u64,
+    keep_size: bool,
+    grows: bool,
+    host_len: Option<u64>,
+) -> FsResult<()> {
+    let reserved = if keep_size {
+        disk.device.allocate_keep_size(name, offset, length)
+    } else {
+        disk.device.allocate(name, offset, length)
+    };
+    let result = match reserved {
+        Err(e) if e.kind() == std::io::ErrorKind::Unsupported => match grows {
+            true => disk.device.set_len(name, offset + length),
+            false => Ok(()),
+        },
+        other => other,
+    };
+    result.map_err(|e| {
+        if let Some(len) = host_len {
+            let _ = disk.device.set_len(name, len);
+        }
+        host_errno("allocating room for the disk-tier file", name, &e)
+    })
+}
+
 /// A disk-tier file as an op on it needs it: its host file's name and its size.
 struct OnDisk {
     name: String,
@@ -645,7 +679,13 @@ impl Engine {
         let grows = !keep_size && end > file.size_bytes;
         // The host file's length before it grows, to put back if the op is refused.
         let mut grown_from = None;
-        if grows {
+        if !trims {
+            // Mode 0 or KEEP_SIZE: the room is taken on the host now, so that writes into the
+            // range cannot fail for lack of space (posix_fallocate's promise; decision 0136).
+            let host_len = disk.device.len(&file.name).ok().flatten();
+            reserve_host_room(disk, &file.name, offset, length, keep_size, grows, host_len)?;
+            grown_from = host_len.filter(|_| grows);
+        } else if grows {
             let host_len = disk.device.len(&file.name).ok().flatten();
             disk.device
                 .set_len(&file.name, end)

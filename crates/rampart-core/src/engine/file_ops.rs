@@ -318,7 +318,67 @@ impl Engine {
         )
     }
 
+    /// fallocate(2) of `ino`. A caller other than root then loses the file's setuid bit (and
+    /// setgid with group-exec), as file_modified() does on a local file system: FUSE gives
+    /// fallocate no kill-privileges flag, and with KILLPRIV_V2 the kernel leaves it to us
+    /// (xfstests generic/683-685; decision 0137).
     pub fn fallocate(
+        &self,
+        ctx: &Ctx,
+        ino: Ino,
+        offset: u64,
+        length: u64,
+        mode: i32,
+    ) -> FsResult<()> {
+        self.fallocate_tiered(ctx, ino, offset, length, mode)?;
+        if ctx.uid != 0 {
+            self.drop_setid_bits(ctx, ino)?;
+        }
+        Ok(())
+    }
+
+    /// Clears setuid, and setgid when the group may execute or the caller is outside the
+    /// file's group, if the file has them.
+    fn drop_setid_bits(&self, ctx: &Ctx, ino: Ino) -> FsResult<()> {
+        self.mutate(
+            ctx,
+            |m, time_ns| {
+                let inode = m.state().inode(ino)?;
+                let mode = inode.mode;
+                let mut kept = mode & !libc::S_ISUID;
+                // The VFS's rule (setattr_should_drop_sgid): with group-exec, or for a caller
+                // outside the file's group (FUSE tells us the primary group only).
+                if mode & libc::S_IXGRP != 0 || ctx.gid != inode.gid {
+                    kept &= !libc::S_ISGID;
+                }
+                if kept == mode {
+                    return Ok(false);
+                }
+                m.apply(&Op::SetAttr {
+                    ino,
+                    mode: Some(kept),
+                    uid: None,
+                    gid: None,
+                    size_bytes: None,
+                    atime_ns: None,
+                    mtime_ns: None,
+                    ctime_ns: time_ns,
+                    kill_suidgid: false,
+                })?;
+                // FALLOCATE's reply carries no attributes: the kernel keeps the old mode
+                // cached unless told.
+                m.behind_kernel.push(Invalidation::Attributes { ino });
+                Ok(true)
+            },
+            |&changed| match changed {
+                true => vec![Invalidation::Inode { ino }],
+                false => Vec::new(),
+            },
+        )
+        .map(|_| ())
+    }
+
+    fn fallocate_tiered(
         &self,
         ctx: &Ctx,
         ino: Ino,
@@ -343,7 +403,7 @@ impl Engine {
                 if self.evict_for(length.saturating_add(crate::limits::EVICT_SLACK_BYTES)) =>
             {
                 // Through the tiers again: the file itself may have moved.
-                self.fallocate(ctx, ino, offset, length, mode)
+                self.fallocate_tiered(ctx, ino, offset, length, mode)
             }
             other => other,
         }

@@ -8,6 +8,15 @@
 //! lock held by a dead daemon. So a lock whose holder has died (gone or a zombie) is waited
 //! for, polling, for at most `LOCK_WAIT_EXITING_MS_MAX`, and then said to be held by a daemon
 //! still exiting.
+//!
+//! Likewise a daemon that has been unmounted but is still writing its final checkpoint: it
+//! marks the lock file (`PID` then a line `mounted` once mounted, `unmounted` once its session
+//! has ended, [`mark`]), and a mount waits for it, for at most `LOCK_WAIT_UNMOUNTED_MS_MAX`
+//! (decision 0135). A holder marked `mounted` whose store is in no mount of the mount table
+//! has been unmounted too, and has not noticed yet (umount(2) returns before the daemon reads
+//! the end of its session). umount(8) run by root
+//! returns as soon as the kernel has detached the mount (libmount finds the type `fuse` by
+//! statfs and never runs umount.fuse.rampart), so `umount M && mount S M` meets exactly that.
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -16,10 +25,32 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::{io_err, StoreError, LOCK_FILE};
-use crate::limits::LOCK_WAIT_EXITING_MS_MAX;
+use crate::limits::{LOCK_WAIT_EXITING_MS_MAX, LOCK_WAIT_UNMOUNTED_MS_MAX};
 
 /// Between two attempts at a lock held by a dying daemon.
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// The line a daemon adds to the lock file once mounted, and once unmounted ([`mark`]).
+const MOUNTED_LINE: &str = "mounted";
+const UNMOUNTED_LINE: &str = "unmounted";
+
+/// What a daemon holding the lock says of its mount in the lock file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mark {
+    /// Nothing (starting, a library, or a binary from before the marks).
+    None,
+    Mounted,
+    Unmounted,
+}
+
+/// How long a lock is waited for, by what its holder is doing.
+#[derive(Clone, Copy, Debug)]
+struct Waits {
+    /// The holder has died (gone, or a zombie).
+    exiting: Duration,
+    /// The holder lives but has been unmounted (its final checkpoint).
+    unmounted: Duration,
+}
 
 /// How a store is opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,16 +69,32 @@ pub(super) fn lock(path: &Path, access: Access) -> Result<Option<File>, StoreErr
     lock_waiting(
         path,
         access,
-        Duration::from_millis(LOCK_WAIT_EXITING_MS_MAX),
+        Waits {
+            exiting: Duration::from_millis(LOCK_WAIT_EXITING_MS_MAX),
+            unmounted: Duration::from_millis(LOCK_WAIT_UNMOUNTED_MS_MAX),
+        },
     )
 }
 
-/// [`lock`], waiting at most `wait_max` for a holder that has died.
-fn lock_waiting(
-    path: &Path,
-    access: Access,
-    wait_max: Duration,
-) -> Result<Option<File>, StoreError> {
+/// Marks the lock file, held by this process, as a daemon's that is mounted or has been
+/// unmounted and is finishing: a mount of the store waits for the latter rather than refusing
+/// (see the module's doc).
+pub(crate) fn mark(lock: &File, mark: Mark) -> std::io::Result<()> {
+    let line = match mark {
+        Mark::None => "",
+        Mark::Mounted => MOUNTED_LINE,
+        Mark::Unmounted => UNMOUNTED_LINE,
+    };
+    let text = format!("{}\n{line}\n", std::process::id());
+    let text = text.trim_end_matches('\n').to_string() + "\n";
+    lock.write_all_at(text.as_bytes(), 0)?;
+    lock.set_len(text.len() as u64)?;
+    crate::persist::device::count_store_written(text.len() as u64);
+    Ok(())
+}
+
+/// [`lock`], waiting at most `waits` for a holder that has died or has been unmounted.
+fn lock_waiting(path: &Path, access: Access, waits: Waits) -> Result<Option<File>, StoreError> {
     let lock_path = path.join(LOCK_FILE);
     let opened = match access {
         Access::Exclusive => OpenOptions::new()
@@ -74,26 +121,40 @@ fn lock_waiting(
             Ok(false) => {}
             Err(err) => return Err(io_err(&lock_path)(err)),
         }
-        let pid = holder_pid(&lock);
+        let (pid, marked) = holder(&lock);
+        let unmounted = marked == Mark::Unmounted
+            || (marked == Mark::Mounted && !in_mount_table(path).unwrap_or(true));
         let dying = pid.is_some_and(|pid| !process_running(pid));
-        if !dying {
+        if !dying && !unmounted {
             return Err(StoreError::AlreadyMounted {
                 path: path.to_path_buf(),
                 pid,
             });
         }
-        if started.elapsed() >= wait_max {
+        let waited_ms = started.elapsed().as_millis() as u64;
+        let pid = pid.unwrap_or_default();
+        if dying && started.elapsed() >= waits.exiting {
+            let path = path.to_path_buf();
             return Err(StoreError::HolderExiting {
-                path: path.to_path_buf(),
-                pid: pid.unwrap_or_default(),
-                waited_ms: started.elapsed().as_millis() as u64,
+                path,
+                pid,
+                waited_ms,
+            });
+        }
+        if !dying && started.elapsed() >= waits.unmounted {
+            let path = path.to_path_buf();
+            return Err(StoreError::HolderUnmounting {
+                path,
+                pid,
+                waited_ms,
             });
         }
         std::thread::sleep(POLL_INTERVAL);
     }
     if started.elapsed() > POLL_INTERVAL {
-        tracing::info!(
-            "{}: waited {} ms for the store's lock, held by a daemon that had died",
+        tracing::debug!(
+            "{}: waited {} ms for the store's lock, held by a daemon that had died or was \
+             finishing after its unmount",
             path.display(),
             started.elapsed().as_millis()
         );
@@ -127,12 +188,62 @@ fn try_flock(lock: &File, access: Access) -> std::io::Result<bool> {
     }
 }
 
-/// The pid the last daemon wrote in the lock file, if any.
-fn holder_pid(lock: &File) -> Option<u32> {
-    let mut buf = [0u8; 32];
+/// The pid the last daemon wrote in the lock file, if any, and what it says of its mount.
+fn holder(lock: &File) -> (Option<u32>, Mark) {
+    let mut buf = [0u8; 64];
     // At offset 0, leaving the descriptor's position alone.
-    let n = lock.read_at(&mut buf, 0).ok()?;
-    std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok()
+    let Ok(n) = lock.read_at(&mut buf, 0) else {
+        return (None, Mark::None);
+    };
+    let Ok(text) = std::str::from_utf8(&buf[..n]) else {
+        return (None, Mark::None);
+    };
+    let mut lines = text.lines();
+    let pid = lines.next().and_then(|line| line.trim().parse().ok());
+    let mark = match lines.next().map(str::trim) {
+        Some(MOUNTED_LINE) => Mark::Mounted,
+        Some(UNMOUNTED_LINE) => Mark::Unmounted,
+        _ => Mark::None,
+    };
+    (pid, mark)
+}
+
+/// Whether a mount of this mount namespace has the store at `path` as its source (rampart
+/// mounts show the store's resolved path there). None if the table cannot be read.
+fn in_mount_table(path: &Path) -> Option<bool> {
+    let store = std::fs::canonicalize(path).ok()?;
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    Some(table.lines().any(|line| {
+        // After the separator: type, source, super options.
+        let source = line
+            .split(" - ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').nth(1));
+        source.is_some_and(|s| Path::new(&unescape_mountinfo(s)) == store)
+    }))
+}
+
+/// mountinfo's octal escapes (`\040` for a space, ...) undone.
+fn unescape_mountinfo(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        match (bytes[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// True while `pid` is a process that has not died: it exists and is no zombie (a zombie's
@@ -215,7 +326,11 @@ mod tests {
         let (_dir, path) = store();
         let mut child = zombie();
         let _holder = held_by(&path, child.id());
-        let err = lock_waiting(&path, Access::ReadOnly, Duration::from_millis(200)).unwrap_err();
+        let waits = Waits {
+            exiting: Duration::from_millis(200),
+            unmounted: Duration::ZERO,
+        };
+        let err = lock_waiting(&path, Access::ReadOnly, waits).unwrap_err();
         assert!(
             matches!(err, StoreError::HolderExiting { pid, .. } if pid == child.id()),
             "{err:?}"
@@ -236,5 +351,78 @@ mod tests {
         let err = lock(&path, Access::Exclusive).unwrap_err();
         assert!(matches!(err, StoreError::AlreadyMounted { .. }), "{err:?}");
         assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_holder_marked_unmounted_is_waited_for_and_taken() {
+        let (_dir, path) = store();
+        let holder = lock(&path, Access::Exclusive).unwrap().unwrap();
+        mark(&holder, Mark::Unmounted).unwrap();
+        let released = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(holder); // its final checkpoint written
+        });
+        let started = Instant::now();
+        let taken = lock(&path, Access::Exclusive).unwrap();
+        assert!(taken.is_some());
+        assert!(started.elapsed() >= Duration::from_millis(250));
+        released.join().unwrap();
+        // Our pid alone: a later mount of ours is not taken for one that is finishing.
+        let text = std::fs::read_to_string(path.join(LOCK_FILE)).unwrap();
+        assert_eq!(text, format!("{}\n", std::process::id()));
+    }
+
+    #[test]
+    fn a_holder_that_stays_unmounted_too_long_is_named() {
+        let (_dir, path) = store();
+        let holder = lock(&path, Access::Exclusive).unwrap().unwrap();
+        mark(&holder, Mark::Unmounted).unwrap();
+        let waits = Waits {
+            exiting: Duration::ZERO,
+            unmounted: Duration::from_millis(200),
+        };
+        let err = lock_waiting(&path, Access::Exclusive, waits).unwrap_err();
+        assert!(
+            matches!(err, StoreError::HolderUnmounting { pid, .. } if pid == std::process::id()),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(text.contains("final checkpoint"), "{text}");
+        drop(holder);
+    }
+
+    #[test]
+    fn a_holder_marked_mounted_but_in_no_mount_is_waited_for() {
+        // A store in a temporary folder is in no mount: its holder's session has ended.
+        let (_dir, path) = store();
+        let holder = lock(&path, Access::Exclusive).unwrap().unwrap();
+        mark(&holder, Mark::Mounted).unwrap();
+        assert_eq!(holder_of(&path), (Some(std::process::id()), Mark::Mounted));
+        assert_eq!(in_mount_table(&path), Some(false));
+        let released = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(holder);
+        });
+        assert!(lock(&path, Access::Exclusive).unwrap().is_some());
+        released.join().unwrap();
+        // A holder with no mark (starting, or a library) is refused at once.
+        let holder = lock(&path, Access::Exclusive).unwrap().unwrap();
+        mark(&holder, Mark::None).unwrap();
+        let started = Instant::now();
+        assert!(matches!(
+            lock(&path, Access::Exclusive),
+            Err(StoreError::AlreadyMounted { .. })
+        ));
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(unescape_mountinfo("/a\\040b\\134c"), "/a b\\c");
+        assert_eq!(unescape_mountinfo("/plain\\x"), "/plain\\x");
+    }
+
+    fn holder_of(path: &Path) -> (Option<u32>, Mark) {
+        holder(&File::open(path.join(LOCK_FILE)).unwrap())
     }
 }

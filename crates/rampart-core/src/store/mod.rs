@@ -18,6 +18,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use lock::{lock, Access};
+pub(crate) use lock::{mark as mark_lock, Mark};
 use superblock::{Superblock, FORMAT_VERSION};
 
 pub const SUPERBLOCK_FILE: &str = "superblock";
@@ -44,6 +45,13 @@ pub enum StoreError {
     /// The lock is still held for a daemon that has died: the kernel has not yet released
     /// its files after `waited_ms` of waiting.
     HolderExiting {
+        path: PathBuf,
+        pid: u32,
+        waited_ms: u64,
+    },
+    /// The lock is still held for a daemon that has been unmounted and is still writing its
+    /// final checkpoint after `waited_ms` of waiting.
+    HolderUnmounting {
         path: PathBuf,
         pid: u32,
         waited_ms: u64,
@@ -112,6 +120,17 @@ impl fmt::Display for StoreError {
                 "store {} is still locked by daemon pid {pid}, which has died but is still \
                  exiting (the kernel has not released its files after {waited_ms} ms); try \
                  again in a few seconds",
+                path.display()
+            ),
+            StoreError::HolderUnmounting {
+                path,
+                pid,
+                waited_ms,
+            } => write!(
+                f,
+                "store {} is still locked by daemon pid {pid}, which has been unmounted and is \
+                 still writing its final checkpoint after {waited_ms} ms; try again once it \
+                 has exited",
                 path.display()
             ),
             StoreError::SuperblockLost { path, why } => write!(
@@ -340,6 +359,8 @@ pub struct Store {
     superblock: Superblock,
     /// None: opened read-only and never mounted (no lock file, so no daemon holds it).
     _lock: Option<File>,
+    /// The lock is exclusive (a mount's), so the lock file is ours to write.
+    exclusive: bool,
 }
 
 impl Store {
@@ -354,14 +375,15 @@ impl Store {
         Store::open_with(path, Access::ReadOnly)
     }
 
-    /// Opens the store at `path` under a lock already taken (a mirrored mount locks both
-    /// copies before it checks them).
+    /// Opens the store at `path` under an exclusive lock already taken (a mirrored mount
+    /// locks both copies before it checks them).
     fn open_locked(path: &Path, lock: Option<File>) -> Result<Store, StoreError> {
         let superblock = read_superblock(path)?;
         Ok(Store {
             path: path.to_path_buf(),
             superblock,
             _lock: lock,
+            exclusive: true,
         })
     }
 
@@ -372,11 +394,24 @@ impl Store {
             path: path.to_path_buf(),
             superblock,
             _lock: lock,
+            exclusive: access == Access::Exclusive,
         })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Says, in the lock file, that the daemon holding it is mounted, or has been unmounted
+    /// and is finishing: a new mount of the store then waits for the lock instead of refusing
+    /// (decision 0135).
+    pub(crate) fn mark(&self, mark: Mark) -> Result<(), StoreError> {
+        match &self._lock {
+            Some(file) if self.exclusive => {
+                lock::mark(file, mark).map_err(io_err(&self.path.join(LOCK_FILE)))
+            }
+            _ => Ok(()),
+        }
     }
 
     pub fn superblock(&self) -> &Superblock {

@@ -291,6 +291,36 @@ impl DirDevice {
         let dir = self.open_at(DATA_FOLDER, libc::O_RDONLY | libc::O_DIRECTORY)?;
         Ok(self.data_dir.get_or_init(|| dir))
     }
+
+    /// fallocate(2) of `name` with `mode` (0 or KEEP_SIZE): [`Device::allocate`] and
+    /// [`Device::allocate_keep_size`].
+    fn allocate_with(&self, name: &str, offset: u64, len: u64, mode: i32) -> io::Result<()> {
+        validate_name(name)?;
+        self.check_writable("allocate room in", name)?;
+        let file = self.open_existing(name)?;
+        let mut current = file.len_bytes.lock();
+        if len == 0 {
+            return Ok(()); // fallocate would say EINVAL
+        }
+        let too_big = || io::Error::new(io::ErrorKind::InvalidInput, "range past 2^63 bytes");
+        let start = libc::off_t::try_from(offset).map_err(|_| too_big())?;
+        let span = libc::off_t::try_from(len).map_err(|_| too_big())?;
+        let end = start.checked_add(span).ok_or_else(too_big)?;
+        // SAFETY: fallocate(2) on a descriptor `file` keeps open, with in-range arguments; it
+        // touches no memory of ours. The result is checked.
+        if unsafe { libc::fallocate(file.as_raw_fd(), mode, start, span) } != 0 {
+            let e = io::Error::last_os_error();
+            return Err(if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+                io::Error::new(io::ErrorKind::Unsupported, e)
+            } else {
+                e
+            });
+        }
+        if mode & libc::FALLOC_FL_KEEP_SIZE == 0 {
+            *current = (*current).max(end as u64);
+        }
+        Ok(())
+    }
 }
 
 impl fmt::Debug for DirDevice {
@@ -433,29 +463,11 @@ impl Device for DirDevice {
     }
 
     fn allocate(&self, name: &str, offset: u64, len: u64) -> io::Result<()> {
-        validate_name(name)?;
-        self.check_writable("allocate room in", name)?;
-        let file = self.open_existing(name)?;
-        let mut current = file.len_bytes.lock();
-        if len == 0 {
-            return Ok(()); // fallocate would say EINVAL
-        }
-        let too_big = || io::Error::new(io::ErrorKind::InvalidInput, "range past 2^63 bytes");
-        let start = libc::off_t::try_from(offset).map_err(|_| too_big())?;
-        let span = libc::off_t::try_from(len).map_err(|_| too_big())?;
-        let end = start.checked_add(span).ok_or_else(too_big)?;
-        // SAFETY: fallocate(2) on a descriptor `file` keeps open, with in-range arguments; it
-        // touches no memory of ours. The result is checked.
-        if unsafe { libc::fallocate(file.as_raw_fd(), 0, start, span) } != 0 {
-            let e = io::Error::last_os_error();
-            return Err(if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
-                io::Error::new(io::ErrorKind::Unsupported, e)
-            } else {
-                e
-            });
-        }
-        *current = (*current).max(end as u64);
-        Ok(())
+        self.allocate_with(name, offset, len, 0)
+    }
+
+    fn allocate_keep_size(&self, name: &str, offset: u64, len: u64) -> io::Result<()> {
+        self.allocate_with(name, offset, len, libc::FALLOC_FL_KEEP_SIZE)
     }
 
     fn punch_hole(&self, name: &str, offset: u64, len: u64) -> io::Result<()> {

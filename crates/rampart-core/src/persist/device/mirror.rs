@@ -238,6 +238,17 @@ impl Device for MirrorDevice {
         });
         Ok(())
     }
+    fn allocate_keep_size(&self, name: &str, offset: u64, len: u64) -> io::Result<()> {
+        // Room past the end only: a DA2 without fallocate reads the same without it.
+        self.primary.allocate_keep_size(name, offset, len)?;
+        self.on_mirror("allocate", name, |d| {
+            match d.allocate_keep_size(name, offset, len) {
+                Err(e) if e.kind() == io::ErrorKind::Unsupported => Ok(()),
+                other => other,
+            }
+        });
+        Ok(())
+    }
     fn punch_hole(&self, name: &str, offset: u64, len: u64) -> io::Result<()> {
         self.both("punch_hole", name, |d| d.punch_hole(name, offset, len))
     }

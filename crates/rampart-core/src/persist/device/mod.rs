@@ -210,6 +210,11 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     fn allocate(&self, name: &str, _offset: u64, _len: u64) -> io::Result<()> {
         Err(unsupported("allocate", name))
     }
+    /// [`Device::allocate`] without changing the file's length (fallocate(2) KEEP_SIZE): room
+    /// taken for `offset..offset + len`, also past the end. The default: Unsupported.
+    fn allocate_keep_size(&self, name: &str, _offset: u64, _len: u64) -> io::Result<()> {
+        Err(unsupported("allocate_keep_size", name))
+    }
     /// A new open descriptor of the host file behind `name`, for the kernel to read and write
     /// directly (FUSE passthrough); Ok(None) if the device has no host files (the default).
     /// ENOENT if the file does not exist. Writes through it bypass the device: the caller
