@@ -613,6 +613,37 @@ def test_memory_pressure_moves_cold_files_to_disk_before_enospc(mount_factory):
         assert read_file(p) == rnd(1000 * KiB, 2000 + i), p
 
 
+def test_memory_pressure_makes_room_for_creates_links_renames_and_xattrs(mount_factory):
+    """Memory filled to the cap by files of 1000 KiB (which may move to disk), then a store
+    opened again with a smaller cap: creating files, directories, symlinks, links, longer
+    names and xattrs needs memory too, and moves cold files to disk instead of answering
+    ENOSPC (decision 0141)."""
+    m = mount_factory("--memory-cap", "64M", "--large-file-threshold", "off", name="createroom")
+    for i in range(40):
+        write_file(os.path.join(m.path, f"l{i:03}"), rnd(1000 * KiB, 4000 + i))
+    unmount(m)
+    # The threshold back to the store's (1 MiB) and a cap below what memory holds already.
+    m.opts = ["--memory-cap", "16M"]
+    remount(m)
+    assert m.status()["memory_used_bytes"] > 16 * MiB
+    for i in range(200):
+        d = os.path.join(m.path, f"d{i:03}")
+        os.mkdir(d)
+        write_file(os.path.join(d, "f"), b"x" * 100)
+        os.symlink("f", os.path.join(d, "link-to-f"))
+        os.link(os.path.join(d, "f"), os.path.join(d, "hard-link"))
+        os.rename(os.path.join(d, "f"), os.path.join(d, "a-much-longer-name-than-before" * 4))
+        os.setxattr(d, "user.note", b"n" * 200)
+    assert host_files(m), "nothing moved to the disk tier"
+    assert m.status()["memory_used_bytes"] <= 16 * MiB
+    for i in range(40):
+        assert read_file(os.path.join(m.path, f"l{i:03}")) == rnd(1000 * KiB, 4000 + i)
+    unmount(m)
+    remount(m)
+    assert len(os.listdir(os.path.join(m.path, "d199"))) == 3
+    assert os.getxattr(os.path.join(m.path, "d199"), "user.note") == b"n" * 200
+
+
 def test_evict_min_size_is_an_option(mount_factory):
     """With --evict-min-size 2M no file of 1000 KiB may be evicted: a full memory answers ENOSPC."""
     m = mount_factory("--memory-cap", "64M", "--evict-min-size", "2M", name="noevict")

@@ -310,7 +310,7 @@ impl Engine {
     /// move back is made durable first (it is rare: a file cut below a quarter of the
     /// threshold that grows past it again before the next commit). False if that sync failed:
     /// the file stays in memory.
-    fn host_file_free_for_reuse(&self, disk: &DiskTier, ino: Ino) -> bool {
+    pub(super) fn host_file_free_for_reuse(&self, disk: &DiskTier, ino: Ino) -> bool {
         let name = {
             let state = self.read_state();
             match state.regular_file(ino) {
@@ -718,59 +718,6 @@ impl Engine {
             });
         }
         Ok(Some(()))
-    }
-
-    /// Memory pressure (decision 0059): moves the coldest memory files (oldest of mtime and
-    /// atime) of at least `--evict-min-size` to the disk tier until `need_bytes` of memory
-    /// are freed or no candidate is left. Returns whether any file moved. Called when a
-    /// change would exceed the memory cap, before ENOSPC is answered.
-    pub(crate) fn evict_for(&self, need_bytes: u64) -> bool {
-        let Some(disk) = self.disk().filter(|d| d.config.enabled()) else {
-            return false;
-        };
-        let min_size = disk.config.evict_min_size_bytes;
-        let mut candidates: Vec<(TimeNs, Ino, u64)> = {
-            let state = self.read_state();
-            state
-                .inodes()
-                .filter_map(|(ino, i)| {
-                    let f = i.file()?;
-                    let heap = f.heap_bytes();
-                    let fits = f.tier() == Tier::Memory
-                        && i.size_bytes >= min_size
-                        && heap > 0
-                        && may_migrate(i.durability(), i.nlink);
-                    fits.then(|| (i.mtime_ns.max(i.atime()), ino, heap))
-                })
-                .collect()
-        };
-        candidates.sort_unstable();
-        candidates.truncate(crate::limits::EVICT_CANDIDATES_MAX);
-        let kernel = Ctx {
-            kernel: true,
-            ..Ctx::library(0, 0)
-        };
-        let (mut freed, mut moved) = (0u64, false);
-        for (_, ino, heap) in candidates {
-            if freed >= need_bytes {
-                break;
-            }
-            let _host = disk.exclusive(ino);
-            if !self.host_file_free_for_reuse(disk, ino) {
-                continue;
-            }
-            let done = self.mutate(
-                &kernel,
-                |m, time_ns| self.migrate_to_disk(disk, m, ino, time_ns),
-                |_| Vec::new(),
-            );
-            if done == Ok(true) {
-                tracing::debug!("memory pressure: inode {ino} ({heap} bytes) moved to disk");
-                freed += heap;
-                moved = true;
-            }
-        }
-        moved
     }
 
     /// The trims applied before a checkpoint's image whose host files may not be trimmed yet

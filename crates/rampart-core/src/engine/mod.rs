@@ -22,6 +22,7 @@ pub use disk_ops::HostSyncName;
 mod file_ops;
 pub use file_ops::ReadBuf;
 mod info;
+mod memory_pressure;
 mod mirror_ops;
 mod namespace_ops;
 mod xattr_ops;

@@ -163,56 +163,58 @@ impl Engine {
             category: explicit,
         } = new;
         let categories = self.categories();
-        self.mutate(
-            ctx,
-            |m, time_ns| {
-                let parent_inode = m.state().live_dir(parent)?;
-                let mut gid = ctx.gid;
-                if parent_inode.mode & libc::S_ISGID != 0 {
-                    // BSD group semantics of a setgid directory, as ext4 and tmpfs do.
-                    gid = parent_inode.gid;
-                    if mode & libc::S_IFMT == libc::S_IFDIR {
-                        mode |= libc::S_ISGID;
+        self.with_room(|| {
+            self.mutate(
+                ctx,
+                |m, time_ns| {
+                    let parent_inode = m.state().live_dir(parent)?;
+                    let mut gid = ctx.gid;
+                    if parent_inode.mode & libc::S_ISGID != 0 {
+                        // BSD group semantics of a setgid directory, as ext4 and tmpfs do.
+                        gid = parent_inode.gid;
+                        if mode & libc::S_IFMT == libc::S_IFDIR {
+                            mode |= libc::S_ISGID;
+                        }
                     }
-                }
-                let (ino, generation) = m.state().table.next_allocation()?;
-                let kind = FileKind::from_mode(mode).ok_or(Errno::EINVAL)?;
-                let category = match &explicit {
-                    Some((assigned, resolved)) => {
-                        Some(m.plan_explicit_category(assigned.clone(), *resolved, ino))
-                    }
-                    None => m.plan_category(&categories, parent, name, kind, ino),
-                };
-                m.apply(&Op::Create {
-                    parent,
-                    name,
-                    ino,
-                    generation,
-                    mode,
-                    uid: ctx.uid,
-                    gid,
-                    rdev,
-                    target,
-                    time_ns,
-                })?;
-                if let Some((assigned, resolved)) = category {
-                    m.assign_category(ino, assigned.as_ref(), resolved, time_ns)?;
-                }
-                if kind == FileKind::Directory && categories.rules_need_path() {
-                    m.remember_new_dir(parent, name, ino);
-                }
-                looked_up(m, ctx, ino)
-            },
-            |_| {
-                vec![
-                    Invalidation::Entry {
+                    let (ino, generation) = m.state().table.next_allocation()?;
+                    let kind = FileKind::from_mode(mode).ok_or(Errno::EINVAL)?;
+                    let category = match &explicit {
+                        Some((assigned, resolved)) => {
+                            Some(m.plan_explicit_category(assigned.clone(), *resolved, ino))
+                        }
+                        None => m.plan_category(&categories, parent, name, kind, ino),
+                    };
+                    m.apply(&Op::Create {
                         parent,
-                        name: name.to_vec(),
-                    },
-                    Invalidation::Inode { ino: parent },
-                ]
-            },
-        )
+                        name,
+                        ino,
+                        generation,
+                        mode,
+                        uid: ctx.uid,
+                        gid,
+                        rdev,
+                        target,
+                        time_ns,
+                    })?;
+                    if let Some((assigned, resolved)) = category {
+                        m.assign_category(ino, assigned.as_ref(), resolved, time_ns)?;
+                    }
+                    if kind == FileKind::Directory && categories.rules_need_path() {
+                        m.remember_new_dir(parent, name, ino);
+                    }
+                    looked_up(m, ctx, ino)
+                },
+                |_| {
+                    vec![
+                        Invalidation::Entry {
+                            parent,
+                            name: name.to_vec(),
+                        },
+                        Invalidation::Inode { ino: parent },
+                    ]
+                },
+            )
+        })
     }
 
     /// Creates an unnamed regular file in `parent` (`O_TMPFILE`): no links, so it is freed when
@@ -223,69 +225,74 @@ impl Engine {
     /// (`Mutation::plan_unnamed_category`).
     pub fn tmpfile(&self, ctx: &Ctx, parent: Ino, mode: u32, linkable: bool) -> FsResult<Attr> {
         let categories = self.categories();
-        self.mutate(
-            ctx,
-            |m, time_ns| {
-                let parent_inode = m.state().live_dir(parent)?;
-                // BSD group semantics of a setgid directory, as `create_inode`.
-                let gid = if parent_inode.mode & libc::S_ISGID != 0 {
-                    parent_inode.gid
-                } else {
-                    ctx.gid
-                };
-                let (ino, generation) = m.state().table.next_allocation()?;
-                m.create_unnamed(&crate::state::Unnamed {
-                    parent,
-                    ino,
-                    generation,
-                    mode,
-                    uid: ctx.uid,
-                    gid,
-                    linkable,
-                    time_ns,
-                })?;
-                if let Some((assigned, resolved)) = m.plan_unnamed_category(&categories, parent) {
-                    m.assign_category(ino, assigned.as_ref(), resolved, time_ns)?;
-                    if resolved.durability == Durability::Volatile {
-                        m.make_unnamed_absent(ino)?;
+        self.with_room(|| {
+            self.mutate(
+                ctx,
+                |m, time_ns| {
+                    let parent_inode = m.state().live_dir(parent)?;
+                    // BSD group semantics of a setgid directory, as `create_inode`.
+                    let gid = if parent_inode.mode & libc::S_ISGID != 0 {
+                        parent_inode.gid
+                    } else {
+                        ctx.gid
+                    };
+                    let (ino, generation) = m.state().table.next_allocation()?;
+                    m.create_unnamed(&crate::state::Unnamed {
+                        parent,
+                        ino,
+                        generation,
+                        mode,
+                        uid: ctx.uid,
+                        gid,
+                        linkable,
+                        time_ns,
+                    })?;
+                    if let Some((assigned, resolved)) = m.plan_unnamed_category(&categories, parent)
+                    {
+                        m.assign_category(ino, assigned.as_ref(), resolved, time_ns)?;
+                        if resolved.durability == Durability::Volatile {
+                            m.make_unnamed_absent(ino)?;
+                        }
                     }
-                }
-                looked_up(m, ctx, ino)
-            },
-            // Nothing the kernel may have cached changed: the directory has no new entry.
-            |_| Vec::new(),
-        )
+                    looked_up(m, ctx, ino)
+                },
+                // Nothing the kernel may have cached changed: the directory has no new entry.
+                |_| Vec::new(),
+            )
+        })
     }
 
     /// A new name for `ino`; the first name of a linkable unnamed file (`tmpfile`) too.
     pub fn link(&self, ctx: &Ctx, ino: Ino, new_parent: Ino, new_name: &[u8]) -> FsResult<Attr> {
-        self.mutate(
-            ctx,
-            |m, time_ns| {
-                let op = Op::Link {
-                    ino,
-                    parent: new_parent,
-                    name: new_name,
-                    time_ns,
-                };
-                if m.state().is_linkable_unnamed(ino) {
-                    m.name_unnamed(&op)?;
-                } else {
-                    m.apply(&op)?;
-                }
-                looked_up(m, ctx, ino)
-            },
-            |_| {
-                vec![
-                    Invalidation::Entry {
+        self.with_room(|| {
+            self.mutate(
+                ctx,
+                |m, time_ns| {
+                    let op = Op::Link {
+                        ino,
                         parent: new_parent,
-                        name: new_name.to_vec(),
-                    },
-                    Invalidation::Inode { ino },
-                    Invalidation::Inode { ino: new_parent },
-                ]
-            },
-        )
+                        name: new_name,
+                        time_ns,
+                    };
+                    if m.state().is_linkable_unnamed(ino) {
+                        m.name_unnamed(&op)?;
+                    } else {
+                        m.apply(&op)?;
+                    }
+                    looked_up(m, ctx, ino)
+                },
+                |_| {
+                    vec![
+                        Invalidation::Entry {
+                            parent: new_parent,
+                            name: new_name.to_vec(),
+                        },
+                        Invalidation::Inode { ino },
+                        Invalidation::Inode { ino: new_parent },
+                    ]
+                },
+            )
+        })
     }
 
     pub fn unlink(&self, ctx: &Ctx, parent: Ino, name: &[u8]) -> FsResult<()> {
@@ -332,31 +339,33 @@ impl Engine {
         new_name: &[u8],
         flags: u32,
     ) -> FsResult<()> {
-        self.mutate(
-            ctx,
-            |m, time_ns| {
-                m.apply(&Op::Rename {
-                    parent,
-                    name,
-                    new_parent,
-                    new_name,
-                    flags,
-                    time_ns,
-                })
-            },
-            |_| {
-                vec![
-                    Invalidation::Entry {
+        self.with_room(|| {
+            self.mutate(
+                ctx,
+                |m, time_ns| {
+                    m.apply(&Op::Rename {
                         parent,
-                        name: name.to_vec(),
-                    },
-                    Invalidation::Entry {
-                        parent: new_parent,
-                        name: new_name.to_vec(),
-                    },
-                ]
-            },
-        )
+                        name,
+                        new_parent,
+                        new_name,
+                        flags,
+                        time_ns,
+                    })
+                },
+                |_| {
+                    vec![
+                        Invalidation::Entry {
+                            parent,
+                            name: name.to_vec(),
+                        },
+                        Invalidation::Entry {
+                            parent: new_parent,
+                            name: new_name.to_vec(),
+                        },
+                    ]
+                },
+            )
+        })
     }
 
     /// Lists `ino` from `cookie` on: ".", "..", then the entries. `emit(ino, next_cookie, kind,

@@ -19,19 +19,21 @@ impl Engine {
         if let Some(done) = self.set_category_xattr(ctx, ino, name, Some(value)) {
             return done;
         }
-        self.mutate(
-            ctx,
-            |m, time_ns| {
-                m.apply(&Op::SetXattr {
-                    ino,
-                    name,
-                    value,
-                    flags,
-                    time_ns,
-                })
-            },
-            |_| vec![Invalidation::Inode { ino }],
-        )
+        self.with_room(|| {
+            self.mutate(
+                ctx,
+                |m, time_ns| {
+                    m.apply(&Op::SetXattr {
+                        ino,
+                        name,
+                        value,
+                        flags,
+                        time_ns,
+                    })
+                },
+                |_| vec![Invalidation::Inode { ino }],
+            )
+        })
     }
 
     pub fn getxattr(&self, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
