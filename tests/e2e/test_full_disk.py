@@ -290,8 +290,9 @@ def test_a_crash_after_a_full_disk_freed_a_deleted_file_keeps_the_deletion(
 
 def test_df_of_the_mount_counts_the_hosts_root_blocks_as_free_not_available(
         test_base, rampart_env, cleanup_mounts, small_ext4_root_reserved):
-    """Decision 0120: statfs adds the host's free blocks (f_bfree) and its available ones
-    (f_bavail) apart, so `df` of the mount does not show root's blocks as used."""
+    """Decision 0120: statfs adds the host's free blocks (f_bfree) apart from its available
+    ones (f_bavail), so `df` of the mount does not show root's blocks as used. Decision 0144:
+    available is the host's alone; the memory tier's room is free, not available."""
     from pathlib import Path
     host_path = small_ext4_root_reserved
     m = _mount_on(test_base, rampart_env, cleanup_mounts, Path(host_path) / "store", "df",
@@ -300,10 +301,15 @@ def test_df_of_the_mount_counts_the_hosts_root_blocks_as_free_not_available(
         _write_all_synced(os.path.join(m.path, "big"), b"D" * (8 * MiB))
         mine, host = os.statvfs(m.path), os.statvfs(host_path)
         root_only_host = (host.f_bfree - host.f_bavail) * host.f_frsize
-        root_only_mine = (mine.f_bfree - mine.f_bavail) * mine.f_frsize
+        memory_free = m.status()["memory_cap_bytes"] - m.status()["memory_used_bytes"]
+        not_avail_mine = (mine.f_bfree - mine.f_bavail) * mine.f_frsize
         assert root_only_host > MiB, f"mkfs -m 5 kept {root_only_host} bytes for root"
-        assert abs(root_only_mine - root_only_host) <= mine.f_frsize, (
-            f"the mount keeps {root_only_mine} bytes for root, the host {root_only_host}")
+        assert abs(not_avail_mine - (root_only_host + memory_free + 2 * MiB)) <= MiB, (
+            f"the mount keeps {not_avail_mine} bytes unavailable; the host keeps "
+            f"{root_only_host} for root, the memory tier has {memory_free} free")
+        # The host's, less the 2 MiB the journal takes next.
+        assert abs(mine.f_bavail * mine.f_frsize - host.f_bavail * host.f_frsize + 2 * MiB) <= MiB, (
+            "the mount's available room is not the host's")
         # What the mount calls used is the host's used room plus the memory tier's.
         used_mine = (mine.f_blocks - mine.f_bfree) * mine.f_frsize
         used_host = (host.f_blocks - host.f_bfree) * host.f_frsize
@@ -314,7 +320,7 @@ def test_df_of_the_mount_counts_the_hosts_root_blocks_as_free_not_available(
         df = run(["df", "-B1", "--output=used,avail", m.path, host_path], check=True).stdout.split()
         (df_used_mine, df_avail_mine, df_used_host, df_avail_host) = map(int, df[-4:])
         assert abs(df_used_mine - (df_used_host + memory_used)) <= MiB, df
-        assert df_avail_mine >= df_avail_host, df
+        assert abs(df_avail_mine - df_avail_host + 2 * MiB) <= MiB, df
     finally:
         if m.mounted or in_mount_table(m.path):
             m.force_cleanup()
@@ -422,6 +428,39 @@ def test_fallocate_takes_the_room_on_the_host_so_writes_into_it_never_fail(
         assert read_file(reserved) == data
         unmount(m)
         assert fsck(m).returncode == 0
+    finally:
+        if m.mounted or in_mount_table(m.path):
+            m.force_cleanup()
+
+
+def test_one_file_can_take_all_the_room_statfs_calls_available(
+        test_base, rampart_env, cleanup_mounts, small_ext4):
+    """Decision 0144 (xfstests generic/103): fallocate of the available room less 512 KiB in
+    one file succeeds. statfs used to add the memory tier's free room to what was available,
+    but a file that large lives on the disk tier, where only the host's room is."""
+    from pathlib import Path
+    from e2e_helpers import fallocate
+    m = _mount_on(test_base, rampart_env, cleanup_mounts, Path(small_ext4) / "store", "avail",
+                  opts=("--memory-cap", "64M"))
+    try:
+        path = os.path.join(m.path, "all")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            st = os.statvfs(m.path)
+            avail = st.f_bavail * st.f_frsize
+            assert avail > 8 * MiB, f"only {avail} bytes available on a fresh 64 MiB host"
+            fallocate(fd, 0, 0, avail - 512 * 1024)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        assert os.path.getsize(path) == avail - 512 * 1024
+        # Small files still fit in memory although nothing more is "available".
+        for i in range(16):
+            write_synced(os.path.join(m.path, f"small{i}"), b"s" * 4096)
+        os.unlink(path)
+        unmount(m)
+        r = fsck(m)
+        assert r.returncode == 0, f"{r.stdout}{r.stderr}"
     finally:
         if m.mounted or in_mount_table(m.path):
             m.force_cleanup()

@@ -710,8 +710,15 @@ impl Persister {
         };
         let needed = end + batch_bytes + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN as u64;
         if needed > file_end {
-            let new_end = end + batch_bytes + journal::JOURNAL_RESERVE_BYTES as u64;
-            let extended = self.extend_journal(file_end, new_end, batch_bytes);
+            let mut new_end = end + batch_bytes + journal::JOURNAL_RESERVE_BYTES as u64;
+            let mut extended = self.extend_journal(file_end, new_end, batch_bytes);
+            if matches!(&extended, Err(e) if e.kind() == std::io::ErrorKind::StorageFull) {
+                // A nearly full disk: the batch and the fewest zeros after it may still fit
+                // where the usual room ahead does not (decision 0144).
+                let _ = self.device.truncate(JOURNAL_FILE, file_end);
+                new_end = needed.next_multiple_of(4096);
+                extended = self.extend_journal(file_end, new_end, batch_bytes);
+            }
             if let Err(e) = extended {
                 // Give back what part of the zeros was written (a full disk needs the room):
                 // the synced length holds every commit and the zeros after it.
