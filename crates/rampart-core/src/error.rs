@@ -10,6 +10,7 @@ pub struct Errno(pub i32);
 
 impl Errno {
     pub const EPERM: Errno = Errno(libc::EPERM);
+    pub const EACCES: Errno = Errno(libc::EACCES);
     pub const ENOENT: Errno = Errno(libc::ENOENT);
     pub const EIO: Errno = Errno(libc::EIO);
     pub const EEXIST: Errno = Errno(libc::EEXIST);

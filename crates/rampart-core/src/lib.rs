@@ -14,6 +14,7 @@
 //! The rest (state, namespace, memory, contents, xattrs, the lock order) is private: the map is
 //! docs/ARCHITECTURE.md.
 
+mod acl;
 mod attr;
 pub mod category;
 pub mod clock;
@@ -46,3 +47,4 @@ pub use error::{Broken, Errno, FsResult};
 pub use memory::budget::{default_cap_bytes, physical_memory_bytes};
 pub use op::{Op, OpSink};
 pub use rampart::Rampart;
+pub use xattr::XATTR_ACL_KILL_SGID;

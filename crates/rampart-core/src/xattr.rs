@@ -7,12 +7,17 @@ pub use crate::limits::XATTR_LIST_BYTES_MAX;
 pub use crate::limits::XATTR_NAME_BYTES_MAX;
 pub use crate::limits::XATTR_VALUE_BYTES_MAX;
 
-/// The namespaces rampart stores; others (system.*, e.g. POSIX ACLs) are not supported.
+/// The namespaces rampart stores; of `system.*` only the two POSIX ACL names are (crate::acl),
+/// others answer EOPNOTSUPP.
 const NAMESPACES: [&[u8]; 3] = [b"user.", b"trusted.", b"security."];
 
 /// `setxattr` flags.
 pub const XATTR_CREATE: i32 = 1;
 pub const XATTR_REPLACE: i32 = 2;
+/// rampart's own flag on an access ACL's SetXattr: the setter is neither in the file's group
+/// nor privileged, so setgid goes (FUSE_SETXATTR_ACL_KILL_SGID, `posix_acl_update_mode`).
+/// Journaled with the op, so replay clears it too.
+pub const XATTR_ACL_KILL_SGID: i32 = 1 << 16;
 
 /// One attribute: its full name (with namespace) and value.
 type Entry = (Box<[u8]>, Box<[u8]>);
@@ -26,6 +31,9 @@ pub struct Xattrs {
 pub fn check_name(name: &[u8]) -> FsResult<()> {
     if name.is_empty() || name.len() > XATTR_NAME_BYTES_MAX {
         return Err(Errno::ERANGE);
+    }
+    if crate::acl::is_acl_name(name) {
+        return Ok(());
     }
     match NAMESPACES.iter().find(|ns| name.starts_with(ns)) {
         Some(ns) if name.len() == ns.len() => Err(Errno::EINVAL),
@@ -65,7 +73,12 @@ impl Xattrs {
         if value.len() > XATTR_VALUE_BYTES_MAX {
             return Err(Errno::E2BIG);
         }
-        if flags & !(XATTR_CREATE | XATTR_REPLACE) != 0 {
+        let own = if name == crate::acl::ACCESS_XATTR {
+            XATTR_ACL_KILL_SGID
+        } else {
+            0
+        };
+        if flags & !(XATTR_CREATE | XATTR_REPLACE | own) != 0 {
             return Err(Errno::EINVAL);
         }
         let existing = self.get(name);
@@ -130,10 +143,12 @@ mod tests {
     #[test]
     fn linux_semantics() {
         let mut x = Xattrs::default();
+        assert_eq!(check_name(b"system.posix_acl_access"), Ok(()));
         assert_eq!(
-            check_name(b"system.posix_acl_access"),
+            check_name(b"system.posix_acl_defaults"),
             Err(Errno::EOPNOTSUPP)
         );
+        assert_eq!(check_name(b"system.foo"), Err(Errno::EOPNOTSUPP));
         assert_eq!(check_name(b"user."), Err(Errno::EINVAL));
         assert_eq!(check_name(&[b'u'; 256]), Err(Errno::ERANGE));
         assert_eq!(

@@ -22,6 +22,7 @@ fn kernel() -> Ctx {
         uid: 0,
         gid: 0,
         kernel: true,
+        umask: 0,
     }
 }
 

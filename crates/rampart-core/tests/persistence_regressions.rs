@@ -51,6 +51,7 @@ fn writes_to_an_unlinked_open_file_do_not_break_recovery() {
         uid: 0,
         gid: 0,
         kernel: true,
+        umask: 0,
     };
     let kept = e.mknod(&kernel, ROOT_INO, b"kept", FILE, 0).unwrap().ino;
     e.write(&kernel, kept, 0, b"beside the orphan", false)

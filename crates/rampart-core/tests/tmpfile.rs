@@ -15,6 +15,7 @@ const KERNEL: Ctx = Ctx {
     uid: 0,
     gid: 0,
     kernel: true,
+    umask: 0,
 };
 
 fn mount(device: Arc<dyn Device>) -> (Arc<Engine>, Arc<Persister>) {

@@ -6,7 +6,6 @@
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -19,7 +18,7 @@ use fuser::{
     WriteFlags,
 };
 use rampart_core::time::to_ns;
-use rampart_core::{Attr, Ctx, Engine, FileKind, SetAttr, SetTime, WriteTimes};
+use rampart_core::{Attr, Engine, FileKind, SetAttr, WriteTimes};
 
 use crate::counters::{PendingRequest, RequestCounters, RequestKind};
 use crate::direct_io::{self, DirectIo};
@@ -29,6 +28,7 @@ use crate::open_files::{Negotiated, OpenFiles, Opened, FH_PASSTHROUGH};
 use crate::refusals::Refusals;
 pub(crate) use crate::reply_attr::errno;
 use crate::reply_attr::{file_attr, file_type, reply_empty, reply_xattr};
+use crate::request_ctx::{create_ctx, ctx, guarded, set_time, xattr_flags};
 use crate::PassthroughMode;
 
 pub use crate::cache_policy::CachePolicy;
@@ -50,33 +50,6 @@ pub(crate) struct RampartFs {
     direct: Arc<DirectIo>,
     /// Reads that wait for the disk, off the FUSE threads (decision 0073).
     disk_reads: DiskReads,
-}
-
-fn ctx(req: &Request) -> Ctx {
-    Ctx {
-        uid: req.uid(),
-        gid: req.gid(),
-        kernel: true,
-    }
-}
-
-fn set_time(t: TimeOrNow) -> SetTime {
-    match t {
-        TimeOrNow::SpecificTime(t) => SetTime::At(to_ns(t)),
-        TimeOrNow::Now => SetTime::Now,
-    }
-}
-
-/// Runs a handler; a panic becomes a logged EIO (the reply, dropped unsent, answers EIO).
-fn guarded(what: &str, f: impl FnOnce()) {
-    if let Err(panic) = catch_unwind(AssertUnwindSafe(f)) {
-        let message = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown panic".into());
-        tracing::error!("bug: {what} panicked: {message}; answered EIO");
-    }
 }
 
 impl RampartFs {
@@ -398,16 +371,19 @@ impl Filesystem for RampartFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
         let _timer = self.counters.start(RequestKind::mknod);
         guarded("mknod", || {
-            // The kernel has applied the umask already (FUSE_DONT_MASK is not negotiated).
-            let r = self
-                .engine
-                .mknod(&ctx(req), parent.0, name.as_bytes(), mode, rdev);
+            let r = self.engine.mknod(
+                &create_ctx(req, umask),
+                parent.0,
+                name.as_bytes(),
+                mode,
+                rdev,
+            );
             self.reply_entry(reply, r);
         });
     }
@@ -418,14 +394,14 @@ impl Filesystem for RampartFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
         let _timer = self.counters.start(RequestKind::mkdir);
         guarded("mkdir", || {
             let r = self
                 .engine
-                .mkdir(&ctx(req), parent.0, name.as_bytes(), mode);
+                .mkdir(&create_ctx(req, umask), parent.0, name.as_bytes(), mode);
             self.reply_entry(reply, r);
         });
     }
@@ -834,21 +810,24 @@ impl Filesystem for RampartFs {
         });
     }
 
-    fn setxattr(
+    /// FUSE_SETXATTR_EXT: an ACL set by a caller outside the file's group and unprivileged
+    /// carries FUSE_SETXATTR_ACL_KILL_SGID, and setgid goes with the same op.
+    fn setxattr_ext(
         &self,
         req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
         flags: i32,
+        setxattr_flags: u32,
         _position: u32,
         reply: ReplyEmpty,
     ) {
         let _timer = self.counters.start(RequestKind::setxattr);
         guarded("setxattr", || {
-            let r = self
-                .engine
-                .setxattr(&ctx(req), ino.0, name.as_bytes(), value, flags);
+            let name = name.as_bytes();
+            let flags = xattr_flags(name, flags, setxattr_flags);
+            let r = self.engine.setxattr(&ctx(req), ino.0, name, value, flags);
             reply_empty(reply, r);
         });
     }
@@ -895,17 +874,15 @@ impl Filesystem for RampartFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         _flags: i32,
         reply: ReplyCreate,
     ) {
         let _timer = self.counters.start(RequestKind::create);
         guarded("create", || {
             let mode = libc::S_IFREG | (mode & 0o7777);
-            match self
-                .engine
-                .mknod(&ctx(req), parent.0, name.as_bytes(), mode, 0)
-            {
+            let ctx = create_ctx(req, umask);
+            match self.engine.mknod(&ctx, parent.0, name.as_bytes(), mode, 0) {
                 Ok(a) => {
                     let flags = if self.passthrough {
                         self.files.created(a.ino);
@@ -933,17 +910,15 @@ impl Filesystem for RampartFs {
         req: &Request,
         parent: INodeNo,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
         self.counters.count(RequestKind::create);
         guarded("tmpfile", || {
             let linkable = flags & libc::O_EXCL == 0;
-            match self
-                .engine
-                .tmpfile(&ctx(req), parent.0, mode & 0o7777, linkable)
-            {
+            let ctx = create_ctx(req, umask);
+            match self.engine.tmpfile(&ctx, parent.0, mode & 0o7777, linkable) {
                 Ok(a) => {
                     let flags = if self.passthrough {
                         self.files.created(a.ino);

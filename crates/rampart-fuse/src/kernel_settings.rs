@@ -29,12 +29,18 @@ pub const BACKGROUND_REQUESTS_MAX: u16 = 64;
 /// truncate and chown itself, which lets the kernel mark the mount SB_NOSEC and stop asking for
 /// security.capability before every write() (a round trip each). ABORT_ERROR: after an abort
 /// (fusectl) the kernel says ECONNABORTED instead of ENODEV, which tells an aborted connection
-/// from an unmount (the daemon then detaches the dead mount).
-pub const INIT_FLAGS: [InitFlags; 4] = [
+/// from an unmount (the daemon then detaches the dead mount). POSIX_ACL: the kernel enforces
+/// the ACLs rampart stores (and stops applying the umask: DONT_MASK says rampart does, as it
+/// must to let a default ACL override it); SETXATTR_EXT: an ACL set by a caller who may not
+/// keep setgid says so (decision 0143).
+pub const INIT_FLAGS: [InitFlags; 7] = [
     InitFlags::FUSE_PARALLEL_DIROPS,
     InitFlags::FUSE_CACHE_SYMLINKS,
     InitFlags::FUSE_HANDLE_KILLPRIV_V2,
     InitFlags::FUSE_ABORT_ERROR,
+    InitFlags::FUSE_POSIX_ACL,
+    InitFlags::FUSE_DONT_MASK,
+    InitFlags::FUSE_SETXATTR_EXT,
 ];
 
 /// What a directory's OPEN answers: its pages and listing stay cached.

@@ -16,6 +16,7 @@ mod open_files;
 pub mod own_mount;
 mod refusals;
 mod reply_attr;
+mod request_ctx;
 
 use std::ffi::OsStr;
 use std::io;

@@ -42,6 +42,7 @@ pub use crate::ll::flags::init_flags::InitFlags;
 pub use crate::ll::flags::ioctl_flags::IoctlFlags;
 pub use crate::ll::flags::poll_flags::PollFlags;
 pub use crate::ll::flags::write_flags::WriteFlags;
+pub use crate::ll::fuse_abi::FUSE_SETXATTR_ACL_KILL_SGID;
 pub use crate::ll::fuse_abi::consts;
 pub use crate::ll::request::FileHandle;
 pub use crate::ll::request::INodeNo;
@@ -779,6 +780,23 @@ pub trait Filesystem: Send + Sync + 'static {
     /// Get file system statistics.
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         reply.statfs(0, 0, 0, 0, 0, 512, 255, 0);
+    }
+
+    /// Set an extended attribute, with FUSE_SETXATTR_EXT's `setxattr_flags`
+    /// ([`FUSE_SETXATTR_ACL_KILL_SGID`]; 0 when the extension is not negotiated). The default
+    /// ignores them and calls [`Filesystem::setxattr`] (rampart's addition).
+    fn setxattr_ext(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _setxattr_flags: u32,
+        position: u32,
+        reply: ReplyEmpty,
+    ) {
+        self.setxattr(req, ino, name, value, flags, position, reply);
     }
 
     /// Set an extended attribute.

@@ -96,7 +96,10 @@ impl<'a> RequestWithSender<'a> {
         &self,
         se: &SessionEventLoop<FS>,
     ) -> Result<Option<ResponseData>, Errno> {
-        let op = self.request.operation().map_err(|_| Errno::ENOSYS)?;
+        let op = self
+            .request
+            .operation_in(se.setxattr_ext)
+            .map_err(|_| Errno::ENOSYS)?;
         // Implement allow_root & access check for auto_unmount
         if (se.allowed == SessionACL::RootAndOwner
             && self.request.uid() != se.session_owner
@@ -359,12 +362,13 @@ impl<'a> RequestWithSender<'a> {
                 filesystem.statfs(self.request_header(), self.request.nodeid(), self.reply());
             }
             ll::Operation::SetXAttr(x) => {
-                filesystem.setxattr(
+                filesystem.setxattr_ext(
                     self.request_header(),
                     self.request.nodeid(),
                     x.name(),
                     x.value(),
                     x.flags(),
+                    x.setxattr_flags(),
                     x.position(),
                     self.reply(),
                 );

@@ -146,6 +146,9 @@ pub struct Session<FS: Filesystem> {
     /// they cannot go on.
     #[cfg(target_os = "linux")]
     pub(crate) mountpoint: Option<std::path::PathBuf>,
+    /// Whether FUSE_SETXATTR_EXT was negotiated: SETXATTR's argument is then 16 bytes
+    /// (rampart's addition).
+    pub(crate) setxattr_ext: bool,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -197,6 +200,7 @@ impl<FS: Filesystem> Session<FS> {
             uring: None,
             #[cfg(target_os = "linux")]
             mountpoint: Some(mountpoint.to_path_buf()),
+            setxattr_ext: false,
         };
 
         session.handshake()?;
@@ -229,6 +233,7 @@ impl<FS: Filesystem> Session<FS> {
             uring: None,
             #[cfg(target_os = "linux")]
             mountpoint: None,
+            setxattr_ext: false,
         };
 
         session.handshake()?;
@@ -271,6 +276,7 @@ impl<FS: Filesystem> Session<FS> {
             uring,
             #[cfg(target_os = "linux")]
             mountpoint,
+            setxattr_ext,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -320,6 +326,7 @@ impl<FS: Filesystem> Session<FS> {
                 ch,
                 allowed,
                 session_owner,
+                setxattr_ext,
             };
             threads.push(
                 thread::Builder::new()
@@ -336,6 +343,7 @@ impl<FS: Filesystem> Session<FS> {
                 ch: uring_channel.clone(),
                 allowed,
                 session_owner,
+                setxattr_ext,
             })?;
             threads.extend(queues);
         }
@@ -483,6 +491,8 @@ impl<FS: Filesystem> Session<FS> {
 
             // Remember the ABI version supported by kernel and mark the session initialized.
             self.proto_version = Some(v);
+            self.setxattr_ext = (init.capabilities() & config.requested)
+                .contains(InitFlags::FUSE_SETXATTR_EXT);
 
             // Log capability status for debugging
             for bit in 0..64 {
@@ -579,6 +589,8 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) filesystem: Arc<FilesystemHolder<FS>>,
     pub(crate) allowed: SessionACL,
     pub(crate) session_owner: Uid,
+    /// Whether SETXATTR requests carry FUSE_SETXATTR_EXT's 16-byte argument.
+    pub(crate) setxattr_ext: bool,
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {

@@ -50,6 +50,10 @@ pub struct Ctx {
     pub uid: u32,
     pub gid: u32,
     pub kernel: bool,
+    /// The caller's umask, applied by a create in a directory with no default ACL (with a
+    /// default ACL it is ignored, as on any file system with POSIX ACLs). The kernel sends it
+    /// with each create (FUSE_DONT_MASK); a library caller's is 0 (decision 0143).
+    pub umask: u32,
 }
 
 impl Ctx {
@@ -59,6 +63,7 @@ impl Ctx {
             uid,
             gid,
             kernel: false,
+            umask: 0,
         }
     }
 }

@@ -98,7 +98,8 @@ impl Engine {
     }
 
     /// Creates an inode of the kind in `mode`'s type bits (regular file, directory, FIFO,
-    /// socket, device; symlinks go through [`Engine::symlink`]). `mode` has the umask applied.
+    /// socket, device; symlinks go through [`Engine::symlink`]). It gets `mode` less
+    /// `ctx.umask`, or, in a directory with a default ACL, that ACL (decision 0143).
     pub fn mknod(
         &self,
         ctx: &Ctx,
@@ -176,6 +177,8 @@ impl Engine {
                             mode |= libc::S_ISGID;
                         }
                     }
+                    let inherited = m.state().inherit_acls(parent, mode, ctx.umask);
+                    let mode = inherited.mode;
                     let (ino, generation) = m.state().table.next_allocation()?;
                     let kind = FileKind::from_mode(mode).ok_or(Errno::EINVAL)?;
                     let category = match &explicit {
@@ -184,7 +187,7 @@ impl Engine {
                         }
                         None => m.plan_category(&categories, parent, name, kind, ino),
                     };
-                    m.apply(&Op::Create {
+                    let create = Op::Create {
                         parent,
                         name,
                         ino,
@@ -195,7 +198,8 @@ impl Engine {
                         rdev,
                         target,
                         time_ns,
-                    })?;
+                    };
+                    m.create_with_acls(&create, &inherited)?;
                     if let Some((assigned, resolved)) = category {
                         m.assign_category(ino, assigned.as_ref(), resolved, time_ns)?;
                     }
@@ -219,7 +223,7 @@ impl Engine {
 
     /// Creates an unnamed regular file in `parent` (`O_TMPFILE`): no links, so it is freed when
     /// the last reference goes and never reaches the store unless `link` names it, which only a
-    /// `linkable` one (opened without `O_EXCL`) may. `mode` has the umask applied. Access to
+    /// `linkable` one (opened without `O_EXCL`) may. `mode` as for `mknod`. Access to
     /// `parent` is the caller's to check (the kernel does, as for every create). It gets the
     /// category a file created in `parent` would, but a filename rule's
     /// (`Mutation::plan_unnamed_category`).
@@ -236,17 +240,25 @@ impl Engine {
                     } else {
                         ctx.gid
                     };
+                    let inherited =
+                        m.state()
+                            .inherit_acls(parent, libc::S_IFREG | (mode & 0o7777), ctx.umask);
                     let (ino, generation) = m.state().table.next_allocation()?;
                     m.create_unnamed(&crate::state::Unnamed {
                         parent,
                         ino,
                         generation,
-                        mode,
+                        mode: inherited.mode,
                         uid: ctx.uid,
                         gid,
                         linkable,
                         time_ns,
                     })?;
+                    if let Err(e) = m.set_inherited_acls(ino, &inherited, time_ns) {
+                        // Nothing refers to it yet: it goes, as a forgotten unlinked file.
+                        drop(m.state.free_if_unreferenced(ino));
+                        return Err(e);
+                    }
                     if let Some((assigned, resolved)) = m.plan_unnamed_category(&categories, parent)
                     {
                         m.assign_category(ino, assigned.as_ref(), resolved, time_ns)?;

@@ -76,6 +76,7 @@ fn the_kernel_is_told_of_privileges_a_write_takes_away_and_only_of_those() {
         uid: 65534,
         gid: 65534,
         kernel: true,
+        umask: 0,
     };
     let f = e
         .mknod(&kernel, ROOT_INO, b"f", libc::S_IFREG | 0o4777, 0)

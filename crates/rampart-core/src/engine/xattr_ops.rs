@@ -1,10 +1,12 @@
 //! Extended attributes through the engine.
 
-use super::{category_ops, Ctx, Engine, Invalidation};
+use super::{category_ops, Ctx, Engine, Invalidation, Mutation};
+use crate::acl;
 use crate::attr::Ino;
 use crate::category;
 use crate::error::{Errno, FsResult};
 use crate::op::Op;
+use crate::state::Inherited;
 use crate::xattr;
 
 impl Engine {
@@ -79,5 +81,76 @@ impl Engine {
             |m, time_ns| m.apply(&Op::RemoveXattr { ino, name, time_ns }),
             |_| vec![Invalidation::Inode { ino }],
         )
+    }
+}
+
+impl Mutation<'_> {
+    /// Applies `create` and then the ACLs its inode inherited from its directory, committed
+    /// whole; if an ACL cannot be set (memory), the creation is taken back, so no inode has a
+    /// mode computed for ACLs it lacks.
+    pub(crate) fn create_with_acls(
+        &mut self,
+        create: &Op<'_>,
+        inherited: &Inherited,
+    ) -> FsResult<()> {
+        let Op::Create {
+            parent,
+            name,
+            ino,
+            mode,
+            time_ns,
+            ..
+        } = *create
+        else {
+            unreachable!("not a create: {create:?}");
+        };
+        if inherited.access.is_none() && inherited.default.is_none() {
+            return self.apply(create);
+        }
+        self.grouped(|m| {
+            m.apply(create)?;
+            let set = m.set_inherited_acls(ino, inherited, time_ns);
+            if set.is_err() {
+                let _ = if mode & libc::S_IFMT == libc::S_IFDIR {
+                    m.apply(&Op::Rmdir {
+                        parent,
+                        name,
+                        time_ns,
+                    })
+                } else {
+                    m.apply(&Op::Unlink {
+                        parent,
+                        name,
+                        time_ns,
+                    })
+                };
+            }
+            set
+        })
+    }
+
+    /// Sets the access and default ACLs a new inode inherited (`State::inherit_acls`).
+    pub(crate) fn set_inherited_acls(
+        &mut self,
+        ino: Ino,
+        inherited: &Inherited,
+        time_ns: crate::time::TimeNs,
+    ) -> FsResult<()> {
+        let acls = [
+            (acl::ACCESS_XATTR, &inherited.access),
+            (acl::DEFAULT_XATTR, &inherited.default),
+        ];
+        for (name, value) in acls {
+            if let Some(value) = value {
+                self.apply(&Op::SetXattr {
+                    ino,
+                    name,
+                    value,
+                    flags: 0,
+                    time_ns,
+                })?;
+            }
+        }
+        Ok(())
     }
 }

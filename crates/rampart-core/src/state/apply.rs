@@ -400,6 +400,10 @@ impl State {
             inode.mtime_ns = t;
         }
         inode.ctime_ns = ctime_ns;
+        if mode.is_some() {
+            self.chmod_acl(ino);
+        }
+        let inode = self.table.get_mut(ino).expect("inode");
         if chown || size_bytes.is_some() {
             let strip = if chown || kill_suidgid {
                 Strip::SetuidAndExecSetgid
@@ -537,6 +541,9 @@ impl State {
         flags: i32,
         time_ns: TimeNs,
     ) -> FsResult<()> {
+        if crate::acl::is_acl_name(name) {
+            return self.apply_acl_setxattr(ino, name, value, flags, time_ns);
+        }
         let inode = self.inode(ino)?;
         let empty = Xattrs::default();
         let current = inode.xattrs.as_deref().unwrap_or(&empty);

@@ -6,6 +6,7 @@
 //! does (`repair`). It holds no lock and does no I/O: the engine (`crate::engine`) owns the
 //! lock, and the persistence levels see only the ops.
 
+mod acl;
 mod apply;
 pub(crate) use apply::check_fallocate;
 mod check;
@@ -31,6 +32,7 @@ use crate::namespace::inode::{Inode, Payload};
 use crate::namespace::table::InodeTable;
 use crate::time::TimeNs;
 
+pub(crate) use acl::Inherited;
 pub(crate) use privileges::CAPABILITY_XATTR;
 pub(crate) use tmpfile::Unnamed;
 

@@ -461,6 +461,10 @@ pub(crate) struct fuse_setxattr_in {
     pub(crate) padding: u32,
 }
 
+/// SETXATTR of a POSIX ACL by a caller neither in the file's group nor holding CAP_FSETID:
+/// the file system clears setgid as `posix_acl_update_mode` would.
+pub const FUSE_SETXATTR_ACL_KILL_SGID: u32 = 1 << 0;
+
 #[repr(C)]
 #[derive(Debug, FromBytes, KnownLayout, Immutable)]
 pub(crate) struct fuse_getxattr_in {

@@ -832,6 +832,8 @@ mod op {
         #[expect(dead_code)]
         header: &'a fuse_in_header,
         arg: &'a fuse_setxattr_in,
+        /// FUSE_SETXATTR_EXT's flags (0 when not negotiated; rampart's addition).
+        setxattr_flags: u32,
         name: &'a OsStr,
         value: &'a [u8],
     }
@@ -845,6 +847,10 @@ mod op {
         // TODO: Document what are valid flags
         pub(crate) fn flags(&self) -> i32 {
             self.arg.flags
+        }
+        /// FUSE_SETXATTR_EXT's flags: FUSE_SETXATTR_ACL_KILL_SGID, or 0.
+        pub(crate) fn setxattr_flags(&self) -> u32 {
+            self.setxattr_flags
         }
         /// This will always be 0 except on `MacOS`.  It's recommended that
         /// implementations return EINVAL if this is not 0.
@@ -1658,6 +1664,7 @@ mod op {
         header: &'a fuse_in_header,
         opcode: &fuse_opcode,
         data: &'a [u8],
+        setxattr_ext: bool,
     ) -> Option<Operation<'a>> {
         let mut data = ArgumentIterator::new(data);
         Some(match opcode {
@@ -1740,13 +1747,25 @@ mod op {
                 arg: data.fetch()?,
             }),
             fuse_opcode::FUSE_SETXATTR => Operation::SetXAttr({
+                // With FUSE_SETXATTR_EXT the argument is 16 bytes, its first 8 as before.
+                let arg: &fuse_setxattr_in = data.fetch()?;
+                let setxattr_flags = if setxattr_ext {
+                    let ext: &[u32; 2] = data.fetch()?;
+                    ext[0]
+                } else {
+                    0
+                };
                 let out = SetXAttr {
                     header,
-                    arg: data.fetch()?,
+                    arg,
+                    setxattr_flags,
                     name: data.fetch_str()?,
                     value: data.fetch_all(),
                 };
-                assert!(out.value.len() == out.arg.size as usize);
+                // A value of another length than announced is a malformed request, not a panic.
+                if out.value.len() != out.arg.size as usize {
+                    return None;
+                }
                 out
             }),
             fuse_opcode::FUSE_GETXATTR => Operation::GetXAttr(GetXAttr {
@@ -2197,12 +2216,18 @@ impl<'a> AnyRequest<'a> {
     }
 
     pub(crate) fn operation(&self) -> Result<Operation<'a>, RequestError> {
+        self.operation_in(false)
+    }
+
+    /// The operation, parsed as a session that negotiated FUSE_SETXATTR_EXT (or not) must.
+    pub(crate) fn operation_in(&self, setxattr_ext: bool) -> Result<Operation<'a>, RequestError> {
         // Parse/check opcode
         let opcode = fuse_opcode::try_from(self.header.opcode).map_err(
             |e: num_enum::TryFromPrimitiveError<_>| RequestError::UnknownOperation(e.number),
         )?;
         // Parse/check operation arguments
-        op::parse(self.header, &opcode, self.data).ok_or(RequestError::InsufficientData)
+        op::parse(self.header, &opcode, self.data, setxattr_ext)
+            .ok_or(RequestError::InsufficientData)
     }
 
     pub(crate) fn header(&self) -> &fuse_in_header {
