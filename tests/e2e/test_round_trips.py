@@ -74,7 +74,11 @@ def test_durable_small_write_takes_six_round_trips_and_a_forget(mnt):
     assert per_file.get("open", 0) <= 0.01, "CREATE opens the file: no OPEN"
     # FORGETs (one by one or batched) are not round trips: the kernel does not wait for them.
     not_waited = per_file.get("forget", 0) + per_file.get("batch_forget", 0)
-    assert sum(per_file.values()) - per_file.get("setattr", 0) - not_waited <= 6.01, per_file
+    # STATFS comes from other programs on the machine (`df` walks every mount), not from
+    # these writes. The budget: six per file, and room for the first FLUSH the mount refuses.
+    others = per_file.get("statfs", 0)
+    waited = sum(per_file.values()) - per_file.get("setattr", 0) - not_waited - others
+    assert waited <= 6.01 + 1e-9, per_file
     assert per_file.get("forget", 0) <= 1.01, per_file
     assert round(per_file.get("setattr", 0) * FILES) == moved, (
         f"{moved} of {FILES} writes changed the times, but the kernel sent "
