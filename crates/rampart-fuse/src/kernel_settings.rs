@@ -29,12 +29,15 @@ pub const BACKGROUND_REQUESTS_MAX: u16 = 64;
 /// truncate and chown itself, which lets the kernel mark the mount SB_NOSEC and stop asking for
 /// security.capability before every write() (a round trip each). ABORT_ERROR: after an abort
 /// (fusectl) the kernel says ECONNABORTED instead of ENODEV, which tells an aborted connection
-/// from an unmount (the daemon then detaches the dead mount).
-pub const INIT_FLAGS: [InitFlags; 4] = [
+/// from an unmount (the daemon then detaches the dead mount). EXPORT_SUPPORT: a file handle
+/// (open_by_handle_at, NFS export) whose inode left the kernel's caches is found by LOOKUP of
+/// "." under its number, and a directory's parent by ".." (decision 0142).
+pub const INIT_FLAGS: [InitFlags; 5] = [
     InitFlags::FUSE_PARALLEL_DIROPS,
     InitFlags::FUSE_CACHE_SYMLINKS,
     InitFlags::FUSE_HANDLE_KILLPRIV_V2,
     InitFlags::FUSE_ABORT_ERROR,
+    InitFlags::FUSE_EXPORT_SUPPORT,
 ];
 
 /// What a directory's OPEN answers: its pages and listing stay cached.
