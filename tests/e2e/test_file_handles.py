@@ -123,6 +123,7 @@ def test_handles_open_the_same_files_after_a_clean_remount(mnt):
     file_handle, dir_handle = handle_of(f), handle_of(d)
     unmount(mnt)
     remount(mnt)
+    drop_caches()  # the remount listed the root: READDIRPLUS cached its entries
     assert_opens(mnt.path, file_handle, b"kept\n")
     assert_dir_opens(mnt.path, dir_handle, d, ["f"])
 
@@ -138,6 +139,7 @@ def test_handles_open_the_same_files_after_kill_9_and_a_remount(mnt):
     assert r.returncode == 0, r.stderr
     crash(mnt)
     remount(mnt)
+    drop_caches()  # the remount listed the root: READDIRPLUS cached its entries
     assert_opens(mnt.path, file_handle, b"synced\n")
     assert_dir_opens(mnt.path, dir_handle, d, ["f"])
 
@@ -166,8 +168,7 @@ def test_a_handle_whose_inode_number_was_reused_is_stale(mnt):
     drop_caches()  # the daemon frees the inode once the kernel forgets it
     new = os.path.join(mnt.path, "new")
     write_file(new, b"new\n")
-    if os.stat(new).st_ino != old_ino:
-        pytest.skip(f"the file system gave the new file another inode number ({os.stat(new).st_ino})")
+    assert os.stat(new).st_ino == old_ino, "the freed inode number was not reused"
     new_handle = handle_of(new)
     # Cached (the kernel compares the generations) and not (the daemon's lookup answers).
     assert_stale(mnt.path, old_handle)
@@ -178,6 +179,35 @@ def test_a_handle_whose_inode_number_was_reused_is_stale(mnt):
     # And after a remount: the generation is the persisted one.
     unmount(mnt)
     remount(mnt)
+    drop_caches()  # the remount listed the root: READDIRPLUS cached its entries
     assert_stale(mnt.path, old_handle)
     assert_opens(mnt.path, new_handle, b"new\n")
 
+
+
+@pytest.mark.rampart_only("restarts the rampart daemon")
+@pytest.mark.parametrize("restart", ["clean remount", "kill -9"])
+def test_an_inode_number_reused_after_a_restart_gets_a_new_generation(mnt, restart):
+    """The next generation is recovered too: a number freed and reused after the restart does
+    not hand out the old file's generation again."""
+    old = os.path.join(mnt.path, "old")
+    write_file(old, b"old\n")
+    old_ino, old_handle = os.stat(old).st_ino, handle_of(old)
+    if restart == "kill -9":
+        r = mnt.cli("sync", mnt.path)
+        assert r.returncode == 0, r.stderr
+        crash(mnt)
+    else:
+        unmount(mnt)
+    remount(mnt)
+    drop_caches()  # the remount listed the root: READDIRPLUS cached its entries
+    assert_opens(mnt.path, old_handle, b"old\n")
+    os.unlink(old)
+    drop_caches()
+    new = os.path.join(mnt.path, "new")
+    write_file(new, b"new\n")
+    assert os.stat(new).st_ino == old_ino, "the freed inode number was not reused"
+    assert_stale(mnt.path, old_handle)
+    drop_caches()
+    assert_stale(mnt.path, old_handle)
+    assert_opens(mnt.path, handle_of(new), b"new\n")
