@@ -1,5 +1,5 @@
-//! What rampart-fuse puts in its replies: attributes, xattr values by the size protocol, and
-//! errors.
+//! What rampart-fuse puts in its replies: attributes, lookups' entries, xattr values by the
+//! size protocol, and errors.
 
 use std::time::{Duration, UNIX_EPOCH};
 
