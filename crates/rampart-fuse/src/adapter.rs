@@ -27,7 +27,7 @@ use crate::kernel_settings;
 use crate::open_files::{Negotiated, OpenFiles, Opened, FH_PASSTHROUGH};
 use crate::refusals::Refusals;
 pub(crate) use crate::reply_attr::errno;
-use crate::reply_attr::{file_attr, file_type, reply_empty, reply_xattr};
+use crate::reply_attr::{file_attr, file_type, reply_empty, reply_lookup, reply_xattr};
 use crate::request_ctx::{create_ctx, ctx, guarded, set_time, xattr_flags};
 use crate::PassthroughMode;
 
@@ -262,23 +262,15 @@ impl Filesystem for RampartFs {
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _timer = self.counters.start(RequestKind::lookup);
         guarded("lookup", || {
-            match self.engine.lookup(&ctx(req), parent.0, name.as_bytes()) {
-                Ok(a) => reply.entry(
-                    &self.cache.entry_ttl,
-                    &file_attr(&a),
-                    Generation(a.generation),
-                ),
-                Err(e) if e == rampart_core::Errno::ENOENT => {
-                    // A negative entry (inode 0) with a timeout: the kernel caches "no such
-                    // name", which saves the lookup that precedes every create.
-                    reply.entry(
-                        &self.cache.entry_ttl,
-                        &kernel_settings::negative_entry(),
-                        Generation(0),
-                    );
-                }
-                Err(e) => reply.error(errno(e)),
-            }
+            let ttl = &self.cache.entry_ttl;
+            reply_lookup(
+                &self.engine,
+                &ctx(req),
+                parent.0,
+                name.as_bytes(),
+                ttl,
+                reply,
+            )
         });
     }
 

@@ -32,8 +32,10 @@ pub const BACKGROUND_REQUESTS_MAX: u16 = 64;
 /// from an unmount (the daemon then detaches the dead mount). POSIX_ACL: the kernel enforces
 /// the ACLs rampart stores (and stops applying the umask: DONT_MASK says rampart does, as it
 /// must to let a default ACL override it); SETXATTR_EXT: an ACL set by a caller who may not
-/// keep setgid says so (decision 0143).
-pub const INIT_FLAGS: [InitFlags; 7] = [
+/// keep setgid says so (decision 0143). EXPORT_SUPPORT: a file handle (open_by_handle_at, NFS
+/// export) whose inode left the kernel's caches is found by LOOKUP of "." under its number,
+/// and a directory's parent by ".." (decision 0142).
+pub const INIT_FLAGS: [InitFlags; 8] = [
     InitFlags::FUSE_PARALLEL_DIROPS,
     InitFlags::FUSE_CACHE_SYMLINKS,
     InitFlags::FUSE_HANDLE_KILLPRIV_V2,
@@ -41,6 +43,7 @@ pub const INIT_FLAGS: [InitFlags; 7] = [
     InitFlags::FUSE_POSIX_ACL,
     InitFlags::FUSE_DONT_MASK,
     InitFlags::FUSE_SETXATTR_EXT,
+    InitFlags::FUSE_EXPORT_SUPPORT,
 ];
 
 /// What a directory's OPEN answers: its pages and listing stay cached.

@@ -21,8 +21,9 @@ use rampart_core::Ino;
 /// of it waiting on its own mount.
 pub trait OwnMountCalls: Send + Sync {
     /// Has the kernel write back the mount's dirty pages, then returns its size of file
-    /// `ino` (`generation`); `None` if the kernel does not cache that file or the mount point
-    /// no longer shows this mount.
+    /// `ino` (`generation`); `None` if that file is gone or the mount point no longer shows
+    /// this mount. A file the kernel no longer caches is looked up (decision 0142) and shows
+    /// the engine's size.
     fn sync_and_size(&self, ino: Ino, generation: u64) -> std::io::Result<Option<u64>>;
 
     /// Truncates the kernel's view of file `ino` to `size_bytes` if it shows more.
@@ -140,8 +141,8 @@ struct FuseHandle {
 
 const FILEID_INO64_GEN: i32 = 0x81;
 
-/// Opens file `ino` for writing by its handle; `None` if the kernel does not cache it (or it
-/// is not ours any more).
+/// Opens file `ino` for writing by its handle; `None` if it is not ours any more (ESTALE:
+/// deleted, or its number now another file's).
 fn open_by_handle(root: &OwnedFd, ino: Ino, generation: u64) -> std::io::Result<Option<OwnedFd>> {
     let mut handle = FuseHandle {
         handle_bytes: 12,
@@ -150,8 +151,9 @@ fn open_by_handle(root: &OwnedFd, ino: Ino, generation: u64) -> std::io::Result<
     };
     // SAFETY: `handle` has the layout of a `struct file_handle` followed by `handle_bytes`
     // bytes of handle, and lives for the call; the kernel only reads it. The descriptor
-    // returned is owned below. The kernel finds the inode in its own cache (fuse_get_dentry:
-    // without export support only a cached inode resolves, which is the one to correct).
+    // returned is owned below. The kernel finds the inode in its own cache, the one to
+    // correct; one it no longer caches it looks up in the daemon (LOOKUP of ".", export
+    // support, decision 0142) and opens at the engine's size: nothing to truncate then.
     let fd = last_error(unsafe {
         libc::open_by_handle_at(
             root.as_raw_fd(),

@@ -131,7 +131,7 @@ fn realign(
     // The kernel's other dirty pages reach the engine first (they may be refused too), so that
     // its size is compared with everything the engine will get.
     let Some(kernel_size) = calls.sync_and_size(ino, attr.generation)? else {
-        return Ok(()); // not in the kernel's cache (nothing to correct), or not our mount
+        return Ok(()); // gone, or not our mount
     };
     let engine_size = engine.getattr(ino).map_or(kernel_size, |a| a.size_bytes);
     if kernel_size > engine_size {

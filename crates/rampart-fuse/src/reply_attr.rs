@@ -1,11 +1,11 @@
-//! What rampart-fuse puts in its replies: attributes, xattr values by the size protocol, and
-//! errors.
+//! What rampart-fuse puts in its replies: attributes, lookups' entries, xattr values by the
+//! size protocol, and errors.
 
-use std::time::UNIX_EPOCH;
+use std::time::{Duration, UNIX_EPOCH};
 
-use fuser::{Errno, FileAttr, FileType, INodeNo, ReplyEmpty, ReplyXattr};
+use fuser::{Errno, FileAttr, FileType, Generation, INodeNo, ReplyEmpty, ReplyEntry, ReplyXattr};
 use rampart_core::time::to_system_time;
-use rampart_core::{Attr, FileKind};
+use rampart_core::{Attr, Ctx, Engine, FileKind};
 
 pub(crate) fn file_type(kind: FileKind) -> FileType {
     match kind {
@@ -58,6 +58,34 @@ pub(crate) fn errno(e: rampart_core::Errno) -> Errno {
 pub(crate) fn reply_empty(reply: ReplyEmpty, result: rampart_core::FsResult<()>) {
     match result {
         Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
+/// Answers a LOOKUP of `name` in `parent`; entries and "no such name" are cached for `ttl`.
+pub(crate) fn reply_lookup(
+    engine: &Engine,
+    ctx: &Ctx,
+    parent: u64,
+    name: &[u8],
+    ttl: &Duration,
+    reply: ReplyEntry,
+) {
+    // The kernel sends "." and ".." only to find a file handle's inode it no longer caches
+    // (FUSE_EXPORT_SUPPORT, decision 0142): by number, and never a negative entry.
+    let result = match name {
+        b"." => engine.lookup_by_number(ctx, parent, false),
+        b".." => engine.lookup_by_number(ctx, parent, true),
+        _ => engine.lookup(ctx, parent, name),
+    };
+    match result {
+        Ok(a) => reply.entry(ttl, &file_attr(&a), Generation(a.generation)),
+        Err(e) if e == rampart_core::Errno::ENOENT && name != b"." && name != b".." => {
+            // A negative entry (inode 0) with a timeout: the kernel caches "no such name",
+            // which saves the lookup that precedes every create.
+            let negative = crate::kernel_settings::negative_entry();
+            reply.entry(ttl, &negative, Generation(0));
+        }
         Err(e) => reply.error(errno(e)),
     }
 }

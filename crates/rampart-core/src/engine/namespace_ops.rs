@@ -33,6 +33,26 @@ impl Engine {
         Ok(inode.attr(ino))
     }
 
+    /// Looks up inode `ino` itself (`parent` false: the kernel's LOOKUP of ".") or, for a
+    /// directory, its parent (LOOKUP of ".."; the root's is the root): how the kernel finds a
+    /// file handle's inode that it no longer caches (FUSE_EXPORT_SUPPORT, decision 0142).
+    /// Counted like any lookup. ESTALE for a number that names no inode, or one unlinked that
+    /// nothing references any more: the handle's file is gone.
+    pub fn lookup_by_number(&self, ctx: &Ctx, ino: Ino, parent: bool) -> FsResult<Attr> {
+        let state = self.read_state();
+        let inode = state.inode(ino).map_err(|_| Errno::ESTALE)?;
+        if inode.nlink == 0 && inode.lookups.load(Ordering::Acquire) == 0 {
+            return Err(Errno::ESTALE);
+        }
+        let found = match parent {
+            false => ino,
+            true => inode.dir().ok_or(Errno::ENOTDIR)?.parent,
+        };
+        let found_inode = state.inode(found).map_err(|_| Errno::ESTALE)?;
+        count_lookup(ctx, found_inode);
+        Ok(found_inode.attr(found))
+    }
+
     /// Drops `count` kernel references; frees the inode if it has no links left either.
     pub fn forget(&self, ino: Ino, count: u64) {
         let free = {

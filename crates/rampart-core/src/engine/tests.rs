@@ -1,7 +1,7 @@
 //! Engine-level tests that reach into the state.
 
 use super::*;
-use crate::attr::{FileKind, ROOT_INO};
+use crate::attr::{FileKind, Ino, ROOT_INO};
 
 #[test]
 fn repair_fixes_what_check_finds() {
@@ -99,5 +99,69 @@ fn the_kernel_is_told_of_privileges_a_write_takes_away_and_only_of_those() {
     assert_eq!(
         std::mem::take(&mut *recorder.0.lock()),
         vec![Invalidation::Attributes { ino: f }]
+    );
+}
+
+fn lookups(e: &Engine, ino: Ino) -> u64 {
+    e.state
+        .read()
+        .inode(ino)
+        .unwrap()
+        .lookups
+        .load(Ordering::Acquire)
+}
+
+/// The kernel's LOOKUP of "." and ".." for a file handle (decision 0142): the inode and a
+/// directory's parent, counted until FORGET, with the generation; ESTALE once it is gone.
+#[test]
+fn a_lookup_by_number_counts_and_goes_stale_with_the_inode() {
+    let e = Engine::new(EngineConfig::default());
+    let kernel = Ctx {
+        uid: 0,
+        gid: 0,
+        kernel: true,
+    };
+    let dir = e.mkdir(&kernel, ROOT_INO, b"d", 0o755).unwrap();
+    let f = e
+        .mknod(&kernel, dir.ino, b"f", libc::S_IFREG | 0o644, 0)
+        .unwrap();
+    e.forget(dir.ino, 1);
+    e.forget(f.ino, 1);
+    let me = e.lookup_by_number(&kernel, f.ino, false).unwrap();
+    assert_eq!((me.ino, me.generation), (f.ino, f.generation));
+    assert_eq!(lookups(&e, f.ino), 1);
+    assert_eq!(
+        e.lookup_by_number(&kernel, dir.ino, true).unwrap().ino,
+        ROOT_INO
+    );
+    assert_eq!(
+        e.lookup_by_number(&kernel, ROOT_INO, true).unwrap().ino,
+        ROOT_INO
+    );
+    assert_eq!(
+        e.lookup_by_number(&kernel, f.ino, true).unwrap_err(),
+        Errno::ENOTDIR
+    );
+    // Unlinked but still looked up: the kernel holds it. Forgotten: gone.
+    e.unlink(&kernel, dir.ino, b"f").unwrap();
+    assert_eq!(
+        e.lookup_by_number(&kernel, f.ino, false).unwrap().ino,
+        f.ino
+    );
+    assert_eq!(lookups(&e, f.ino), 2);
+    e.forget(f.ino, 2);
+    assert_eq!(
+        e.lookup_by_number(&kernel, f.ino, false).unwrap_err(),
+        Errno::ESTALE
+    );
+    // The number reused: found, with a different generation (the handle's check fails).
+    let g = e
+        .mknod(&kernel, dir.ino, b"g", libc::S_IFREG | 0o644, 0)
+        .unwrap();
+    assert_eq!(g.ino, f.ino);
+    assert_ne!(g.generation, f.generation);
+    assert_eq!(
+        e.lookup_by_number(&kernel, 999_999, false).unwrap_err(),
+        Errno::ESTALE
     );
 }
