@@ -120,6 +120,7 @@ fn a_lookup_by_number_counts_and_goes_stale_with_the_inode() {
         uid: 0,
         gid: 0,
         kernel: true,
+        umask: 0,
     };
     let dir = e.mkdir(&kernel, ROOT_INO, b"d", 0o755).unwrap();
     let f = e
