@@ -117,6 +117,25 @@ def test_an_acl_equal_to_a_mode_is_stored_as_the_mode(ad, tmpfs):
         assert ACCESS not in os.listxattr(p)
 
 
+def test_removing_an_acl_that_is_not_stored_succeeds(ad, tmpfs):
+    """As on tmpfs and ext4 (`set_acl(NULL)`): `setfattr -x` of an absent ACL, or of one
+    stored as the mode alone, succeeds and leaves the mode."""
+    for top in (ad, tmpfs):
+        f = os.path.join(top, "plain")
+        write_file(f, b"x")
+        os.chmod(f, 0o640)
+        os.removexattr(f, ACCESS)
+        os.setxattr(f, ACCESS, acl_xattr([(USER_OBJ, 6, U), (GROUP_OBJ, 0, U), (OTHER, 4, U)]))
+        os.removexattr(f, ACCESS)
+        assert stat.S_IMODE(os.stat(f).st_mode) == 0o604, top
+        d = os.path.join(top, "dir")
+        os.mkdir(d)
+        os.removexattr(d, DEFAULT)
+        with pytest.raises(OSError) as e:
+            os.removexattr(f, "user.absent")
+        assert e.value.errno == errno.ENODATA, top
+
+
 def test_acl_entries_are_enforced(ad):
     p = os.path.join(ad, "secret")
     write_file(p, b"secret", mode=0o600)

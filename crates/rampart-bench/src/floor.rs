@@ -328,7 +328,7 @@ impl Floor {
 impl Filesystem for Floor {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         // rampart-fuse's flags and limits, so the kernel behaves as it does for rampart.
-        kernel_settings::add_capabilities(config, &kernel_settings::INIT_FLAGS);
+        kernel_settings::add_init_capabilities(config);
         // As rampart does on a mount without passthrough (decision 0080).
         kernel_settings::add_capabilities(config, &[InitFlags::FUSE_DO_READDIRPLUS]);
         if self.writeback_cache && !kernel_settings::add_writeback_cache(config) {

@@ -50,6 +50,9 @@ pub(crate) struct RampartFs {
     direct: Arc<DirectIo>,
     /// Reads that wait for the disk, off the FUSE threads (decision 0073).
     disk_reads: DiskReads,
+    /// The kernel enforces POSIX ACLs (FUSE_POSIX_ACL with SETXATTR_EXT, set at INIT);
+    /// otherwise their xattrs answer EOPNOTSUPP, as nothing would enforce them.
+    posix_acl: bool,
 }
 
 impl RampartFs {
@@ -73,6 +76,7 @@ impl RampartFs {
             negotiated,
             direct: Arc::new(DirectIo::default()),
             disk_reads: DiskReads::default(),
+            posix_acl: false,
         }
     }
 
@@ -231,9 +235,16 @@ impl RampartFs {
     }
 }
 
+impl RampartFs {
+    /// A POSIX ACL xattr on a mount whose kernel does not enforce ACLs.
+    fn acl_unsupported(&self, name: &[u8]) -> bool {
+        !self.posix_acl && name.starts_with(b"system.posix_acl_")
+    }
+}
+
 impl Filesystem for RampartFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        kernel_settings::add_capabilities(config, &kernel_settings::INIT_FLAGS);
+        self.posix_acl = kernel_settings::add_init_capabilities(config);
         // Files opened with direct I/O (SAFE, DISPOSABLE) can still be mapped shared.
         kernel_settings::add_capabilities(config, &[InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP]);
         self.negotiate_passthrough(config)?;
@@ -818,6 +829,9 @@ impl Filesystem for RampartFs {
         let _timer = self.counters.start(RequestKind::setxattr);
         guarded("setxattr", || {
             let name = name.as_bytes();
+            if self.acl_unsupported(name) {
+                return reply.error(errno(rampart_core::Errno::EOPNOTSUPP));
+            }
             let flags = xattr_flags(name, flags, setxattr_flags);
             let r = self.engine.setxattr(&ctx(req), ino.0, name, value, flags);
             reply_empty(reply, r);
@@ -827,6 +841,9 @@ impl Filesystem for RampartFs {
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let _timer = self.counters.start(RequestKind::getxattr);
         guarded("getxattr", || {
+            if self.acl_unsupported(name.as_bytes()) {
+                return reply.error(errno(rampart_core::Errno::EOPNOTSUPP));
+            }
             reply_xattr(reply, size, self.engine.getxattr(ino.0, name.as_bytes()))
         });
     }
@@ -844,6 +861,9 @@ impl Filesystem for RampartFs {
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _timer = self.counters.start(RequestKind::removexattr);
         guarded("removexattr", || {
+            if self.acl_unsupported(name.as_bytes()) {
+                return reply.error(errno(rampart_core::Errno::EOPNOTSUPP));
+            }
             reply_empty(
                 reply,
                 self.engine.removexattr(&ctx(req), ino.0, name.as_bytes()),

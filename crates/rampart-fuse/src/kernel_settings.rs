@@ -29,22 +29,41 @@ pub const BACKGROUND_REQUESTS_MAX: u16 = 64;
 /// truncate and chown itself, which lets the kernel mark the mount SB_NOSEC and stop asking for
 /// security.capability before every write() (a round trip each). ABORT_ERROR: after an abort
 /// (fusectl) the kernel says ECONNABORTED instead of ENODEV, which tells an aborted connection
-/// from an unmount (the daemon then detaches the dead mount). POSIX_ACL: the kernel enforces
-/// the ACLs rampart stores (and stops applying the umask: DONT_MASK says rampart does, as it
-/// must to let a default ACL override it); SETXATTR_EXT: an ACL set by a caller who may not
-/// keep setgid says so (decision 0143). EXPORT_SUPPORT: a file handle (open_by_handle_at, NFS
-/// export) whose inode left the kernel's caches is found by LOOKUP of "." under its number,
-/// and a directory's parent by ".." (decision 0142).
-pub const INIT_FLAGS: [InitFlags; 8] = [
+/// from an unmount (the daemon then detaches the dead mount). EXPORT_SUPPORT: a file handle
+/// (open_by_handle_at, NFS export) whose inode left the kernel's caches is found by LOOKUP of
+/// "." under its number, and a directory's parent by ".." (decision 0142). The ACL
+/// capabilities go with [`add_init_capabilities`].
+pub const INIT_FLAGS: [InitFlags; 5] = [
     InitFlags::FUSE_PARALLEL_DIROPS,
     InitFlags::FUSE_CACHE_SYMLINKS,
     InitFlags::FUSE_HANDLE_KILLPRIV_V2,
     InitFlags::FUSE_ABORT_ERROR,
-    InitFlags::FUSE_POSIX_ACL,
-    InitFlags::FUSE_DONT_MASK,
-    InitFlags::FUSE_SETXATTR_EXT,
     InitFlags::FUSE_EXPORT_SUPPORT,
 ];
+
+/// Asks for [`INIT_FLAGS`] and for POSIX ACLs: POSIX_ACL (the kernel enforces the ACLs
+/// rampart stores and stops applying the umask; DONT_MASK says rampart does, as it must to
+/// let a default ACL override it) only with SETXATTR_EXT, through which the kernel says that
+/// an ACL's setter may not keep setgid: without it (Linux < 5.16) setgid would survive such a
+/// setfacl, so ACLs stay unsupported there (EOPNOTSUPP; decision 0143). Returns whether the
+/// kernel enforces ACLs.
+pub fn add_init_capabilities(config: &mut KernelConfig) -> bool {
+    add_capabilities(config, &INIT_FLAGS);
+    if config
+        .add_capabilities(InitFlags::FUSE_SETXATTR_EXT)
+        .is_err()
+    {
+        tracing::info!("kernel lacks FUSE_SETXATTR_EXT: POSIX ACLs are not offered");
+        return false;
+    }
+    // DONT_MASK first: POSIX_ACL without it would have the kernel strip the umask that a
+    // default ACL must override.
+    if config.add_capabilities(InitFlags::FUSE_DONT_MASK).is_err() {
+        tracing::info!("kernel lacks FUSE_DONT_MASK: POSIX ACLs are not offered");
+        return false;
+    }
+    config.add_capabilities(InitFlags::FUSE_POSIX_ACL).is_ok()
+}
 
 /// What a directory's OPEN answers: its pages and listing stay cached.
 pub const DIR_OPEN_FLAGS: FopenFlags =

@@ -76,11 +76,17 @@ impl Engine {
         if let Some(done) = self.set_category_xattr(ctx, ino, name, None) {
             return done;
         }
-        self.mutate(
+        let removed = self.mutate(
             ctx,
             |m, time_ns| m.apply(&Op::RemoveXattr { ino, name, time_ns }),
             |_| vec![Invalidation::Inode { ino }],
-        )
+        );
+        match removed {
+            // Linux removes an absent ACL without error (`set_acl(NULL)` on ext4 and tmpfs):
+            // one equal to the mode is not stored at all.
+            Err(Errno::ENODATA) if acl::is_acl_name(name) => Ok(()),
+            other => other,
+        }
     }
 }
 

@@ -63,13 +63,13 @@ mod free_early;
 mod host_files;
 mod journal_tail;
 use journal_tail::{journal_header, open_journal};
+mod journal_room;
 mod leader;
 mod reserve;
 
 pub use answers::set_answer_batch;
 use at_risk::{AtRisk, Lags};
 pub use checkpoint_job::Backup;
-use journal_tail::write_zeros;
 
 const CHECKPOINT_TMP: &str = "checkpoint.tmp";
 /// The committer thread's name (it must never wait for itself: `throttle`).
@@ -710,21 +710,16 @@ impl Persister {
         };
         let needed = end + batch_bytes + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN as u64;
         if needed > file_end {
-            let mut new_end = end + batch_bytes + journal::JOURNAL_RESERVE_BYTES as u64;
-            let mut extended = self.extend_journal(file_end, new_end, batch_bytes);
-            if matches!(&extended, Err(e) if e.kind() == std::io::ErrorKind::StorageFull) {
-                // A nearly full disk: the batch and the fewest zeros after it may still fit
-                // where the usual room ahead does not (decision 0144).
-                let _ = self.device.truncate(JOURNAL_FILE, file_end);
-                new_end = needed.next_multiple_of(4096);
-                extended = self.extend_journal(file_end, new_end, batch_bytes);
-            }
-            if let Err(e) = extended {
-                // Give back what part of the zeros was written (a full disk needs the room):
-                // the synced length holds every commit and the zeros after it.
-                let _ = self.device.truncate(JOURNAL_FILE, file_end);
-                return Err(self.fail(PersistStep::WriteJournal, &e));
-            }
+            let extended = self.make_room_ahead(end, batch_bytes, file_end, needed);
+            let new_end = match extended {
+                Ok(new_end) => new_end,
+                Err(e) => {
+                    // Give back what part of the zeros was written (a full disk needs the
+                    // room): the synced length holds every commit and the zeros after it.
+                    let _ = self.device.truncate(JOURNAL_FILE, file_end);
+                    return Err(self.fail(PersistStep::WriteJournal, &e));
+                }
+            };
             file_end = new_end;
             locked(&self.durable).journal_file_bytes = file_end;
         }
@@ -748,24 +743,6 @@ impl Persister {
         d.journal_bytes += batch_bytes;
         debug_assert!(d.journal_bytes + journal::JOURNAL_ZEROS_AHEAD_BYTES_MIN as u64 <= file_end);
         Ok(())
-    }
-
-    /// Grows the journal from `file_end` to `new_end` and syncs it, before a batch of
-    /// `batch_bytes` is written. After a small batch the room is written as zeros, so that
-    /// the small commits that follow overwrite blocks already written and their fdatasyncs
-    /// have no file-system metadata to write (decision 0021). After a large one it is
-    /// allocated: zeros there would be written once and then again by the batches, so every
-    /// journal byte went to the disk twice (782 MB for PostMark's 280 MB; decision 0093).
-    /// Either way a full disk fails here, before any byte of the batch.
-    fn extend_journal(&self, file_end: u64, new_end: u64, batch_bytes: u64) -> std::io::Result<()> {
-        debug_assert!(file_end < new_end);
-        let device = self.device.as_ref();
-        if batch_bytes > crate::limits::JOURNAL_ZEROS_WRITTEN_BATCH_BYTES_MAX as u64 {
-            device::allocate_or_write_zeros(device, JOURNAL_FILE, file_end, new_end - file_end)?;
-        } else {
-            write_zeros(device, JOURNAL_FILE, file_end, new_end - file_end)?;
-        }
-        self.device.sync(JOURNAL_FILE)
     }
 
     /// A checkpoint failed (`step`): the old checkpoint and journal stay in force and commits
