@@ -707,6 +707,10 @@ impl Engine {
         };
         // check_fallocate: the end is within the limit unless the size is kept.
         let grows = !keep_size && end > file.size_bytes;
+        if grows {
+            // Old bytes past the size must not show in the grown range (decision 0146).
+            self.trim_outstanding(disk, &file.name, file.size_bytes)?;
+        }
         // The host file's length before it grows, to put back if the op is refused.
         let mut grown_from = None;
         if !trims {
