@@ -567,6 +567,32 @@ def test_truncate_punch_and_unlink_give_the_space_back_to_the_host(dmnt):
     assert host_files(m) == {}
 
 
+@pytest.mark.parametrize("how", ["clean", "crash"])
+def test_fallocated_room_of_a_disk_tier_file_counts_in_st_blocks(dmnt, how):
+    """xfstests generic/701 in small: fallocate 5 GiB, truncate to 4 GiB, st_blocks must say
+    4 GiB. The host file holds the room (decision 0136), so st_blocks counts it (0145)."""
+    m = dmnt
+    p = os.path.join(m.path, "prealloc")
+    fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fallocate(fd, 0, 0, 40 * MiB)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    wait_tier(m, p, True, "after a 40 MiB fallocate")
+    assert os.stat(p).st_blocks * 512 >= 40 * MiB, f"st_blocks {os.stat(p).st_blocks} after a 40 MiB fallocate"
+    os.truncate(p, 32 * MiB)
+    fsync_path(p)
+
+    def allocated():
+        return os.stat(p).st_blocks * 512
+
+    assert 32 * MiB <= allocated() <= 32 * MiB + 64 * KiB, f"{allocated()} bytes allocated after truncating to 32 MiB"
+    cycle(m, how)
+    assert 32 * MiB <= allocated() <= 32 * MiB + 64 * KiB, f"{allocated()} bytes allocated after a {how} remount"
+    assert read_file(p) == bytes(32 * MiB)
+
+
 def test_many_deletes_return_all_space(dmnt):
     m = dmnt
     d = data_dir(m)

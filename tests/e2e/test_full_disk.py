@@ -464,3 +464,65 @@ def test_one_file_can_take_all_the_room_statfs_calls_available(
     finally:
         if m.mounted or in_mount_table(m.path):
             m.force_cleanup()
+
+
+@pytest.mark.parametrize("grow", ["truncate", "fallocate"])
+def test_a_growth_after_a_shrink_that_could_not_be_made_durable_reads_zeros(
+        test_base, rampart_env, cleanup_mounts, small_ext4, grow):
+    """Decision 0146 (found by fsstress to ENOSPC, docs/research/xfstests-2026-11-27.md): once
+    the journal cannot be written (the disk is full), a shrinking truncate of a disk-tier file
+    leaves its host file long (the trim waits for durability); a truncate up or fallocate then
+    grew the size over the old bytes, which read back instead of zeros, and the host file was cut below
+    the durable size (fsck: bytes lost). Now the growth makes the shrink durable first or is
+    refused, and the grown range reads as zeros."""
+    from pathlib import Path
+    from e2e_helpers import fallocate
+    m = _mount_on(test_base, rampart_env, cleanup_mounts, Path(small_ext4) / "store", "regrow",
+                  opts=("--memory-cap", str(16 * MiB)))
+    try:
+        f = os.path.join(m.path, "f")
+        write_synced(f, b"A" * (4 * MiB))
+        # Fill the host file system under the store (beside it, not through the mount).
+        try:
+            with open(os.path.join(small_ext4, "filler"), "wb") as h:
+                for _ in range(200):
+                    h.write(bytes(MiB))
+                    h.flush()
+        except OSError as e:
+            assert e.errno == errno.ENOSPC, e
+        # Metadata changes until a commit fails: persistence stops, nothing more is durable.
+        for i in range(20000):
+            os.setxattr(f, "user.x", os.urandom(2000))
+            try:
+                fd = os.open(f, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                assert e.errno in (errno.ENOSPC, errno.EIO), e
+                break
+        else:
+            pytest.fail("the journal never filled the disk")
+        os.truncate(f, MiB)
+        try:
+            if grow == "truncate":
+                os.truncate(f, 2 * MiB)
+            else:
+                fd = os.open(f, os.O_RDWR)
+                try:
+                    fallocate(fd, 0, MiB, MiB)
+                finally:
+                    os.close(fd)
+        except OSError as e:
+            # Refused: the shrink cannot be made durable; the file keeps its 1 MiB.
+            assert e.errno in (errno.ENOSPC, errno.EIO), e
+            assert read_file(f) == b"A" * MiB
+        else:
+            assert read_file(f) == b"A" * MiB + bytes(MiB), "the grown range shows the old bytes"
+        unmount(m)
+        r = fsck(m)
+        assert "are lost" not in r.stdout, r.stdout
+    finally:
+        if m.mounted or in_mount_table(m.path):
+            m.force_cleanup()

@@ -199,12 +199,20 @@ impl Contents {
     }
 
     /// Reserves room for `[offset, offset + len)` so that writes into it cannot fail with
-    /// ENOSPC (fallocate).
-    pub fn reserve(&mut self, offset: u64, len: u64) -> FsResult<Delta> {
+    /// ENOSPC (fallocate), the file being `size_bytes` long after it. In memory the room is
+    /// reserved, not stored; a disk-tier file's host file was fallocated by the engine before
+    /// the op (decision 0136), so its blocks are held there and count as stored (`st_blocks`;
+    /// decision 0145). Room past the size is not counted (the figure stays within the size).
+    pub fn reserve(&mut self, offset: u64, len: u64, size_bytes: u64) -> FsResult<Delta> {
         match self {
             Contents::Memory(data) => Ok(data.reserve(offset, len)),
-            // The host file system allocates as it is written (sparse host files).
-            Contents::Disk(_) => Ok(Delta::default()),
+            Contents::Disk(host) => {
+                let within_size = offset.saturating_add(len).min(size_bytes);
+                Ok(Delta {
+                    heap_bytes: 0,
+                    stored_bytes: host.wrote(within_size.saturating_sub(offset), size_bytes),
+                })
+            }
         }
     }
 

@@ -467,6 +467,7 @@ impl Engine {
         };
         if size >= file.size_bytes {
             if size > file.size_bytes {
+                self.trim_outstanding(disk, &file.name, file.size_bytes)?;
                 disk.device
                     .set_len(&file.name, size)
                     .map_err(|e| host_errno("growing the disk-tier file", &file.name, &e))?;
@@ -517,6 +518,35 @@ impl Engine {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => tracing::warn!("{name}: kept after its file moved back to memory ({e})"),
         }
+    }
+
+    /// Before a disk-tier file grows: a host file longer than the file's `size_bytes` holds a
+    /// shrink whose trim waited (its op was not durable, `trim_after_commit`), and the bytes
+    /// past the size are the old ones, which the grown range must not show (decision 0146).
+    /// The shrink is made durable and the trim done first; if it cannot be, the growth is
+    /// refused (ENOSPC or EIO): cutting the host file then would lose bytes the durable state
+    /// still has. The caller holds the file's exclusive host lock.
+    fn trim_outstanding(&self, disk: &DiskTier, name: &str, size_bytes: u64) -> FsResult<()> {
+        let host_len = disk
+            .device
+            .len(name)
+            .map_err(|e| host_errno("reading the length of the disk-tier file", name, &e))?;
+        if host_len.is_none_or(|len| len <= size_bytes) {
+            return Ok(());
+        }
+        self.sync().map_err(|e| {
+            tracing::error!("{name} cannot grow: its earlier shrink is not durable ({e})");
+            // A full store says so (ENOSPC, as fsync does); other failures are EIO.
+            if e.kind() == std::io::ErrorKind::StorageFull || e.raw_os_error() == Some(libc::ENOSPC)
+            {
+                Errno::ENOSPC
+            } else {
+                Errno::EIO
+            }
+        })?;
+        disk.device
+            .set_len(name, size_bytes)
+            .map_err(|e| host_errno("trimming the disk-tier file", name, &e))
     }
 
     /// Journal first: makes the op just applied durable, then trims the host file (the
@@ -677,6 +707,10 @@ impl Engine {
         };
         // check_fallocate: the end is within the limit unless the size is kept.
         let grows = !keep_size && end > file.size_bytes;
+        if grows {
+            // Old bytes past the size must not show in the grown range (decision 0146).
+            self.trim_outstanding(disk, &file.name, file.size_bytes)?;
+        }
         // The host file's length before it grows, to put back if the op is refused.
         let mut grown_from = None;
         if !trims {

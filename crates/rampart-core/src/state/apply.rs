@@ -515,9 +515,18 @@ impl State {
             }
         }
         if reserve {
+            let size_before = self.regular_file(ino)?.size_bytes;
+            let size_after = if keep_size {
+                size_before
+            } else {
+                size_before.max(end)
+            };
             self.change_contents(ino, |c| {
-                let delta = c.reserve(offset, length)?;
-                debug_assert_eq!(delta.stored_bytes, 0, "a reservation stores nothing");
+                let delta = c.reserve(offset, length, size_after)?;
+                debug_assert!(
+                    on_disk || delta.stored_bytes == 0,
+                    "a reservation in memory stores nothing"
+                );
                 Ok(delta)
             })?;
         }
