@@ -466,6 +466,64 @@ def test_one_file_can_take_all_the_room_statfs_calls_available(
             m.force_cleanup()
 
 
+def _fill_until_persistence_stops(small_ext4, f):
+    """Fills the host file system under the store (beside it, not through the mount), then
+    changes metadata until a commit fails: persistence stops, nothing more is durable."""
+    try:
+        with open(os.path.join(small_ext4, "filler"), "wb") as h:
+            for _ in range(200):
+                h.write(bytes(MiB))
+                h.flush()
+    except OSError as e:
+        assert e.errno == errno.ENOSPC, e
+    for _ in range(20000):
+        os.setxattr(f, "user.x", os.urandom(2000))
+        try:
+            fd = os.open(f, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            assert e.errno in (errno.ENOSPC, errno.EIO), e
+            return
+    pytest.fail("the journal never filled the disk")
+
+
+@pytest.mark.parametrize("mode", ["punch", "zero"])
+def test_a_hole_punched_while_nothing_can_be_made_durable_reads_zeros(
+        test_base, rampart_env, cleanup_mounts, small_ext4, mode):
+    """Decision 0147: PUNCH_HOLE and ZERO_RANGE of a disk-tier file punch its host file after
+    their commit; when the commit failed (the disk is full) the punch waited, and the range
+    read the old bytes for the rest of the mount although the call had succeeded. Now the
+    range is punched anyway and reads zeros; the file keeps its size, and fsck finds nothing
+    lost after the unmount."""
+    from pathlib import Path
+    from e2e_helpers import fallocate
+    m = _mount_on(test_base, rampart_env, cleanup_mounts, Path(small_ext4) / "store", "punch",
+                  opts=("--memory-cap", str(16 * MiB)))
+    try:
+        f = os.path.join(m.path, "f")
+        write_synced(f, b"A" * (4 * MiB))
+        _fill_until_persistence_stops(small_ext4, f)
+        flags = 0x02 | 0x01 if mode == "punch" else 0x10  # PUNCH_HOLE|KEEP_SIZE, ZERO_RANGE
+        fd = os.open(f, os.O_RDWR)
+        try:
+            fallocate(fd, flags, MiB, MiB)
+        finally:
+            os.close(fd)
+        assert os.path.getsize(f) == 4 * MiB
+        data = read_file(f)
+        assert data[MiB:2 * MiB] == bytes(MiB), "the punched range shows the old bytes"
+        assert data[:MiB] == b"A" * MiB and data[2 * MiB:] == b"A" * (2 * MiB)
+        unmount(m)
+        r = fsck(m)
+        assert "are lost" not in r.stdout, r.stdout
+    finally:
+        if m.mounted or in_mount_table(m.path):
+            m.force_cleanup()
+
+
 @pytest.mark.parametrize("grow", ["truncate", "fallocate"])
 def test_a_growth_after_a_shrink_that_could_not_be_made_durable_reads_zeros(
         test_base, rampart_env, cleanup_mounts, small_ext4, grow):
@@ -482,28 +540,7 @@ def test_a_growth_after_a_shrink_that_could_not_be_made_durable_reads_zeros(
     try:
         f = os.path.join(m.path, "f")
         write_synced(f, b"A" * (4 * MiB))
-        # Fill the host file system under the store (beside it, not through the mount).
-        try:
-            with open(os.path.join(small_ext4, "filler"), "wb") as h:
-                for _ in range(200):
-                    h.write(bytes(MiB))
-                    h.flush()
-        except OSError as e:
-            assert e.errno == errno.ENOSPC, e
-        # Metadata changes until a commit fails: persistence stops, nothing more is durable.
-        for i in range(20000):
-            os.setxattr(f, "user.x", os.urandom(2000))
-            try:
-                fd = os.open(f, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            except OSError as e:
-                assert e.errno in (errno.ENOSPC, errno.EIO), e
-                break
-        else:
-            pytest.fail("the journal never filled the disk")
+        _fill_until_persistence_stops(small_ext4, f)
         os.truncate(f, MiB)
         try:
             if grow == "truncate":

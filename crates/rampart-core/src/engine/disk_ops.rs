@@ -69,6 +69,14 @@ fn reserve_host_room(
     })
 }
 
+/// What a trim after a commit does to a host file: cut it to the size (a truncate), or punch a
+/// range (PUNCH_HOLE, ZERO_RANGE), which is done even when the op cannot be made durable.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Trim {
+    Cut,
+    Punch,
+}
+
 /// A disk-tier file as an op on it needs it: its host file's name and its size.
 struct OnDisk {
     name: String,
@@ -484,7 +492,9 @@ impl Engine {
             },
             invalidate,
         )?;
-        self.trim_after_commit(disk, &file.name, |device| device.set_len(&file.name, size));
+        self.trim_after_commit(disk, &file.name, Trim::Cut, |device| {
+            device.set_len(&file.name, size)
+        });
         if disk.below_return_size(size) && disk.passthrough_count(ino) == 0 {
             self.migrate_to_memory(disk, ctx, ino)?;
             self.remove_host_file_after_return(disk, ino, &file.name);
@@ -552,15 +562,29 @@ impl Engine {
     /// Journal first: makes the op just applied durable, then trims the host file (the
     /// caller holds the file's exclusive host lock). If the op cannot be made durable the
     /// trim waits for recovery (which redoes it from the journal, or finds the file longer
-    /// and trims it); the space comes back then.
+    /// and trims it); the space comes back then. But a punched range (`Trim::Punch`) is
+    /// punched anyway: the file reads zeros there from now on, and until then it would read
+    /// the old bytes, for the rest of the mount on a full disk; after a crash the range
+    /// reads zeros, as the punch that returned success asked, and the size is the durable
+    /// one (decision 0147).
     fn trim_after_commit(
         &self,
         disk: &DiskTier,
         name: &str,
+        kind: Trim,
         trim: impl FnOnce(&dyn crate::persist::device::Device) -> std::io::Result<()>,
     ) {
         let committed = self.sync();
         match committed {
+            Err(e) if kind == Trim::Punch => {
+                tracing::error!(
+                    "a hole punched in {name} could not be made durable ({e}); punched now, so \
+                     that the file reads zeros there"
+                );
+                if let Err(e) = trim(disk.device.as_ref()) {
+                    tracing::error!("punching the disk-tier file {name}: {e}");
+                }
+            }
             Err(e) => {
                 tracing::error!("a trim of {name} waits: its op could not be made durable ({e})")
             }
@@ -747,7 +771,7 @@ impl Engine {
             return Err(e);
         }
         if trims {
-            self.trim_after_commit(disk, &file.name, |device| {
+            self.trim_after_commit(disk, &file.name, Trim::Punch, |device| {
                 device.punch_hole(&file.name, offset, length)
             });
         }
