@@ -461,6 +461,8 @@ impl Engine {
             ctx,
             |m, time_ns| {
                 if on_disk_tier(m, ino)? {
+                    // An invalid request (a length of 0) is refused as the op would refuse it.
+                    crate::state::check_fallocate(offset, length, mode)?;
                     return Ok(false);
                 }
                 m.apply(&Op::Fallocate {
