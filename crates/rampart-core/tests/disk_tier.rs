@@ -593,3 +593,123 @@ fn a_read_from_the_host_cache_only_gives_the_bytes_or_says_it_would_wait() {
         Err(rampart_core::Errno::EIO)
     );
 }
+
+/// Found by fsx (memory-pressure, seed 10; 2026-11-27): a punch of a memory file applied as a
+/// memory op after memory pressure had moved the file to the disk tier (another file's write
+/// evicted it between the punch's look at the tier and its op) left the host file's bytes, so
+/// the range read the old bytes, also after a remount (decision 0148). One thread punches
+/// 4 KiB blocks of 128 KiB memory files one by one; another fills memory with small files, so
+/// that each fill evicts the punching thread's file (the only candidate). Every punched block
+/// must read zeros, in whichever tier the file ends. Without the fix this failed within about
+/// 150 files.
+#[test]
+fn a_punch_racing_an_eviction_of_its_file_reads_zeros() {
+    let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    race_an_eviction(&|e, f, at| e.fallocate(&c(), f, at, RACE_BLOCK, mode));
+}
+
+/// The same race for a truncate down to a block and back up: the block must read zeros (not
+/// the host file's old bytes, nor EIO from a host file shorter than the size).
+#[test]
+fn a_truncate_racing_an_eviction_of_its_file_reads_zeros() {
+    let size = |s| SetAttr {
+        size_bytes: Some(s),
+        ..SetAttr::default()
+    };
+    race_an_eviction(&|e, f, at| {
+        e.setattr(&c(), f, &size(at))?;
+        e.setattr(&c(), f, &size(RACE_FILE_BYTES as u64))?;
+        Ok(())
+    });
+}
+
+const RACE_BLOCK: u64 = 4 << 10;
+const RACE_FILE_BYTES: usize = 128 << 10;
+
+/// Runs `change` (which must leave block `at` reading zeros) on block after block of 128 KiB
+/// memory files, writing each block back, while another thread fills the 1 MiB cap with small
+/// files so that memory pressure moves the file to the disk tier; 400 files.
+fn race_an_eviction(change: &(dyn Fn(&Engine, Ino, u64) -> rampart_core::FsResult<()> + Sync)) {
+    const ROUNDS: u32 = 400;
+    let (_dir, path) = store();
+    let options = Options {
+        engine: EngineConfig {
+            memory_cap_bytes: 1 << 20,
+            large_file_threshold_bytes: Some(u64::MAX - 1),
+            evict_min_size_bytes: 64 << 10,
+            ..EngineConfig::default()
+        },
+        ..Options::default()
+    };
+    let fs = Rampart::open(&path, &options).unwrap();
+    let e = fs.engine();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (mut failure, mut evicted) = (None, 0u32);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // Small files (below --evict-min-size), never candidates themselves.
+            let mut next = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut made = Vec::new();
+                loop {
+                    let name = format!("s{next}");
+                    next += 1;
+                    let Ok(f) = e.mknod(&c(), ROOT_INO, name.as_bytes(), FILE, 0) else {
+                        break;
+                    };
+                    made.push(name);
+                    // Memory taken by a reservation: no data to journal, so rounds are quick.
+                    if e.fallocate(&c(), f.ino, 0, 32 << 10, 0).is_err() {
+                        break;
+                    }
+                }
+                for name in made {
+                    e.unlink(&c(), ROOT_INO, name.as_bytes()).unwrap();
+                }
+            }
+        });
+        for round in 0..ROUNDS {
+            let name = format!("p{round}");
+            let f = e
+                .mknod(&c(), ROOT_INO, name.as_bytes(), FILE, 0)
+                .unwrap()
+                .ino;
+            let bytes = pattern(RACE_FILE_BYTES, round as u8);
+            if e.write(&c(), f, 0, &bytes, false).is_err() {
+                e.unlink(&c(), ROOT_INO, name.as_bytes()).unwrap();
+                continue;
+            }
+            // Change a block, check it, write it back; until the file is on the disk tier.
+            for block in (0..(RACE_FILE_BYTES as u64 / RACE_BLOCK)).cycle() {
+                let moved = e.tier(f).unwrap() == Tier::Disk;
+                let at = block * RACE_BLOCK;
+                let mut read = Vec::new();
+                let checked =
+                    change(e, f, at).and_then(|()| e.read(f, at, RACE_BLOCK as u32, &mut read));
+                if checked.is_err() || read.iter().any(|&b| b != 0) {
+                    failure = Some(format!(
+                        "round {round}, block {block}: {checked:?}, old bytes: {} (tier {:?})",
+                        read.iter().any(|&b| b != 0),
+                        e.tier(f).unwrap()
+                    ));
+                    break;
+                }
+                if moved {
+                    evicted += 1;
+                    break; // changed on the disk tier: the race is over for this file
+                }
+                let back = &bytes[at as usize..(at + RACE_BLOCK) as usize];
+                if e.write(&c(), f, at, back, false).is_err() {
+                    break;
+                }
+            }
+            if failure.is_some() {
+                break;
+            }
+            e.unlink(&c(), ROOT_INO, name.as_bytes()).unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    assert_eq!(failure, None);
+    assert!(evicted > ROUNDS / 2, "only {evicted} files were evicted");
+}

@@ -36,28 +36,44 @@ impl Engine {
             ctime_ns: set.ctime_ns.unwrap_or(now),
             kill_suidgid: set.kill_suidgid,
         };
-        if let (Some(disk), Some(size)) = (self.disk(), set.size_bytes) {
-            // Only a disk-tier file, or a memory file growing past the threshold.
-            let concerned = match self.tier(ino) {
-                Ok(Tier::Disk) => true,
-                Ok(Tier::Memory) => disk.passes_threshold(size),
-                Err(_) => false,
-            };
-            if size <= crate::limits::FILE_SIZE_BYTES_MAX && concerned {
-                let now = self.now_ns();
-                if let Some(attr) = self.setattr_disk(disk, ctx, ino, &op(now), size)? {
-                    return Ok(attr);
+        // A few rounds at most: a round ends early only when memory pressure moved the file
+        // to the disk tier between the look at its tier and the memory op (a size change
+        // applied as for memory would leave the host file's length and bytes as they were).
+        for _ in 0..4 {
+            if let (Some(disk), Some(size)) = (self.disk(), set.size_bytes) {
+                // Only a disk-tier file, or a memory file growing past the threshold.
+                let concerned = match self.tier(ino) {
+                    Ok(Tier::Disk) => true,
+                    Ok(Tier::Memory) => disk.passes_threshold(size),
+                    Err(_) => false,
+                };
+                if size <= crate::limits::FILE_SIZE_BYTES_MAX && concerned {
+                    let now = self.now_ns();
+                    if let Some(attr) = self.setattr_disk(disk, ctx, ino, &op(now), size)? {
+                        return Ok(attr);
+                    }
                 }
             }
+            let sized = set.size_bytes.is_some() && self.disk().is_some();
+            let applied = self.mutate(
+                ctx,
+                |m, now| {
+                    if sized && on_disk_tier(m, ino)? {
+                        return Ok(None);
+                    }
+                    m.apply(&op(now))?;
+                    Ok(Some(m.state().inode(ino)?.attr(ino)))
+                },
+                |a| match a {
+                    Some(_) => vec![Invalidation::Inode { ino }],
+                    None => Vec::new(),
+                },
+            )?;
+            if let Some(attr) = applied {
+                return Ok(attr);
+            }
         }
-        self.mutate(
-            ctx,
-            |m, now| {
-                m.apply(&op(now))?;
-                Ok(m.state().inode(ino)?.attr(ino))
-            },
-            |_| vec![Invalidation::Inode { ino }],
-        )
+        Err(Errno::ENOSPC)
     }
 
     /// Reads up to `size` bytes at `offset` into `out` (cleared first).
@@ -278,44 +294,60 @@ impl Engine {
         kill_suidgid: bool,
         times: WriteTimes,
     ) -> FsResult<u64> {
-        if let Some(disk) = self.disk() {
-            let on_disk = |ino| self.tier(ino).map(|t| t == Tier::Disk);
-            let out_end = offset_out.saturating_add(len.min(COPY_LEN_MAX));
-            if on_disk(ino_in)? || on_disk(ino_out)? || disk.passes_threshold(out_end) {
-                // Through the host files: a read, then a write (each atomic on its own).
-                let mut bytes = Vec::new();
-                self.read(ino_in, offset_in, len.min(COPY_LEN_MAX) as u32, &mut bytes)?;
-                self.read_state().regular_file(ino_out)?;
-                if bytes.is_empty() {
-                    return Ok(0);
+        // A few rounds at most: a round ends early only when memory pressure moved a file to
+        // the disk tier between the look at the tiers and the memory copy.
+        for _ in 0..4 {
+            if let Some(disk) = self.disk() {
+                let on_disk = |ino| self.tier(ino).map(|t| t == Tier::Disk);
+                let out_end = offset_out.saturating_add(len.min(COPY_LEN_MAX));
+                if on_disk(ino_in)? || on_disk(ino_out)? || disk.passes_threshold(out_end) {
+                    // Through the host files: a read, then a write (each atomic on its own).
+                    let mut bytes = Vec::new();
+                    self.read(ino_in, offset_in, len.min(COPY_LEN_MAX) as u32, &mut bytes)?;
+                    self.read_state().regular_file(ino_out)?;
+                    if bytes.is_empty() {
+                        return Ok(0);
+                    }
+                    let n =
+                        self.write_with(ctx, ino_out, offset_out, &bytes, kill_suidgid, times)?;
+                    return Ok(u64::from(n));
                 }
-                let n = self.write_with(ctx, ino_out, offset_out, &bytes, kill_suidgid, times)?;
-                return Ok(u64::from(n));
+            }
+            let tiered = self.disk().is_some();
+            let copied = self.mutate(
+                ctx,
+                |m, time_ns| {
+                    if tiered && (on_disk_tier(m, ino_in)? || on_disk_tier(m, ino_out)?) {
+                        return Ok(None);
+                    }
+                    let source = m.state().regular_file(ino_in)?;
+                    let mut bytes = Vec::new();
+                    let want = len.min(COPY_LEN_MAX) as u32;
+                    source.file().expect("regular file").read(
+                        source.size_bytes,
+                        offset_in,
+                        want,
+                        &mut bytes,
+                    )?;
+                    m.state().regular_file(ino_out)?;
+                    if bytes.is_empty() {
+                        return Ok(Some(0));
+                    }
+                    let done = write_keeping_times(m, ino_out, times, kill_suidgid, |m| {
+                        write_pieces(m, ino_out, offset_out, &bytes, time_ns, kill_suidgid)
+                    })?;
+                    Ok(Some(done as u64))
+                },
+                |done| match done {
+                    Some(_) => vec![Invalidation::Inode { ino: ino_out }],
+                    None => Vec::new(),
+                },
+            )?;
+            if let Some(n) = copied {
+                return Ok(n);
             }
         }
-        self.mutate(
-            ctx,
-            |m, time_ns| {
-                let source = m.state().regular_file(ino_in)?;
-                let mut bytes = Vec::new();
-                let want = len.min(COPY_LEN_MAX) as u32;
-                source.file().expect("regular file").read(
-                    source.size_bytes,
-                    offset_in,
-                    want,
-                    &mut bytes,
-                )?;
-                m.state().regular_file(ino_out)?;
-                if bytes.is_empty() {
-                    return Ok(0);
-                }
-                let done = write_keeping_times(m, ino_out, times, kill_suidgid, |m| {
-                    write_pieces(m, ino_out, offset_out, &bytes, time_ns, kill_suidgid)
-                })?;
-                Ok(done as u64)
-            },
-            |_| vec![Invalidation::Inode { ino: ino_out }],
-        )
+        Err(Errno::ENOSPC)
     }
 
     /// fallocate(2) of `ino`. A caller other than root then loses the file's setuid bit (and
@@ -386,29 +418,37 @@ impl Engine {
         length: u64,
         mode: i32,
     ) -> FsResult<()> {
-        if let Some(disk) = self.disk() {
-            let concerned = match self.tier(ino) {
-                Ok(Tier::Disk) => true,
-                Ok(Tier::Memory) => disk.passes_threshold(offset.saturating_add(length)),
-                Err(_) => false,
-            };
-            if length > 0 && concerned {
-                if let Some(()) = self.fallocate_disk(disk, ctx, ino, offset, length, mode)? {
-                    return Ok(());
+        // A few rounds at most: a round ends early only when memory pressure moved the file
+        // to the disk tier between the look at its tier and the memory op.
+        for _ in 0..4 {
+            if let Some(disk) = self.disk() {
+                let concerned = match self.tier(ino) {
+                    Ok(Tier::Disk) => true,
+                    Ok(Tier::Memory) => disk.passes_threshold(offset.saturating_add(length)),
+                    Err(_) => false,
+                };
+                if length > 0 && concerned {
+                    if let Some(()) = self.fallocate_disk(disk, ctx, ino, offset, length, mode)? {
+                        return Ok(());
+                    }
                 }
             }
-        }
-        match self.fallocate_memory(ctx, ino, offset, length, mode) {
-            Err(Errno::ENOSPC)
-                if self.evict_for(length.saturating_add(crate::limits::EVICT_SLACK_BYTES)) =>
-            {
+            match self.fallocate_memory(ctx, ino, offset, length, mode) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
                 // Through the tiers again: the file itself may have moved.
-                self.fallocate_tiered(ctx, ino, offset, length, mode)
+                Err(Errno::ENOSPC)
+                    if self.evict_for(length.saturating_add(crate::limits::EVICT_SLACK_BYTES)) => {}
+                Err(e) => return Err(e),
             }
-            other => other,
         }
+        Err(Errno::ENOSPC)
     }
 
+    /// fallocate of a memory file; false (nothing done) if the file is on the disk tier:
+    /// applied there, the op would leave the host file's bytes in a punched or zeroed range
+    /// (memory pressure moves a file between the caller's look at its tier and this op;
+    /// found by fsx, 2026-11-27).
     fn fallocate_memory(
         &self,
         ctx: &Ctx,
@@ -416,21 +456,36 @@ impl Engine {
         offset: u64,
         length: u64,
         mode: i32,
-    ) -> FsResult<()> {
+    ) -> FsResult<bool> {
         self.mutate(
             ctx,
             |m, time_ns| {
+                if on_disk_tier(m, ino)? {
+                    // An invalid request (a length of 0) is refused as the op would refuse it.
+                    crate::state::check_fallocate(offset, length, mode)?;
+                    return Ok(false);
+                }
                 m.apply(&Op::Fallocate {
                     ino,
                     offset,
                     length,
                     mode,
                     time_ns,
-                })
+                })?;
+                Ok(true)
             },
-            |_| vec![Invalidation::Inode { ino }],
+            |&done| match done {
+                true => vec![Invalidation::Inode { ino }],
+                false => Vec::new(),
+            },
         )
     }
+}
+
+/// Whether regular file `ino` is on the disk tier, asked under the engine's lock by an op
+/// that would otherwise apply to its memory bytes.
+fn on_disk_tier(m: &mut Mutation<'_>, ino: Ino) -> FsResult<bool> {
+    Ok(m.state().regular_file(ino)?.file().map(Contents::tier) == Some(Tier::Disk))
 }
 
 /// Applies a write as one op per WRITE_BYTES_MAX bytes (a journal record holds at most that
