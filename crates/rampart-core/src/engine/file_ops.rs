@@ -39,7 +39,7 @@ impl Engine {
         // A few rounds at most: a round ends early only when memory pressure moved the file
         // to the disk tier between the look at its tier and the memory op (a size change
         // applied as for memory would leave the host file's length and bytes as they were).
-        for _ in 0..4 {
+        for _ in 0..TIER_ROUNDS_MAX {
             if let (Some(disk), Some(size)) = (self.disk(), set.size_bytes) {
                 // Only a disk-tier file, or a memory file growing past the threshold.
                 let concerned = match self.tier(ino) {
@@ -104,7 +104,7 @@ impl Engine {
         cached_only: bool,
     ) -> FsResult<bool> {
         // A few rounds at most: a round ends early only when the file moved meanwhile.
-        for _ in 0..4 {
+        for _ in 0..TIER_ROUNDS_MAX {
             let state = self.read_state();
             let inode = state.regular_file(ino)?;
             let contents = inode.file().expect("regular file");
@@ -182,7 +182,7 @@ impl Engine {
         // A few rounds at most: a round ends early only when another writer moved the file
         // to the disk tier meanwhile.
         let end = offset.saturating_add(data.len() as u64);
-        for _ in 0..4 {
+        for _ in 0..TIER_ROUNDS_MAX {
             if let Some(disk) = self.disk() {
                 // Small memory files take none of these turns (one shared look at the tier).
                 if self.tier(ino)? == Tier::Disk {
@@ -266,7 +266,7 @@ impl Engine {
         let out_end = offset_out.saturating_add(want);
         // Memory is full: the coldest large files move to disk, then a new try, as for a
         // write (ENOSPC only once nothing more can move; found by fsx, decision 0125).
-        for _ in 0..4 {
+        for _ in 0..TIER_ROUNDS_MAX {
             match self.copy_file_range_once(
                 ctx,
                 (ino_in, offset_in),
@@ -296,7 +296,7 @@ impl Engine {
     ) -> FsResult<u64> {
         // A few rounds at most: a round ends early only when memory pressure moved a file to
         // the disk tier between the look at the tiers and the memory copy.
-        for _ in 0..4 {
+        for _ in 0..TIER_ROUNDS_MAX {
             if let Some(disk) = self.disk() {
                 let on_disk = |ino| self.tier(ino).map(|t| t == Tier::Disk);
                 let out_end = offset_out.saturating_add(len.min(COPY_LEN_MAX));
@@ -420,7 +420,7 @@ impl Engine {
     ) -> FsResult<()> {
         // A few rounds at most: a round ends early only when memory pressure moved the file
         // to the disk tier between the look at its tier and the memory op.
-        for _ in 0..4 {
+        for _ in 0..TIER_ROUNDS_MAX {
             if let Some(disk) = self.disk() {
                 let concerned = match self.tier(ino) {
                     Ok(Tier::Disk) => true,
@@ -481,6 +481,11 @@ impl Engine {
         )
     }
 }
+
+/// The most rounds an op makes through the tiers: a round ends early only when memory
+/// pressure moved a file between the look at its tier and the op, or made room that others
+/// took; past this many, the op answers as memory full.
+const TIER_ROUNDS_MAX: usize = 4;
 
 /// Whether regular file `ino` is on the disk tier, asked under the engine's lock by an op
 /// that would otherwise apply to its memory bytes.
